@@ -1,0 +1,41 @@
+#include "formats/model_cache.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+namespace fs = std::filesystem;
+
+std::string model_cache_dir() {
+  if (const char* d = std::getenv("RINFER_MODEL_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return (fs::path(x) / "recipes-infer" / "models").string();
+  }
+  const char* home = std::getenv("HOME");
+  return (fs::path(home != nullptr ? home : ".") / ".cache" / "recipes-infer" / "models")
+      .string();
+}
+
+Result<std::string> resolve_model(const std::string& name_or_path) {
+  if (name_or_path.empty()) return invalid_argument("empty model name");
+  std::error_code ec;
+  if (fs::exists(name_or_path, ec)) return name_or_path;
+  bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                         name_or_path.ends_with(".gguf") ||
+                         name_or_path.ends_with(".safetensors");
+  if (looks_like_path) return not_found("{}: no such file or directory", name_or_path);
+  const fs::path cache = model_cache_dir();
+  const fs::path gguf = cache / (name_or_path + ".gguf");
+  if (fs::is_regular_file(gguf, ec)) return gguf.string();
+  const fs::path dir = cache / name_or_path;
+  if (fs::is_directory(dir, ec)) return dir.string();
+  return not_found(
+      "model '{}' is neither a path nor a model in the cache {} (run scripts/fetch-models.sh, "
+      "or set RINFER_MODEL_DIR)",
+      name_or_path, cache.string());
+}
+
+}  // namespace rinfer

@@ -1,0 +1,19 @@
+// Finds model files by reference name ("smollm2-135m-instruct-q4_1") in the model cache that
+// scripts/fetch-models.sh fills, or takes a path as is.
+#pragma once
+
+#include <string>
+
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+// $RINFER_MODEL_DIR, else $XDG_CACHE_HOME/recipes-infer/models, else
+// ~/.cache/recipes-infer/models.
+std::string model_cache_dir();
+
+// A path that exists (file or directory) is returned as is. Otherwise a bare name is looked up
+// in the cache as `<cache>/<name>.gguf`, then `<cache>/<name>/` (safetensors models).
+Result<std::string> resolve_model(const std::string& name_or_path);
+
+}  // namespace rinfer

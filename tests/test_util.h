@@ -1,0 +1,34 @@
+// Shared helpers for the test suite.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rinfer::test {
+
+// The path of a reference model in the model cache, or nullopt when it was not fetched.
+// Tests that need it call GTEST_SKIP() with the message from missing_model_message().
+std::optional<std::string> reference_model(const std::string& name);
+std::string missing_model_message(const std::string& name);
+
+// Deterministic random data (never zeros): uniform in [lo, hi).
+std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed);
+
+// ||a - b|| / ||b|| in float64.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
+
+// Runs a command through the shell; returns exit code, captures stdout and stderr separately.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult run_command(const std::string& cmd);
+
+// Writes bytes to a fresh file under the test temp dir; returns its path.
+std::string write_temp_file(const std::string& name, const std::string& bytes);
+
+}  // namespace rinfer::test
