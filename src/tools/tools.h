@@ -1,0 +1,15 @@
+// Each `rinfer` subcommand registers itself on the CLI11 app; the callback runs it and stores
+// the process exit code in `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace rinfer {
+
+void add_info_command(CLI::App& app, int& exit_code);
+void add_devices_command(CLI::App& app, int& exit_code);
+
+// Prints "rinfer: error: <message>" on stderr (one line) and returns the exit code 1.
+int report_error(const std::string& message);
+
+}  // namespace rinfer
