@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,15 @@ std::optional<std::string> reference_model(const std::string& name) {
 std::string missing_model_message(const std::string& name) {
   return "reference model '" + name + "' not in " + model_cache_dir() +
          " (run scripts/fetch-models.sh)";
+}
+
+std::string source_dir() {
+  if (const char* d = std::getenv("RINFER_SOURCE_DIR"); d != nullptr && *d != '\0') return d;
+  return RINFER_SOURCE_DIR;
+}
+
+std::string test_data_path(const std::string& relative) {
+  return source_dir() + "/tests/data/" + relative;
 }
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {

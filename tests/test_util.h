@@ -13,6 +13,11 @@ namespace rinfer::test {
 std::optional<std::string> reference_model(const std::string& name);
 std::string missing_model_message(const std::string& name);
 
+// The source tree: $RINFER_SOURCE_DIR when set (the GPU machine runs tests from a copied tree),
+// else the directory the tests were built from. Fixtures live under source_dir()/tests/data.
+std::string source_dir();
+std::string test_data_path(const std::string& relative);
+
 // Deterministic random data (never zeros): uniform in [lo, hi).
 std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 std::vector<uint8_t> random_bytes(size_t n, uint64_t seed);
