@@ -59,7 +59,7 @@ class [[nodiscard]] Result {
  public:
   static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> is not allowed");
 
-  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(implicit)
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}        // NOLINT(implicit)
   Result(Status status) : v_(std::in_place_index<1>, std::move(status)) {  // NOLINT(implicit)
     assert(!std::get<1>(v_).ok() && "Result constructed from an OK Status");
   }
@@ -89,10 +89,10 @@ class [[nodiscard]] Result {
 #define RINFER_CONCAT(a, b) RINFER_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define RINFER_RETURN_IF_ERROR(expr)                          \
-  do {                                                        \
-    ::rinfer::Status rinfer_status_ = (expr);                 \
-    if (!rinfer_status_.ok()) return rinfer_status_;          \
+#define RINFER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::rinfer::Status rinfer_status_ = (expr);        \
+    if (!rinfer_status_.ok()) return rinfer_status_; \
   } while (0)
 
 // `RINFER_ASSIGN_OR_RETURN(auto x, make_x());` declares x from a Result or returns its Status.

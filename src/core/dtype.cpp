@@ -11,29 +11,14 @@ namespace rinfer {
 namespace {
 
 constexpr std::array<DTypeTraits, kDTypeCount> kTraits = {{
-    {"f32", 1, 4, false, true},
-    {"f16", 1, 2, false, true},
-    {"bf16", 1, 2, false, true},
-    {"f64", 1, 8, false, true},
-    {"i8", 1, 1, false, false},
-    {"u8", 1, 1, false, false},
-    {"i16", 1, 2, false, false},
-    {"i32", 1, 4, false, false},
-    {"i64", 1, 8, false, false},
-    {"bool", 1, 1, false, false},
-    {"f8_e4m3", 1, 1, false, true},
-    {"f8_e5m2", 1, 1, false, true},
-    {"q4_0", 32, 18, true, true},
-    {"q4_1", 32, 20, true, true},
-    {"q5_0", 32, 22, true, true},
-    {"q5_1", 32, 24, true, true},
-    {"q8_0", 32, 34, true, true},
-    {"q2_k", 256, 84, true, true},
-    {"q3_k", 256, 110, true, true},
-    {"q4_k", 256, 144, true, true},
-    {"q5_k", 256, 176, true, true},
-    {"q6_k", 256, 210, true, true},
-    {"q8_k", 256, 292, true, true},
+    {"f32", 1, 4, false, true},     {"f16", 1, 2, false, true},     {"bf16", 1, 2, false, true},
+    {"f64", 1, 8, false, true},     {"i8", 1, 1, false, false},     {"u8", 1, 1, false, false},
+    {"i16", 1, 2, false, false},    {"i32", 1, 4, false, false},    {"i64", 1, 8, false, false},
+    {"bool", 1, 1, false, false},   {"f8_e4m3", 1, 1, false, true}, {"f8_e5m2", 1, 1, false, true},
+    {"q4_0", 32, 18, true, true},   {"q4_1", 32, 20, true, true},   {"q5_0", 32, 22, true, true},
+    {"q5_1", 32, 24, true, true},   {"q8_0", 32, 34, true, true},   {"q2_k", 256, 84, true, true},
+    {"q3_k", 256, 110, true, true}, {"q4_k", 256, 144, true, true}, {"q5_k", 256, 176, true, true},
+    {"q6_k", 256, 210, true, true}, {"q8_k", 256, 292, true, true},
 }};
 
 }  // namespace

@@ -7,9 +7,9 @@
 
 namespace rinfer {
 
-#define RINFER_DEFINE_ERROR(fn, code)                                        \
-  template <typename... Args>                                                \
-  Status fn(fmt::format_string<Args...> f, Args&&... args) {                 \
+#define RINFER_DEFINE_ERROR(fn, code)                                             \
+  template <typename... Args>                                                     \
+  Status fn(fmt::format_string<Args...> f, Args&&... args) {                      \
     return Status(StatusCode::code, fmt::format(f, std::forward<Args>(args)...)); \
   }
 

@@ -10,7 +10,8 @@ namespace rinfer {
 
 // ---- Dims -------------------------------------------------------------------------------------
 
-Dims::Dims(std::initializer_list<int64_t> d) : Dims(std::span<const int64_t>(d.begin(), d.size())) {}
+Dims::Dims(std::initializer_list<int64_t> d)
+    : Dims(std::span<const int64_t>(d.begin(), d.size())) {}
 
 Dims::Dims(std::span<const int64_t> d) {
   // Callers validate rank first (checked_numel / make); clamp rather than overflow.
@@ -86,7 +87,8 @@ Result<Tensor> Tensor::empty(const Dims& shape, DType dtype, HostAllocator& allo
   RINFER_ASSIGN_OR_RETURN(const int64_t n, checked_numel(shape));
   const uint64_t bytes = elem_bytes(dtype, n);
   if (bytes > std::numeric_limits<size_t>::max() / 2) {
-    return out_of_memory("tensor {} {} needs {} bytes", dtype_name(dtype), shape.to_string(), bytes);
+    return out_of_memory("tensor {} {} needs {} bytes", dtype_name(dtype), shape.to_string(),
+                         bytes);
   }
   RINFER_ASSIGN_OR_RETURN(void* p, allocator.allocate(static_cast<size_t>(bytes)));
   HostAllocator* a = &allocator;
@@ -200,7 +202,8 @@ Result<Tensor> Tensor::view(const Dims& shape) const {
   }
   if (infer >= 0) {
     if (known == 0 || numel() % known != 0) {
-      return invalid_argument("view {}: cannot infer -1 for {} elements", shape.to_string(), numel());
+      return invalid_argument("view {}: cannot infer -1 for {} elements", shape.to_string(),
+                              numel());
     }
     s[infer] = numel() / known;
   } else if (known != numel()) {
@@ -223,8 +226,10 @@ Result<Tensor> Tensor::slice(int d, int64_t start, int64_t end) const {
   }
   const int64_t bs = dtype_traits(dtype_).block_size;
   if (bs > 1 && d == ndim() - 1 && (start % bs != 0 || end % bs != 0)) {
-    return invalid_argument("slice [{}, {}) of the innermost dim of a {} tensor must be whole "
-                            "blocks of {}", start, end, dtype_name(dtype_), bs);
+    return invalid_argument(
+        "slice [{}, {}) of the innermost dim of a {} tensor must be whole "
+        "blocks of {}",
+        start, end, dtype_name(dtype_), bs);
   }
   Tensor t = *this;
   t.offset_ += elem_bytes(dtype_, start * strides_[d]);
@@ -294,8 +299,8 @@ Result<Tensor> Tensor::to_f32() const {
   float* dst = out.mutable_data_as<float>();
   const uint64_t row_bytes = elem_bytes(dtype_, inner);
   for (int64_t r = 0; r < rows; ++r) {
-    RINFER_RETURN_IF_ERROR(dequantize_row(dtype_, src + static_cast<uint64_t>(r) * row_bytes,
-                                          dst + r * inner, inner));
+    RINFER_RETURN_IF_ERROR(
+        dequantize_row(dtype_, src + static_cast<uint64_t>(r) * row_bytes, dst + r * inner, inner));
   }
   return out;
 }

@@ -12,8 +12,7 @@ int ThreadPool::hardware_threads() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads > 0 ? n_threads : hardware_threads()) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : hardware_threads()) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

@@ -15,8 +15,7 @@ std::string model_cache_dir() {
     return (fs::path(x) / "recipes-infer" / "models").string();
   }
   const char* home = std::getenv("HOME");
-  return (fs::path(home != nullptr ? home : ".") / ".cache" / "recipes-infer" / "models")
-      .string();
+  return (fs::path(home != nullptr ? home : ".") / ".cache" / "recipes-infer" / "models").string();
 }
 
 Result<std::string> resolve_model(const std::string& name_or_path) {
@@ -24,8 +23,7 @@ Result<std::string> resolve_model(const std::string& name_or_path) {
   std::error_code ec;
   if (fs::exists(name_or_path, ec)) return name_or_path;
   bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                         name_or_path.ends_with(".gguf") ||
-                         name_or_path.ends_with(".safetensors");
+                         name_or_path.ends_with(".gguf") || name_or_path.ends_with(".safetensors");
   if (looks_like_path) return not_found("{}: no such file or directory", name_or_path);
   const fs::path cache = model_cache_dir();
   const fs::path gguf = cache / (name_or_path + ".gguf");

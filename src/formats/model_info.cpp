@@ -71,10 +71,14 @@ Result<ModelInfo> gguf_info(const std::shared_ptr<const MappedFile>& file) {
   }
   if (auto model = f.get_string("tokenizer.ggml.model")) {
     std::string kind(*model);
-    if (*model == "gpt2") kind += " (byte-level BPE";
-    else if (*model == "llama") kind += " (SentencePiece";
-    else if (*model == "bert") kind += " (WordPiece";
-    else kind += " (";
+    if (*model == "gpt2")
+      kind += " (byte-level BPE";
+    else if (*model == "llama")
+      kind += " (SentencePiece";
+    else if (*model == "bert")
+      kind += " (WordPiece";
+    else
+      kind += " (";
     if (auto pre = f.get_string("tokenizer.ggml.pre")) kind += fmt::format(", pre {}", *pre);
     kind += ")";
     info.tokenizer = kind;
@@ -147,8 +151,10 @@ std::string opt(const std::optional<int64_t>& v) { return v ? std::to_string(*v)
 std::string opt(const std::optional<double>& v) { return v ? fmt::format("{:g}", *v) : "-"; }
 
 std::string human_bytes(uint64_t b) {
-  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
-  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  if (b >= (uint64_t{1} << 30))
+    return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20))
+    return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
   if (b >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
   return fmt::format("{} B", b);
 }

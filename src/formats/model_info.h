@@ -20,10 +20,10 @@ struct DTypeUsage {
 
 struct ModelInfo {
   std::string path;
-  std::string format;        // "gguf", "safetensors"
+  std::string format;           // "gguf", "safetensors"
   uint32_t format_version = 0;  // GGUF version; 0 for safetensors
-  std::string name;          // general.name, or the config's first architecture
-  std::string architecture;  // "llama", "gemma3", "bert", ...
+  std::string name;             // general.name, or the config's first architecture
+  std::string architecture;     // "llama", "gemma3", "bert", ...
 
   // Hyper-parameters; absent when the file does not say.
   std::optional<int64_t> n_layers;
@@ -39,12 +39,12 @@ struct ModelInfo {
   std::optional<double> norm_eps;
 
   uint64_t n_tensors = 0;
-  uint64_t n_elements = 0;   // parameters
+  uint64_t n_elements = 0;  // parameters
   uint64_t tensor_bytes = 0;
   uint64_t file_bytes = 0;
   std::map<DType, DTypeUsage> by_dtype;
 
-  std::string tokenizer;     // "gpt2 (byte-level BPE, pre smollm)", "llama (SentencePiece)", ...
+  std::string tokenizer;  // "gpt2 (byte-level BPE, pre smollm)", "llama (SentencePiece)", ...
   uint64_t tokenizer_tokens = 0;
   bool has_chat_template = false;
 };

@@ -62,9 +62,14 @@ TEST(CachingHostAllocator, CacheIsCapped) {
 TEST(HostAllocators, RandomWorkloadKeepsDataIntact) {
   CachingHostAllocator caching;
   PlainHostAllocator plain;
-  for (HostAllocator* a : {static_cast<HostAllocator*>(&caching), static_cast<HostAllocator*>(&plain)}) {
+  for (HostAllocator* a :
+       {static_cast<HostAllocator*>(&caching), static_cast<HostAllocator*>(&plain)}) {
     std::mt19937 rng(42);
-    struct Live { uint8_t* p; size_t n; uint8_t tag; };
+    struct Live {
+      uint8_t* p;
+      size_t n;
+      uint8_t tag;
+    };
     std::vector<Live> live;
     for (int step = 0; step < 2000; ++step) {
       if (!live.empty() && rng() % 2 == 0) {

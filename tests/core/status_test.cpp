@@ -1,10 +1,11 @@
+#include "rinfer/status.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "rinfer/status.h"
 #include "test_util.h"
 
 namespace rinfer {

@@ -99,7 +99,8 @@ TEST(Tensor, QuantizedRowsSliceAndDequantize) {
     uint8_t* b = raw.data() + r * 34;
     b[0] = 0x00;
     b[1] = 0x38;
-    for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>((r + 1) * (i - 16)));
+    for (int i = 0; i < 32; ++i)
+      b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>((r + 1) * (i - 16)));
   }
   auto t = Tensor::wrap(raw.data(), raw.size(), {2, 32}, DType::kQ8_0, Device::cpu(), nullptr);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
@@ -111,7 +112,7 @@ TEST(Tensor, QuantizedRowsSliceAndDequantize) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(f[static_cast<size_t>(i)], 0.5f * 2 * (i - 16));
   EXPECT_FALSE(t->transpose(0, 1).ok());
   EXPECT_FALSE(t->slice(1, 0, 16).ok());  // not whole blocks
-  EXPECT_FALSE(t->view({64, 1}).ok());     // innermost dim not whole blocks
+  EXPECT_FALSE(t->view({64, 1}).ok());    // innermost dim not whole blocks
   EXPECT_TRUE(t->view({64}).ok());
 }
 

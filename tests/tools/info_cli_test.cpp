@@ -98,10 +98,13 @@ TEST(InfoCli, ErrorsAreOneLineWithNonZeroExit) {
     std::string args;
     std::string expect;
   };
-  const std::string bad_gguf = test::write_temp_file("bad.gguf", std::string("GGUF\x01\x00\x00\x00", 8));
-  const std::string truncated = test::write_temp_file("trunc.gguf", std::string("GGUF\x03\x00\x00", 7));
+  const std::string bad_gguf =
+      test::write_temp_file("bad.gguf", std::string("GGUF\x01\x00\x00\x00", 8));
+  const std::string truncated =
+      test::write_temp_file("trunc.gguf", std::string("GGUF\x03\x00\x00", 7));
   const std::string text = test::write_temp_file("notes.txt", "hello, not a model\n");
-  const std::string bad_st = test::write_temp_file("bad.safetensors", std::string("\x10\0\0\0\0\0\0\0{}", 10));
+  const std::string bad_st =
+      test::write_temp_file("bad.safetensors", std::string("\x10\0\0\0\0\0\0\0{}", 10));
   const std::vector<Case> cases = {
       {"info /nonexistent/x.gguf", "/nonexistent/x.gguf: no such file"},
       {"info no-such-model-name", "model 'no-such-model-name' is neither a path nor a model"},

@@ -11,8 +11,8 @@ inline Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return ok_status();
   const StatusCode code =
       err == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kDeviceError;
-  return Status(code, fmt::format("{}: {} ({})", what, cudaGetErrorString(err),
-                                  cudaGetErrorName(err)));
+  return Status(code,
+                fmt::format("{}: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err)));
 }
 
 }  // namespace rinfer

@@ -1,6 +1,7 @@
 // CUDA builds: device queries through the CUDA runtime (host code, compiled by the host compiler).
-#include "core/cuda/cuda_check.h"
 #include "core/cuda_info.h"
+
+#include "core/cuda/cuda_check.h"
 
 namespace rinfer {
 
