@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace rinfer {
 
@@ -28,23 +29,6 @@ constexpr uint64_t kMinArrayBytes = 4 + 8;  // element type, count
 // Vectors grow with what was actually parsed beyond this, so a corrupt count cannot reserve
 // memory the file does not back.
 constexpr uint64_t kMaxReserve = uint64_t{1} << 20;
-
-// Quotes a name from the file for a message: printable ASCII kept, the rest escaped, cut short.
-std::string quoted(std::string_view s) {
-  std::string out = "'";
-  constexpr size_t kMax = 96;
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  out += '\'';
-  return out;
-}
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
   return __builtin_mul_overflow(a, b, out);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/mapped_file.h"
 
 namespace rinfer {
@@ -24,25 +25,6 @@ constexpr size_t kMaxConfigBytes = 16u << 20;
 // Model types whose transformers config class defaults tie_word_embeddings to false.
 constexpr std::array<std::string_view, 8> kUntiedByDefault = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3"};
-
-// nlohmann's messages quote the input where parsing stopped, which can be long or binary: keep
-// them short and printable ASCII.
-std::string printable(std::string_view s, size_t max_chars = 240) {
-  std::string out;
-  for (char ch : s) {
-    if (out.size() >= max_chars) {
-      out += "...";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(ch);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out;
-}
 
 std::string describe(const json& j) {
   switch (j.type()) {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace rinfer {
 
@@ -53,25 +54,6 @@ constexpr int kMaxJsonDepth = 8;
 struct JsonAbort {
   std::string message;
 };
-
-// nlohmann's messages quote the input where parsing stopped, which can be long or binary: keep
-// them short and printable ASCII.
-std::string printable(std::string_view s, size_t max_chars = 240) {
-  std::string out;
-  for (char ch : s) {
-    if (out.size() >= max_chars) {
-      out += "...";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(ch);
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out;
-}
 
 // A name or string from the file, for a message.
 std::string shown(std::string_view s) { return printable(s, 120); }

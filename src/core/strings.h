@@ -1,0 +1,16 @@
+// Text from untrusted files shown in messages: printable ASCII kept, every other byte escaped as
+// \xNN, cut after max_chars. Keeps error messages one line and safe to print.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace rinfer {
+
+std::string printable(std::string_view s, size_t max_chars = 240);
+
+// printable() in single quotes, with quote and backslash escaped too: 'blk.0.attn_q.weight'.
+std::string quoted(std::string_view s, size_t max_chars = 96);
+
+}  // namespace rinfer
