@@ -73,8 +73,11 @@ fetch_pkgs() {  # space-separated NAME==VER list; unpacks each wheel once per ru
     say "downloading $p from PyPI"
     local d="$work/whl/$p"
     mkdir -p "$d"
-    "$python" -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
-      -d "$d" "$p" || die "pip download of $p failed"
+    # pip draws a progress bar on a terminal; elsewhere it stays quiet.
+    local quiet=""
+    [ -t 2 ] || quiet="--quiet"
+    "$python" -m pip download $quiet --no-deps --only-binary=:all: --disable-pip-version-check \
+      -d "$d" "$p" 1>&2 || die "pip download of $p failed"
     local whl
     whl=$(ls "$d"/*.whl 2>/dev/null | head -n1)
     [ -n "$whl" ] || die "pip download of $p gave no wheel"
