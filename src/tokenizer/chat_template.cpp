@@ -1,0 +1,153 @@
+#include "tokenizer/chat_template.h"
+
+#include "core/error.h"
+#include "formats/gguf.h"
+
+namespace rinfer {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  const size_t e = s.find_last_not_of(kSpace);
+  return s.substr(b, e - b + 1);
+}
+
+// A template's literal "<|im_start|>system\n...<|im_end|>": the default system message, where
+// "\n" may be a real newline or the two characters of a Jinja escape.
+std::string find_default_system(std::string_view t) {
+  for (std::string_view opener : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+    const size_t b = t.find(opener);
+    if (b == std::string_view::npos) continue;
+    const size_t start = b + opener.size();
+    const size_t e = t.find("<|im_end|>", start);
+    if (e == std::string_view::npos) continue;
+    std::string_view body = t.substr(start, e - start);
+    // Only a literal message: anything with Jinja syntax (message['content']) is not a default.
+    if (body.find("{{") != std::string_view::npos || body.find("{%") != std::string_view::npos ||
+        body.find('\'') != std::string_view::npos || body.find('"') != std::string_view::npos ||
+        body.find('+') != std::string_view::npos) {
+      continue;
+    }
+    return std::string(body);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view ChatTemplate::name() const {
+  return family_ == ChatTemplateFamily::kGemma ? "gemma" : "chatml";
+}
+
+Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
+  ChatTemplate t;
+  if (name == "chatml") {
+    t.family_ = ChatTemplateFamily::kChatML;
+  } else if (name == "gemma") {
+    t.family_ = ChatTemplateFamily::kGemma;
+  } else {
+    return invalid_argument("unknown chat template '{}' (known: chatml, gemma)", name);
+  }
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::detect(std::string_view text) {
+  ChatTemplate t;
+  if (text.find("<|im_start|>") != std::string_view::npos) {
+    t.family_ = ChatTemplateFamily::kChatML;
+    t.default_system_ = find_default_system(text);
+    return t;
+  }
+  if (text.find("<start_of_turn>") != std::string_view::npos) {
+    t.family_ = ChatTemplateFamily::kGemma;
+    return t;
+  }
+  std::string head(text.substr(0, 60));
+  for (char& c : head) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return invalid_argument(
+      "unrecognized chat template (starts with \"{}{}\"); choose one with --chat-template "
+      "chatml|gemma",
+      head, text.size() > 60 ? "..." : "");
+}
+
+Result<ChatTemplate> ChatTemplate::for_model(const GgufFile& file, std::string_view override_name,
+                                             std::string* note) {
+  if (!override_name.empty()) {
+    if (note != nullptr)
+      *note = "using chat template '" + std::string(override_name) + "' (chosen)";
+    return from_name(override_name);
+  }
+  if (auto text = file.get_string("tokenizer.chat_template")) {
+    auto t = detect(*text);
+    if (!t.ok()) return t.status().with_context(file.path());
+    if (note != nullptr) {
+      *note = "using chat template '" + std::string(t->name()) + "' (from tokenizer.chat_template)";
+    }
+    return t;
+  }
+  const std::string_view arch = file.get_string("general.architecture").value_or("");
+  if (arch.starts_with("gemma")) {
+    if (note != nullptr) {
+      *note = "no tokenizer.chat_template; using gemma for architecture " + std::string(arch);
+    }
+    return from_name("gemma");
+  }
+  return invalid_argument(
+      "{}: no tokenizer.chat_template and no known template for architecture '{}'; choose one "
+      "with --chat-template chatml|gemma",
+      file.path(), arch);
+}
+
+Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
+                                        bool add_generation_prompt) const {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& r = messages[i].role;
+    if (r != "system" && r != "user" && r != "assistant") {
+      return invalid_argument("message {}: unknown role '{}' (system, user or assistant)", i, r);
+    }
+  }
+  std::string out;
+  if (family_ == ChatTemplateFamily::kChatML) {
+    if (!default_system_.empty() && (messages.empty() || messages[0].role != "system")) {
+      out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+    }
+    for (const auto& m : messages) {
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+  // Gemma.
+  size_t first = 0;
+  std::string prefix;
+  if (!messages.empty() && messages[0].role == "system") {
+    prefix = std::string(messages[0].content) + "\n\n";
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool expect_user = (i - first) % 2 == 0;
+    if (m.role == "system") {
+      return invalid_argument("message {}: gemma takes a system message only first", i);
+    }
+    if ((m.role == "user") != expect_user) {
+      return invalid_argument(
+          "message {}: gemma conversation roles must alternate user/assistant/user/...", i);
+    }
+    out += "<start_of_turn>";
+    out += m.role == "assistant" ? "model" : "user";
+    out += "\n";
+    if (i == first) out += prefix;
+    out += trim(m.content);
+    out += "<end_of_turn>\n";
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+}  // namespace rinfer

@@ -1,0 +1,222 @@
+// `rinfer tokenize <model> [--ids|--pieces|--json] [--no-special] TEXT` and
+// `rinfer detokenize <model> IDS...`: the model's tokenizer from the command line.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "formats/gguf.h"
+#include "formats/model_cache.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+struct LoadedTokenizer {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<GgufFile> gguf;  // for the chat template
+};
+
+Result<LoadedTokenizer> load_tokenizer(const std::string& model) {
+  RINFER_ASSIGN_OR_RETURN(std::string path, resolve_model(model));
+  LoadedTokenizer out;
+  if (path.ends_with(".gguf")) {
+    RINFER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+    RINFER_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_gguf(file));
+    out.gguf.emplace(std::move(file));
+  } else {
+    RINFER_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::load(path));
+  }
+  return out;
+}
+
+// A token's text for display: printable, with escapes for control bytes and broken UTF-8.
+std::string display(std::string_view bytes) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[pos]);
+    size_t len = 1;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c < 0x20 || c == 0x7F)
+      out += fmt::format("\\x{:02x}", c);
+    else if (c < 0x80)
+      out += static_cast<char>(c);
+    else if (unicode::decode_utf8(bytes, pos, &len) >= 0)
+      out.append(bytes.substr(pos, len));
+    else
+      out += fmt::format("\\x{:02x}", c);
+    pos += len;
+  }
+  return out;
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::vector<std::string>& args) {
+  std::vector<int32_t> ids;
+  for (const auto& arg : args) {
+    std::string s = arg;
+    for (char& c : s) {
+      if (c == ',' || c == '[' || c == ']') c = ' ';
+    }
+    std::istringstream in(s);
+    std::string word;
+    while (in >> word) {
+      size_t used = 0;
+      long long v = 0;
+      bool ok = true;
+      try {
+        v = std::stoll(word, &used);
+      } catch (...) {
+        ok = false;
+      }
+      if (!ok || used != word.size() || v < INT32_MIN || v > INT32_MAX) {
+        return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a token id", word));
+      }
+      ids.push_back(static_cast<int32_t>(v));
+    }
+  }
+  return ids;
+}
+
+struct TokenizeArgs {
+  std::string model;
+  std::string text;
+  bool ids = false;
+  bool pieces = false;
+  bool json = false;
+  bool no_special = false;
+  bool allow_invalid = false;
+  bool chat = false;
+  std::string system;
+  std::string chat_template;
+};
+
+int run_tokenize(const TokenizeArgs& a) {
+  std::string text = a.text;
+  if (text == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  size_t bad = 0;
+  if (!a.allow_invalid && !unicode::is_valid_utf8(text, &bad)) {
+    return report_error(fmt::format(
+        "{} is not valid UTF-8 (byte {}); pass --allow-invalid-utf8 to encode the raw bytes",
+        a.text == "-" ? "stdin" : "TEXT", bad));
+  }
+  auto loaded = load_tokenizer(a.model);
+  if (!loaded.ok()) return report_error(loaded.status().message());
+  const Tokenizer& tok = *loaded->tokenizer;
+  EncodeOptions options;
+  options.add_special = !a.no_special;
+  options.parse_special = !a.no_special;
+  if (a.chat) {
+    if (!loaded->gguf) return report_error("--chat needs a GGUF model (for its chat template)");
+    std::string note;
+    auto tmpl = ChatTemplate::for_model(*loaded->gguf, a.chat_template, &note);
+    if (!tmpl.ok()) return report_error(tmpl.status().message());
+    std::fprintf(stderr, "rinfer: %s\n", note.c_str());
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", text});
+    auto prompt = tmpl->apply(messages, true);
+    if (!prompt.ok()) return report_error(prompt.status().message());
+    text = std::move(prompt).value();
+    options.parse_special = true;
+  }
+  auto ids = tok.encode(text, options);
+  if (!ids.ok()) return report_error(ids.status().message());
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["tokenizer"] = tok.describe();
+    j["n_tokens"] = ids->size();
+    j["ids"] = ids.value();
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    for (int32_t id : ids.value()) pieces.push_back(std::string(tok.piece(id)));
+    j["pieces"] = pieces;
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else if (a.ids) {
+    std::string line;
+    for (size_t i = 0; i < ids->size(); ++i) line += (i ? " " : "") + std::to_string((*ids)[i]);
+    std::cout << line << "\n";
+  } else if (a.pieces) {
+    for (int32_t id : ids.value()) std::cout << display(tok.piece(id)) << "\n";
+  } else {
+    for (int32_t id : ids.value()) {
+      std::cout << fmt::format("{:>7}  '{}'\n", id, display(tok.token_text(id)));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TokenizeArgs>();
+  auto* cmd = app.add_subcommand("tokenize", "Encode text with a model's tokenizer");
+  cmd->add_option("model", a->model, "A GGUF file, tokenizer.json, HF directory or cached name")
+      ->required();
+  cmd->add_option("text", a->text, "The text, or - to read stdin")->required();
+  auto* ids_flag = cmd->add_flag("--ids", a->ids, "Print the ids on one line");
+  auto* pieces = cmd->add_flag("--pieces", a->pieces, "Print each token's vocabulary string");
+  auto* json = cmd->add_flag("--json", a->json, "Print JSON: ids and pieces");
+  ids_flag->excludes(pieces, json);
+  pieces->excludes(json);
+  cmd->add_flag("--no-special", a->no_special,
+                "Treat special-token text as plain text and add no BOS/EOS");
+  cmd->add_flag("--allow-invalid-utf8", a->allow_invalid,
+                "Encode input that is not valid UTF-8 as raw bytes (default: an error)");
+  cmd->add_flag("--chat", a->chat,
+                "Format TEXT as a user message with the model's chat template first");
+  cmd->add_option("--system", a->system, "With --chat: a system message");
+  cmd->add_option("--chat-template", a->chat_template,
+                  "With --chat: the template family instead of the model's (chatml, gemma)")
+      ->check(CLI::IsMember({"chatml", "gemma"}));
+  cmd->callback([&exit_code, a] { exit_code = run_tokenize(*a); });
+
+  auto model = std::make_shared<std::string>();
+  auto id_args = std::make_shared<std::vector<std::string>>();
+  auto skip_special = std::make_shared<bool>(false);
+  auto raw = std::make_shared<bool>(false);
+  auto* det = app.add_subcommand("detokenize", "Decode token ids to text");
+  det->add_option("model", *model, "A GGUF file, tokenizer.json, HF directory or cached name")
+      ->required();
+  det->add_option("ids", *id_args, "Token ids (separated by spaces or commas)")->required();
+  det->add_flag("--skip-special", *skip_special, "Leave out control tokens");
+  det->add_flag("--raw", *raw, "Print the bytes exactly, without a final newline");
+  det->callback([&exit_code, model, id_args, skip_special, raw] {
+    auto ids = parse_ids(*id_args);
+    if (!ids.ok()) {
+      exit_code = report_error(ids.status().message());
+      return;
+    }
+    auto loaded = load_tokenizer(*model);
+    if (!loaded.ok()) {
+      exit_code = report_error(loaded.status().message());
+      return;
+    }
+    auto text = loaded->tokenizer->decode(ids.value(), *skip_special);
+    if (!text.ok()) {
+      exit_code = report_error(text.status().message());
+      return;
+    }
+    std::cout << text.value();
+    if (!*raw) std::cout << "\n";
+    std::cout.flush();
+    exit_code = 0;
+  });
+}
+
+}  // namespace rinfer

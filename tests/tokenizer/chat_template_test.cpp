@@ -1,0 +1,116 @@
+// Chat templates: recognition by text, ChatML (SmolLM2) and Gemma formatting, fallbacks, errors.
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
+#include "golden_fixture.h"
+
+namespace rinfer {
+namespace {
+
+// SmolLM2-135M-Instruct's tokenizer.chat_template, as in its GGUF.
+constexpr const char* kSmolTemplate =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+TEST(ChatTemplate, SmolLM2TemplateIsChatMLWithItsDefaultSystemMessage) {
+  auto t = ChatTemplate::detect(kSmolTemplate);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->name(), "chatml");
+  EXPECT_EQ(t->default_system(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const std::vector<ChatMessage> user_only = {{"user", "Hi there"}};
+  EXPECT_EQ(t->apply(user_only).value(),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<ChatMessage> conversation = {
+      {"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "4"}, {"user", "And 3+3?"}};
+  EXPECT_EQ(t->apply(conversation, /*add_generation_prompt=*/false).value(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n");
+}
+
+TEST(ChatTemplate, GemmaFoldsTheSystemMessageIntoTheFirstUserTurn) {
+  auto t = ChatTemplate::from_name("gemma");
+  ASSERT_TRUE(t.ok());
+  const std::vector<ChatMessage> messages = {{"system", "Answer in French."},
+                                             {"user", "  Hello!\n"},
+                                             {"assistant", "Bonjour !"},
+                                             {"user", "Thanks"}};
+  EXPECT_EQ(t->apply(messages).value(),
+            "<start_of_turn>user\nAnswer in French.\n\nHello!<end_of_turn>\n"
+            "<start_of_turn>model\nBonjour !<end_of_turn>\n"
+            "<start_of_turn>user\nThanks<end_of_turn>\n<start_of_turn>model\n");
+  const std::vector<ChatMessage> no_system = {{"user", "Hi"}};
+  EXPECT_EQ(t->apply(no_system, false).value(), "<start_of_turn>user\nHi<end_of_turn>\n");
+}
+
+TEST(ChatTemplate, Errors) {
+  auto unknown = ChatTemplate::detect("{% for m in messages %}[INST] {{ m.content }}{% endfor %}");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("--chat-template"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("[INST]"), std::string::npos);
+  EXPECT_FALSE(ChatTemplate::from_name("llama2").ok());
+  auto gemma = ChatTemplate::from_name("gemma").value();
+  const std::vector<ChatMessage> twice = {{"user", "a"}, {"user", "b"}};
+  EXPECT_FALSE(gemma.apply(twice).ok());
+  const std::vector<ChatMessage> bad_role = {{"tool", "x"}};
+  auto r = ChatTemplate::from_name("chatml").value().apply(bad_role);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tool"), std::string::npos);
+}
+
+TEST(ChatTemplate, ForModelUsesTheTemplateOrTheArchitecture) {
+  GgufWriter w;
+  w.set("general.architecture", GgufWriter::Value::string("gemma3"));
+  const std::string path = test::write_temp_file("arch_only.gguf", "");
+  ASSERT_TRUE(w.write(path).ok());
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok());
+  std::string note;
+  auto t = ChatTemplate::for_model(file.value(), "", &note);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->name(), "gemma");
+  EXPECT_NE(note.find("no tokenizer.chat_template"), std::string::npos);
+  EXPECT_EQ(ChatTemplate::for_model(file.value(), "chatml", &note)->name(), "chatml");
+
+  w.set("general.architecture", GgufWriter::Value::string("mystery"));
+  ASSERT_TRUE(w.write(path).ok());
+  auto other = GgufFile::open(path);
+  ASSERT_TRUE(other.ok());
+  auto none = ChatTemplate::for_model(other.value());
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("mystery"), std::string::npos);
+}
+
+TEST(ChatTemplate, ReferenceModels) {
+  for (const auto& [name, family] : {std::pair{"smollm2-135m-instruct-q4_1", "chatml"},
+                                     std::pair{"gemma3-270m-q4_k_m", "gemma"}}) {
+    auto path = test::reference_model(name);
+    if (!path) continue;
+    auto file = GgufFile::open(*path);
+    ASSERT_TRUE(file.ok());
+    std::string note;
+    auto t = ChatTemplate::for_model(file.value(), "", &note);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->name(), family) << note;
+    // The prompt tokenizes with the turn markers as single control tokens.
+    const Tokenizer* tok = test::reference_tokenizer(name);
+    ASSERT_NE(tok, nullptr);
+    const std::vector<ChatMessage> messages = {{"user", "Hello"}};
+    auto ids = tok->encode(t->apply(messages).value());
+    ASSERT_TRUE(ids.ok());
+    const std::string opener = family == std::string("chatml") ? "<|im_start|>" : "<start_of_turn>";
+    size_t n_openers = 0;
+    for (int32_t id : ids.value()) n_openers += tok->piece(id) == opener;
+    EXPECT_EQ(n_openers, family == std::string("chatml") ? 3u : 2u);
+  }
+}
+
+}  // namespace
+}  // namespace rinfer
