@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
-# Builds the `cuda` preset here (nvcc, sm_90a; no GPU needed) and gathers what the GPU machine
-# needs to run it into .device/ (git-ignored): rinfer, every test binary, and the non-system
-# shared libraries they link (fmt, spdlog, yaml-cpp, gtest, cudart, cublasLt, ...), which the
-# GPU machine does not have. Pass .device as the device tool's `carry` path.
+# Builds the `cuda` preset (nvcc, sm_90a; no GPU needed) and gathers rinfer, every test binary
+# and the benchmarks, stripped, with their non-system shared libraries (fmt, spdlog, yaml-cpp,
+# pcre2, gtest, cudart, ...) into .device/ (git-ignored). libcublasLt (541 MB) is left out: the
+# GPU machine's CUDA 13 install has it, and run-tests.sh finds it there. Carry .device:
+#   device run: bash scripts/device/run-tests.sh   (carry: [".device"])
+# TARGETS="a_test b_test" narrows what is built and bundled (default: everything).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-cmake --preset cuda >/dev/null
-cmake --build --preset cuda -j "${RINFER_JOBS:-$(nproc)}"
+build="${RINFER_BUILD_DIR:-build/cuda}"
+cmake --preset cuda -B "$build" >/dev/null
+# shellcheck disable=SC2086
+cmake --build "$build" -j "${RINFER_JOBS:-$(nproc)}" ${TARGETS:+--target $TARGETS rinfer}
 
 out=.device
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
-cp build/cuda/rinfer "$out/bin/"
-find build/cuda/tests -maxdepth 1 -type f -name '*_test' -perm -u+x -exec cp {} "$out/tests/" \;
-
-# Shared libraries outside glibc/libstdc++ and the driver (libcuda comes with the GPU machine).
+strip --strip-debug -o "$out/bin/rinfer" "$build/rinfer"
+for t in "$build"/tests/*_test "$build"/bench/*_bench; do
+  [ -x "$t" ] || continue
+  case "$t" in */tests/*) d=tests ;; *) d=bin ;; esac
+  if [ -z "${TARGETS:-}" ] || [[ " $TARGETS " == *" $(basename "$t") "* ]]; then
+    strip --strip-debug -o "$out/$d/$(basename "$t")" "$t"
+  fi
+done
 for bin in "$out"/bin/* "$out"/tests/*; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) ;;
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+    libcuda.so*|libcublas*) ;;  # the driver and cuBLAS come with the GPU machine
     *) cp -L "$lib" "$out/lib/" ;;
   esac
 done
+sha="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD 2>/dev/null || sha="$sha+dirty"
+echo "$sha" >"$out/git_sha"
 du -sh "$out" | awk '{print "bundle: " $1 " in .device"}'

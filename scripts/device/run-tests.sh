@@ -1,26 +1,76 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, over a bundle made by bundle.sh:
-#   device run: bash scripts/device/run-tests.sh   (carry: [".device"])
-# Runs every test binary (GPU tests included) and `rinfer devices`, writes logs under $OUT,
-# and prints a summary table last.
+# Runs on the GPU machine over a bundle made by bundle.sh (carry: [".device"]): `rinfer devices`,
+# every test binary (GTEST_FILTER narrows them), then cuda_ops_bench (skip with BENCH=0;
+# BENCH_REPS sets its repetitions), optionally Nsight Compute (PROFILE=1) and a
+# compute-sanitizer memcheck pass (SANITIZE=1).
+# Files under $OUT: gpu.txt, test-logs.tgz, bench.txt, cuda_ops.json, memcheck-logs.tgz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/rinfer-out}"
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/.device/lib:${LD_LIBRARY_PATH:-}"
-export RINFER_SOURCE_DIR="$PWD"
-
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-.device/bin/rinfer devices | tee "$out/devices.txt"
+b=.device
+lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
+[ -n "$lt" ] || { echo "libcublasLt.so.13 not found on this machine"; exit 1; }
+export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
+export RINFER_SOURCE_DIR="$PWD" RINFER_GIT_SHA="$(cat $b/git_sha)"
+echo "cublasLt: $lt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
+  --format=csv | tee "$out/gpu.txt"
+"$b/bin/rinfer" devices | tee -a "$out/gpu.txt"
 
 fail=0
 summary=""
-for t in .device/tests/*_test; do
+for t in "$b"/tests/*_test; do
   name=$(basename "$t")
-  if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then st=ok; else st=FAIL; fail=1; fi
-  summary+=$(printf '%-28s %-5s %s' "$name" "$st" "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')")$'\n'
+  start=$(date +%s)
+  if timeout "${TEST_TIMEOUT:-150}" "$t" --gtest_brief=1 \
+      ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/$name.log" 2>&1; then
+    st=ok
+  else
+    st=FAIL
+    fail=1
+  fi
+  secs=$(( $(date +%s) - start ))
+  summary+=$(printf '%-24s %-5s %4ss %s' "$name" "$st" "$secs" \
+    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')")$'\n'
+  [ "$st" = ok ] || tail -40 "$out/$name.log"
 done
-tar -czf "$out/test-logs.tgz" -C "$out" $(cd "$out" && ls *.log) 2>/dev/null && rm -f "$out"/*.log
+(cd "$out" && tar -czf test-logs.tgz ./*_test.log && rm -f ./*_test.log)
+echo "== tests"
+printf '%s' "$summary"
+
+if [ "${BENCH:-1}" = 1 ] && [ -x "$b/bin/cuda_ops_bench" ]; then
+  timeout "${BENCH_TIMEOUT:-200}" "$b/bin/cuda_ops_bench" --out "$out/cuda_ops.json" \
+    ${BENCH_REPS:+--reps $BENCH_REPS} 2>&1 | tee "$out/bench.txt" || fail=1
+fi
+
+if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
+  # Hardware counters of a few kernels (clocks left alone: --clock-control none).
+  timeout "${PROFILE_TIMEOUT:-120}" ncu --clock-control none --launch-skip 1 --launch-count 20 \
+    --kernel-name regex:'matvec|attn_decode|attn_combine' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats \
+    "$b/bin/cuda_ops_bench" --profile >"$out/ncu.txt" 2>&1 || echo "ncu failed: $?"
+  echo "ncu: $(grep -c 'Duration' "$out/ncu.txt") kernels profiled into ncu.txt"
+fi
+
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  for spec in "elementwise_cuda_test:*" "sampling_cuda_test:*Argmax*:*Greedy*" \
+              "attention_cuda_test:*Prefill*:*Rejects*:*EveryGqa*" "matvec_cuda_test:*Int16*"; do
+    t=${spec%%:*}
+    f=${spec#*:}
+    if timeout "${SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$b/tests/$t" --gtest_brief=1 --gtest_filter="$f" >"$out/memcheck-$t.log" 2>&1; then
+      st=clean
+    else
+      st=ERRORS/TIMEOUT
+      fail=1
+    fi
+    summary+=$(printf 'memcheck %-24s %s %s' "$t" "$st" \
+      "$(grep -E 'ERROR SUMMARY' "$out/memcheck-$t.log" | tail -1)")$'\n'
+  done
+  (cd "$out" && tar -czf memcheck-logs.tgz ./memcheck-*.log && rm -f ./memcheck-*.log)
+fi
 echo "== summary"
 printf '%s' "$summary"
 exit $fail

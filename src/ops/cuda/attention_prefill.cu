@@ -1,0 +1,280 @@
+// Prefill attention: FlashAttention-2 style tiling with an online softmax, causal, GQA.
+//
+// Block (query tile of 64 tokens, query head) with 4 warps, 16 query rows per warp. K and V
+// tiles of 64 positions are brought into shared memory with cp.async, double-buffered (the next
+// tile loads while this one computes). S = Q K^T and O += P V run on the tensor cores
+// (mma.sync m16n8k16, bf16 inputs, f32 accumulators); the softmax stays in registers: the S
+// accumulator layout of two 8-column tiles is exactly the A-operand layout of a 16-wide k-step,
+// so P never touches shared memory. Rows are padded by 16 bytes in shared memory, which makes
+// the ldmatrix row addresses fall in distinct banks.
+//
+// Inputs: q f32 [n_tokens, n_head, D] (rounded to bf16 on load), k/v bf16 rows kv_row_stride
+// elements apart ([n_kv, n_head_kv, D]); the new tokens are the last n_tokens positions, token t
+// at position n_kv - n_tokens + t sees positions <= its own. Out f32 or bf16
+// [n_tokens, n_head, D]. Query tiles are scheduled longest first (causal work grows with t).
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/launch.h"
+
+namespace rinfer::cuda::kern {
+namespace {
+
+constexpr int kBr = 64;  // query rows per block
+constexpr int kBc = 64;  // KV positions per tile
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a * b for one 16x8x16 tile.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int kD>
+struct PfCfg {
+  static constexpr int kStride = kD + 8;            // bf16 elements per shared-memory row
+  static constexpr int kTileElems = kBc * kStride;  // one K or V tile
+  static constexpr size_t kSmemBytes = 5 * kTileElems * sizeof(uint16_t);  // Q, 2 K, 2 V
+};
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    attn_prefill_kernel(AttnArgs a, const float* __restrict__ q, const uint16_t* __restrict__ k,
+                        const uint16_t* __restrict__ v, bool out_bf16, void* out) {
+  using C = PfCfg<kD>;
+  constexpr int S = C::kStride;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* sQ = smem;                    // [kBr][S]
+  uint16_t* sK = smem + C::kTileElems;    // [2][kBc][S]
+  uint16_t* sV = sK + 2 * C::kTileElems;  // [2][kBc][S]
+
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int gid = lane / 4, tig = lane % 4;
+  const int64_t q_tile = gridDim.x - 1 - blockIdx.x;
+  const int64_t h = blockIdx.y;
+  const int64_t hk = h / (a.n_head / a.n_head_kv);
+  const int64_t q0 = q_tile * kBr;
+  const int64_t pos0 = a.n_kv - a.n_tokens;  // position of token 0
+  const int64_t kv_end = min(a.n_kv, pos0 + q0 + kBr);
+  const int n_tiles = static_cast<int>((kv_end + kBc - 1) / kBc);
+
+  auto load_kv = [&](int tile, int buf) {
+    constexpr int kChunks = kBc * kD / 8;  // 16-byte chunks per tile
+    const int64_t kv0 = static_cast<int64_t>(tile) * kBc;
+    for (int i = tid; i < kChunks; i += kThreads) {
+      const int r = i / (kD / 8), c = i % (kD / 8);
+      const int64_t pos = kv0 + r;
+      const bool ok = pos < a.n_kv;
+      const int64_t src = (ok ? pos : 0) * a.kv_row_stride + hk * kD + c * 8;
+      const int dst = buf * C::kTileElems + r * S + c * 8;
+      cp_async16(smem_addr(sK + dst), k + src, ok);
+      cp_async16(smem_addr(sV + dst), v + src, ok);
+    }
+    cp_async_commit();
+  };
+
+  load_kv(0, 0);
+  // Q tile: f32 -> bf16 into shared memory (rows past n_tokens are zeros).
+  for (int i = tid; i < kBr * kD / 4; i += kThreads) {
+    const int r = i / (kD / 4), c = i % (kD / 4);
+    const int64_t t = q0 + r;
+    float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t < a.n_tokens) f = ld_f4(q + (t * a.n_head + h) * kD + c * 4);
+    uint2 p;
+    p.x = pack_bf16x2(f.x, f.y);
+    p.y = pack_bf16x2(f.z, f.w);
+    *reinterpret_cast<uint2*>(sQ + r * S + c * 4) = p;
+  }
+  __syncthreads();
+  uint32_t qf[kD / 16][4];  // A fragments of this warp's 16 rows
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int r = warp * 16 + (lane % 16), c = ks * 16 + (lane / 16) * 8;
+    ldmatrix_x4(qf[ks], smem_addr(sQ + r * S + c));
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const float sl2 = a.scale * kLog2e;
+  const int64_t row_tok[2] = {q0 + warp * 16 + gid, q0 + warp * 16 + gid + 8};
+  const int64_t row_pos[2] = {pos0 + row_tok[0], pos0 + row_tok[1]};
+  const int64_t warp_min_pos = pos0 + q0 + warp * 16;
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int buf = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_kv(tile + 1, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* tk = sK + buf * C::kTileElems;
+    const uint16_t* tv = sV + buf * C::kTileElems;
+    const int64_t kv0 = static_cast<int64_t>(tile) * kBc;
+
+    // S = Q K^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys.
+    float s[kBc / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int np = 0; np < kBc / 16; ++np) {
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const int mi = lane / 8;
+        const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
+        const int col = ks * 16 + (mi % 2) * 8;
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(tk + key * S + col));
+        mma_bf16(s[2 * np], qf[ks], b[0], b[1]);
+        mma_bf16(s[2 * np + 1], qf[ks], b[2], b[3]);
+      }
+    }
+
+    // Mask (causal and past n_kv) only on tiles that reach past some row's position.
+    const bool need_mask = kv0 + kBc - 1 > warp_min_pos || kv0 + kBc > a.n_kv;
+#pragma unroll
+    for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * sl2;
+        if (need_mask) {
+          const int64_t key = kv0 + nt * 8 + tig * 2 + (e & 1);
+          if (key > row_pos[e / 2] || key >= a.n_kv) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+
+    // Online softmax per row (rows gid and gid + 8; a row lives in the 4 lanes of a quad).
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m_run[r];
+#pragma unroll
+      for (int nt = 0; nt < kBc / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == -INFINITY ? 0.0f : mx;
+      corr[r] = exp2f(m_run[r] - base);
+      m_run[r] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kBc / 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - base);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - base);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the quad is summed at the end
+    }
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[i][0] *= corr[0];
+      o[i][1] *= corr[0];
+      o[i][2] *= corr[1];
+      o[i][3] *= corr[1];
+    }
+
+    // O += P V: P from registers as A fragments, V through ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        const int mi = lane / 8;
+        const int key = kk * 16 + (lane % 8) + (mi % 2) * 8;
+        const int col = dp * 16 + (mi / 2) * 8;
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_addr(tv + key * S + col));
+        mma_bf16(o[2 * dp], pa, b[0], b[1]);
+        mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
+  }
+
+  // Normalize and store.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = 1.0f / l;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t t = row_tok[r];
+    if (t >= a.n_tokens) continue;
+    const int64_t base = (t * a.n_head + h) * kD;
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt) {
+      const int64_t d = nt * 8 + tig * 2;
+      const float x0 = o[nt][2 * r] * inv[r], x1 = o[nt][2 * r + 1] * inv[r];
+      if (out_bf16) {
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out) + base + d) = pack_bf16x2(x0, x1);
+      } else {
+        *reinterpret_cast<float2*>(static_cast<float*>(out) + base + d) = make_float2(x0, x1);
+      }
+    }
+  }
+}
+
+template <int kD>
+cudaError_t launch_d(const AttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
+                     bool out_bf16, void* out, cudaStream_t stream) {
+  constexpr size_t smem = PfCfg<kD>::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(
+      attn_prefill_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((a.n_tokens + kBr - 1) / kBr),
+                  static_cast<unsigned>(a.n_head));
+  attn_prefill_kernel<kD><<<grid, kThreads, smem, stream>>>(a, q, k, v, out_bf16, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_attn_prefill(const AttnArgs& a, const float* q, const uint16_t* k,
+                                const uint16_t* v, bool out_bf16, void* out, cudaStream_t stream) {
+  if (a.n_tokens <= 0) return cudaSuccess;
+  if (a.head_dim == 64) return launch_d<64>(a, q, k, v, out_bf16, out, stream);
+  if (a.head_dim == 128) return launch_d<128>(a, q, k, v, out_bf16, out, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace rinfer::cuda::kern

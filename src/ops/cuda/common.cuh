@@ -1,0 +1,107 @@
+// Device helpers shared by the kernels in src/ops/cuda (included by .cu files only).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rinfer::cuda::kern {
+
+inline constexpr int kWarp = 32;
+
+// 16-byte load of data read once (weights, KV): bypasses L1 so it keeps the reused activations.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float4 ld_f4(const float* p) {
+  return __ldg(reinterpret_cast<const float4*>(p));
+}
+
+// bf16 pair in one 32-bit word: element 0 in the low half.
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float2 half2_to_float2(uint32_t w) {
+  __half2 h;
+  memcpy(&h, &w, 4);
+  return __half22float2(h);
+}
+
+__device__ __forceinline__ float half_to_float(uint16_t b) {
+  return __half2float(__ushort_as_half(b));
+}
+
+// Exact small unsigned integers to float: byte k (0..3) of `w`, a value < 256, placed in the
+// mantissa of 2^23 and the offset subtracted (one PRMT + one FADD; I2F is quarter rate).
+template <int K>
+__device__ __forceinline__ float byte_to_float(uint32_t w) {
+  constexpr uint32_t kSel = 0x7440u | K;
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, kSel)) - 8388608.0f;
+}
+
+// Round-to-nearest-even f32 -> bf16 bits.
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// Two f32 to a bf16 pair (lo in the low half), one cvt.rn.bf16x2.f32.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &p, 4);
+  return u;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024). `scratch`: 32 floats of shared
+// memory. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int n_warps = blockDim.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int n_warps = blockDim.x / kWarp;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// Stores f32 as f32 or bf16.
+__device__ __forceinline__ void store_act(void* out, int64_t i, float v, bool bf16) {
+  if (bf16) {
+    static_cast<uint16_t*>(out)[i] = f32_to_bf16_bits(v);
+  } else {
+    static_cast<float*>(out)[i] = v;
+  }
+}
+
+}  // namespace rinfer::cuda::kern

@@ -1,0 +1,155 @@
+// GEMM through cuBLASLt: y[n_tokens, n_out] = x[n_tokens, n_in] * W^T (+ beta * y), bf16 or
+// f16 operands, f32 accumulation and scale, f32 or bf16 output.
+//
+// cuBLASLt is column-major: row-major W [n_out, ld_w] is the column-major k x m matrix with
+// lda = ld_w, used transposed (op(A) = A^T, m = n_out); row-major x [n_tokens, ld_x] is the
+// column-major k x n matrix B (n = n_tokens); the column-major m x n result with ldc = n_out is
+// row-major y [n_tokens, n_out]. The heuristic's first algorithm is cached per problem
+// (shape, types, beta, pointer alignment) in the CublasLt handle.
+#include <memory>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer::cuda {
+
+namespace {
+
+#define RINFER_CUBLAS_RETURN(call) RINFER_RETURN_IF_ERROR(cublas_status((call), #call))
+
+int64_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t al = 256;
+  while (al > 1 && a % static_cast<uintptr_t>(al) != 0) al /= 2;
+  return al;
+}
+
+template <typename T, cublasStatus_t (*Destroy)(T)>
+struct LtDeleter {
+  void operator()(T p) const { static_cast<void>(Destroy(p)); }
+};
+using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>,
+                                LtDeleter<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>>;
+using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
+                                  LtDeleter<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>>;
+using PrefPtr =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                    LtDeleter<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>>;
+
+Result<LayoutPtr> make_layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  RINFER_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
+                                                  static_cast<uint64_t>(cols), ld));
+  return LayoutPtr(l);
+}
+
+}  // namespace
+
+Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, const void* x,
+                 int64_t ld_x, int64_t n_tokens, int64_t n_out, int64_t n_in, DType y_dtype,
+                 void* y, float beta, cudaStream_t stream) {
+  if (ab_dtype != DType::kBF16 && ab_dtype != DType::kF16) {
+    return invalid_argument("gemm: operands must be bf16 or f16, not {}", dtype_name(ab_dtype));
+  }
+  if (y_dtype != DType::kF32 && y_dtype != DType::kBF16) {
+    return invalid_argument("gemm: output must be f32 or bf16, not {}", dtype_name(y_dtype));
+  }
+  if (n_tokens <= 0 || n_out <= 0 || n_in <= 0) {
+    return invalid_argument("gemm: empty problem {}x{}x{}", n_tokens, n_out, n_in);
+  }
+  if (ld_w < n_in || ld_x < n_in) {
+    return invalid_argument("gemm: leading dims ({}, {}) below n_in {}", ld_w, ld_x, n_in);
+  }
+  if (w == nullptr || x == nullptr || y == nullptr) return invalid_argument("gemm: null pointer");
+  if (lt.handle() == nullptr) return invalid_argument("gemm: CublasLt not created");
+
+  const cudaDataType_t ab = ab_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t yt = y_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  RINFER_ASSIGN_OR_RETURN(DeviceGuard g, DeviceGuard::set(lt.device()));
+
+  cublasLtMatmulDesc_t desc_raw = nullptr;
+  RINFER_CUBLAS_RETURN(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  DescPtr desc(desc_raw);
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  RINFER_CUBLAS_RETURN(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  RINFER_CUBLAS_RETURN(
+      cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  RINFER_ASSIGN_OR_RETURN(LayoutPtr la, make_layout(ab, n_in, n_out, ld_w));
+  RINFER_ASSIGN_OR_RETURN(LayoutPtr lb, make_layout(ab, n_in, n_tokens, ld_x));
+  RINFER_ASSIGN_OR_RETURN(LayoutPtr lc, make_layout(yt, n_out, n_tokens, n_out));
+
+  const int64_t al_a = alignment_of(w), al_b = alignment_of(x), al_c = alignment_of(y);
+  const CublasLt::AlgoKey key = {n_tokens,
+                                 n_out,
+                                 n_in,
+                                 ld_w,
+                                 ld_x,
+                                 static_cast<int64_t>(ab),
+                                 static_cast<int64_t>(yt),
+                                 beta != 0.0f ? 1 : 0,
+                                 al_a * 1000 + al_b,
+                                 al_c};
+  auto it = lt.algos().find(key);
+  if (it == lt.algos().end()) {
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceCreate(&pref_raw));
+    PrefPtr pref(pref_raw);
+    const uint64_t ws = lt.workspace_bytes();
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t aa = static_cast<uint32_t>(al_a), ab_ = static_cast<uint32_t>(al_b),
+                   ac = static_cast<uint32_t>(al_c);
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_, sizeof(ab_)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int n_res = 0;
+    RINFER_CUBLAS_RETURN(cublasLtMatmulAlgoGetHeuristic(lt.handle(), desc.get(), la.get(), lb.get(),
+                                                        lc.get(), lc.get(), pref.get(), 1, &res,
+                                                        &n_res));
+    if (n_res == 0) {
+      return unsupported("gemm: cuBLASLt has no algorithm for {}x{}x{} ({} -> {})", n_tokens, n_out,
+                         n_in, dtype_name(ab_dtype), dtype_name(y_dtype));
+    }
+    it = lt.algos().emplace(key, res.algo).first;
+  }
+  const float alpha = 1.0f;
+  RINFER_CUBLAS_RETURN(cublasLtMatmul(lt.handle(), desc.get(), &alpha, w, la.get(), x, lb.get(),
+                                      &beta, y, lc.get(), y, lc.get(), &it->second, lt.workspace(),
+                                      lt.workspace_bytes(), stream));
+  return ok_status();
+}
+
+size_t gemm_workspace_bytes(const DeviceWeight& w) {
+  if (w.dtype == DType::kBF16) return 0;
+  const int64_t ld = (w.n_in + 7) / 8 * 8;
+  return static_cast<size_t>(w.n_out) * static_cast<size_t>(ld) * 2;
+}
+
+Status gemm(CublasLt& lt, const DeviceWeight& w, const uint16_t* x, int64_t n_tokens, DType y_dtype,
+            void* y, float beta, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (w.dtype == DType::kBF16) {
+    return gemm_lowp(lt, DType::kBF16, w.data, w.ld, x, w.n_in, n_tokens, w.n_out, w.n_in, y_dtype,
+                     y, beta, stream);
+  }
+  const size_t need = gemm_workspace_bytes(w);
+  if (workspace == nullptr || workspace_bytes < need) {
+    return invalid_argument("gemm: {} weight needs a {}-byte workspace, got {}",
+                            dtype_name(w.dtype), need, workspace_bytes);
+  }
+  const int64_t ld = (w.n_in + 7) / 8 * 8;
+  auto* wb = static_cast<uint16_t*>(workspace);  // [n_out, ld] bf16
+  RINFER_RETURN_IF_ERROR(dequantize_to_bf16(w, wb, ld, stream));
+  return gemm_lowp(lt, DType::kBF16, wb, ld, x, w.n_in, n_tokens, w.n_out, w.n_in, y_dtype, y, beta,
+                   stream);
+}
+
+}  // namespace rinfer::cuda

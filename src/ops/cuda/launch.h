@@ -1,0 +1,121 @@
+// The kernel launchers of src/ops/cuda (internal). The .cu files define them: each checks
+// nothing, launches, and returns cudaGetLastError(). The Status API in ops_cuda.h validates the
+// arguments and calls these. This header stays free of fmt and the host headers (nvcc includes
+// it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rinfer::cuda::kern {
+
+// Weight formats of the device layout (see DeviceWeight in ops_cuda.h).
+enum WFormat : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_1, kWQ4_K, kWFormatCount };
+
+struct WeightView {
+  int format = kWF32;
+  int64_t n_out = 0;
+  int64_t n_in = 0;
+  int64_t ld = 0;                // scalar formats: elements between rows (n_in padded to 16 B)
+  const void* data = nullptr;    // [n_out, row bytes]
+  const void* scales = nullptr;  // Q8_0 / Q4_0: f16 [n_out, n_in/32]; Q4_1: (d, m) f16 pairs
+};
+
+// y[n_out] = W x (+ add); x: [n_in] f32, 16-byte aligned; add: [n_out] or nullptr.
+cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
+                          cudaStream_t stream);
+
+// Activations quantized to int16 for the integer matvec: x [n] f32 (n % 32 == 0) ->
+// q int16 [n] = round(x / scale), scale f32 [n/32] = absmax / 32767 per 32-element block,
+// sum16 f32 [n/16] = exact sums of x per 16 elements (for the offsets and mins of the formats).
+cudaError_t launch_quantize_q16(const float* x, int64_t n, int16_t* q, float* scale, float* sum16,
+                                cudaStream_t stream);
+struct Q16View {
+  const int16_t* q = nullptr;
+  const float* scale = nullptr;
+  const float* sum16 = nullptr;
+};
+// y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a).
+cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
+                              cudaStream_t stream);
+
+// out: bf16 [n_out, ld_out] (ld_out >= n_in) = W dequantized; pad columns are left untouched.
+cudaError_t launch_dequant_bf16(const WeightView& w, uint16_t* out, int64_t ld_out,
+                                cudaStream_t stream);
+
+// out[i, :] = row ids[i] of W as f32 or bf16: [n_ids, n_in]. Out-of-range ids give NaN rows.
+cudaError_t launch_get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, bool out_bf16,
+                            void* out, cudaStream_t stream);
+
+// residual == nullptr: out = rms_norm(x) * w.  Else: residual += x; out = rms_norm(residual) * w.
+// x, residual: [n_rows, n] f32; w: [n] f32 or nullptr; out: [n_rows, n] f32 or bf16.
+cudaError_t launch_rms_norm(const float* x, const float* w, float* residual, int64_t n_rows,
+                            int64_t n, float eps, bool out_bf16, void* out, cudaStream_t stream);
+
+// In place on x: token t at x + t * token_stride, [n_heads, head_dim] per token.
+struct RopeArgs {
+  int64_t n_tokens, n_heads, head_dim, token_stride, n_rot;
+  double freq_base, freq_scale;
+  bool neox;
+};
+cudaError_t launch_rope(float* x, const int32_t* positions, const RopeArgs& a, cudaStream_t stream);
+
+// out[r, i] = silu(gate[r, i]) * up[r, i]; gate/up rows `in_stride` apart, out [n_rows, n].
+cudaError_t launch_swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n,
+                          int64_t in_stride, bool out_bf16, void* out, cudaStream_t stream);
+
+cudaError_t launch_softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
+
+cudaError_t launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+
+// Writes new keys/values into the cache rows [pos0, pos0 + n_tokens).
+// k, v: [n_tokens, kv_dim] f32, rows src_stride floats apart; caches: rows kv_row_stride
+// elements apart, f32 or bf16.
+cudaError_t launch_kv_store(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
+                            int64_t src_stride, bool cache_bf16, void* k_cache, void* v_cache,
+                            int64_t pos0, int64_t kv_row_stride, cudaStream_t stream);
+
+struct AttnArgs {
+  int64_t n_tokens, n_kv, n_head, n_head_kv, head_dim, kv_row_stride;
+  float scale;
+  bool kv_bf16;
+};
+
+// Decode (n_tokens == 1): q [n_head, head_dim] f32 -> out [n_head, head_dim] f32.
+// workspace: attn_decode_workspace_bytes(a) bytes.
+size_t attn_decode_workspace_bytes(const AttnArgs& a);
+int attn_decode_splits(const AttnArgs& a);
+cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
+                               float* out, void* workspace, cudaStream_t stream);
+
+// Prefill: q [n_tokens, n_head, head_dim] f32 -> out [n_tokens, n_head, head_dim] f32 or bf16.
+// k, v bf16 (an f32 cache is converted into `workspace` first by the host side).
+cudaError_t launch_attn_prefill(const AttnArgs& a, const float* q, const uint16_t* k,
+                                const uint16_t* v, bool out_bf16, void* out, cudaStream_t stream);
+// Copies rows [0, n_rows) of an f32 cache (row stride `stride`) to bf16 rows of `width`.
+cudaError_t launch_rows_f32_to_bf16(const float* src, int64_t n_rows, int64_t width, int64_t stride,
+                                    uint16_t* dst, cudaStream_t stream);
+
+// Sampling. argmax: lowest id on ties, NaN ignored.
+cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);
+struct SampleArgs {
+  int64_t n_vocab;
+  int top_k;  // 1..kMaxTopK
+  float temperature, top_p, min_p;
+};
+inline constexpr int kMaxTopK = 1024;
+cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const float* uniform,
+                                int32_t* out_id, cudaStream_t stream);
+
+// Random data (tests and benchmarks). kind: 0 f32, 1 f16, 2 bf16; values uniform in [lo, hi),
+// never 0. q4k_headers: sane f16 d/dmin in every 144-byte block.
+cudaError_t launch_fill_uniform(void* p, int kind, int64_t n, float lo, float hi, uint64_t seed,
+                                cudaStream_t stream);
+cudaError_t launch_fill_bytes(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
+// Copies n16 16-byte words (the benchmark's bandwidth reference).
+cudaError_t launch_copy16(void* dst, const void* src, int64_t n16, cudaStream_t stream);
+cudaError_t launch_q4k_headers(void* p, int64_t n_blocks, uint64_t seed, cudaStream_t stream);
+
+}  // namespace rinfer::cuda::kern

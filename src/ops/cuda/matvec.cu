@@ -1,0 +1,213 @@
+// Matrix-vector product for decode: y[n_out] = W x (+ add), W in the device layout of any
+// weight format, x and y f32. Memory-bound: every weight byte is read once, with 16-byte
+// streaming loads (no L1 allocation, so L1 keeps x); quantized weights are dequantized in
+// registers and never written back.
+//
+// Work split: a warp owns kRows consecutive rows and its lanes walk the row in 16-byte chunks
+// (lane l takes chunks l, l + 32, ...), kUnroll chunks in flight per row; x is loaded once per
+// chunk and used for all kRows rows (Q4 formats read 8 bytes of x per byte of weight, so sharing
+// x keeps the L1 traffic under the DRAM traffic). Per-row sums are reduced with shuffles.
+//
+// Exact dequantization: nibbles and bytes become floats through the 2^23 mantissa trick (PRMT +
+// FADD, exact), block scales multiply partial sums: Q4_0 d*(sum q*x - 8 sum x), Q4_1
+// d*sum q*x + m*sum x, Q4_K per 32-element sub-block (d*sc)*sum q*x - (dmin*m)*sum x.
+#include "ops/cuda/weight_decode.cuh"
+
+namespace rinfer::cuda::kern {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+
+// Rows per warp and chunks in flight per lane and row, as measured on the H200 (one row and 8
+// chunks was slower for the 16-bit formats than two rows and 4); Q4 rows share the larger x loads.
+template <int F>
+struct MvCfg {
+  static constexpr int kRows = is_q4<F>() ? 4 : (F == kWF32 ? 1 : 2);
+  static constexpr int kUnroll = (F == kWF32 || F == kWF16 || F == kWBF16) ? 4 : 2;
+};
+
+// x[base, base + n) into registers; elements at or past n_in read as 0 (only the last chunk of a
+// scalar-format row can be partial).
+template <int N>
+__device__ __forceinline__ void load_x(const float* __restrict__ x, int64_t base, int64_t n_in,
+                                       float (&xr)[N]) {
+  if (base + N <= n_in) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const float4 f = ld_f4(x + base + i);
+      xr[i] = f.x;
+      xr[i + 1] = f.y;
+      xr[i + 2] = f.z;
+      xr[i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) xr[i] = base + i < n_in ? __ldg(x + base + i) : 0.0f;
+  }
+}
+
+template <int F>
+__global__ void __launch_bounds__(kThreads)
+    matvec_kernel(WeightView w, const float* __restrict__ x, const float* add, float* y) {
+  constexpr int R = MvCfg<F>::kRows;
+  constexpr int U = MvCfg<F>::kUnroll;
+  constexpr int E = WFmt<F>::kEpc;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp) * R;
+  if (row0 >= w.n_out) return;
+  const int64_t rb = w_row_bytes<F>(w);
+  const int64_t nc = w_chunks<F>(w);
+  const int64_t nb = w.n_in / 32;  // blocks of 32 per row (Q8_0 / Q4_0 / Q4_1 scales)
+  int64_t rows[R];
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    rows[r] = min(row0 + r, w.n_out - 1);  // tail rows recompute the last row, unstored
+    rp[r] = static_cast<const uint8_t*>(w.data) + rows[r] * rb;
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+
+  for (int64_t c0 = lane; c0 < nc; c0 += kWarp * U) {
+    // Issue every load of this step before the first use.
+    uint4 wv[U][R];
+    uint4 hdr[U][R];    // Q4_K super-block headers
+    uint32_t sc[U][R];  // Q8_0 / Q4_0: f16 scale; Q4_1: (d, m) f16 pair
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
+      if (c < nc) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          wv[u][r] = ld_stream16(rp[r] + w_chunk_offset<F>(c));
+          if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp[r] + (c >> 3) * 144);
+          if constexpr (F == kWQ8_0) {
+            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c / 2);
+          }
+          if constexpr (F == kWQ4_0) {
+            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c);
+          }
+          if constexpr (F == kWQ4_1) {
+            sc[u][r] = __ldg(static_cast<const uint32_t*>(w.scales) + rows[r] * nb + c);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
+      if (c >= nc) break;
+      if constexpr (!is_q4<F>()) {
+        float xr[E];
+        load_x(x, c * E, w.n_in, xr);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+          float s = 0.0f;
+          if constexpr (F == kWF32) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s = fmaf(__uint_as_float(words[i]), xr[i], s);
+            acc[r] += s;
+          } else if constexpr (F == kWBF16) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              s = fmaf(bf16_lo(words[i]), xr[2 * i], s);
+              s = fmaf(bf16_hi(words[i]), xr[2 * i + 1], s);
+            }
+            acc[r] += s;
+          } else if constexpr (F == kWF16) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float2 f = half2_to_float2(words[i]);
+              s = fmaf(f.x, xr[2 * i], s);
+              s = fmaf(f.y, xr[2 * i + 1], s);
+            }
+            acc[r] += s;
+          } else {  // Q8_0
+            float q[16];
+            q8_unpack(wv[u][r], q);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) s = fmaf(q[i], xr[i], s);
+            acc[r] = fmaf(half_to_float(static_cast<uint16_t>(sc[u][r])), s, acc[r]);
+          }
+        }
+      } else {
+        float xl[16], xh[16];
+        load_x(x, chunk_base_lo<F>(c), w.n_in, xl);
+        load_x(x, chunk_base_hi<F>(c), w.n_in, xh);
+        float sxl = 0.0f, sxh = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          sxl += xl[i];
+          sxh += xh[i];
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float q[32];
+          q4_unpack(wv[u][r], q);
+          float sl = 0.0f, sh = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            sl = fmaf(q[i], xl[i], sl);
+            sh = fmaf(q[16 + i], xh[i], sh);
+          }
+          if constexpr (F == kWQ4_0) {
+            const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
+            acc[r] = fmaf(d, (sl + sh) - 8.0f * (sxl + sxh), acc[r]);
+          } else if constexpr (F == kWQ4_1) {
+            const float2 dm = half2_to_float2(sc[u][r]);
+            acc[r] = fmaf(dm.x, sl + sh, fmaf(dm.y, sxl + sxh, acc[r]));
+          } else {  // Q4_K
+            const uint4 h = hdr[u][r];
+            const float dd = half_to_float(static_cast<uint16_t>(h.x & 0xffffu));
+            const float dmin = half_to_float(static_cast<uint16_t>(h.x >> 16));
+            const int j = static_cast<int>((c & 7) >> 1) * 2;
+            float sc0, m0, sc1, m1;
+            q4k_scale_min(h, j, sc0, m0);
+            q4k_scale_min(h, j + 1, sc1, m1);
+            acc[r] += dd * (sc0 * sl + sc1 * sh) - dmin * (m0 * sxl + m1 * sxh);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane < R && row0 + lane < w.n_out) {
+    float v = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) v = lane == r ? acc[r] : v;
+    const int64_t row = row0 + lane;
+    if (add != nullptr) v += add[row];
+    y[row] = v;
+  }
+}
+
+template <int F>
+cudaError_t launch_f(const WeightView& w, const float* x, const float* add, float* y,
+                     cudaStream_t stream) {
+  constexpr int rows_per_block = (kThreads / kWarp) * MvCfg<F>::kRows;
+  const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
+  matvec_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(w, x, add, y);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
+                          cudaStream_t stream) {
+  switch (w.format) {
+    case kWF32: return launch_f<kWF32>(w, x, add, y, stream);
+    case kWF16: return launch_f<kWF16>(w, x, add, y, stream);
+    case kWBF16: return launch_f<kWBF16>(w, x, add, y, stream);
+    case kWQ8_0: return launch_f<kWQ8_0>(w, x, add, y, stream);
+    case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, stream);
+    case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, stream);
+    case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace rinfer::cuda::kern

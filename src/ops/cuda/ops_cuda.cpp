@@ -1,0 +1,382 @@
+// The Status API of ops_cuda.h: argument checks, then the launchers of launch.h.
+#include "ops/cuda/ops_cuda.h"
+
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
+
+namespace rinfer::cuda {
+
+namespace {
+
+Status launched(cudaError_t err, const char* op) {
+  if (err == cudaSuccess) return ok_status();
+  return cuda_status(err, op);
+}
+
+Result<kern::WeightView> view_of(const DeviceWeight& w, const char* op) {
+  kern::WeightView v;
+  switch (w.dtype) {
+    case DType::kF32: v.format = kern::kWF32; break;
+    case DType::kF16: v.format = kern::kWF16; break;
+    case DType::kBF16: v.format = kern::kWBF16; break;
+    case DType::kQ8_0: v.format = kern::kWQ8_0; break;
+    case DType::kQ4_0: v.format = kern::kWQ4_0; break;
+    case DType::kQ4_1: v.format = kern::kWQ4_1; break;
+    case DType::kQ4_K: v.format = kern::kWQ4_K; break;
+    default:
+      return invalid_argument("{}: weight layout {} is not a device layout", op,
+                              dtype_name(w.dtype));
+  }
+  if (w.data == nullptr || w.n_out <= 0 || w.n_in <= 0) {
+    return invalid_argument("{}: empty or unloaded weight", op);
+  }
+  v.n_out = w.n_out;
+  v.n_in = w.n_in;
+  v.ld = w.ld;
+  v.data = w.data;
+  v.scales = w.scales;
+  return v;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status check_act_dtype(DType t, const char* op) {
+  if (t == DType::kF32 || t == DType::kBF16) return ok_status();
+  return invalid_argument("{}: output dtype must be f32 or bf16, not {}", op, dtype_name(t));
+}
+
+Status check_rows(int64_t n_rows, int64_t n, const void* a, const void* b, const char* op) {
+  if (n_rows < 0 || n <= 0) return invalid_argument("{}: bad shape [{}, {}]", op, n_rows, n);
+  if (n_rows > 0 && (a == nullptr || b == nullptr)) {
+    return invalid_argument("{}: null pointer", op);
+  }
+  if (n_rows > INT32_MAX) return invalid_argument("{}: {} rows is too many", op, n_rows);
+  return ok_status();
+}
+
+}  // namespace
+
+Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
+              cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec"));
+  if (x == nullptr || y == nullptr) return invalid_argument("matvec: null pointer");
+  if (!aligned16(x)) return invalid_argument("matvec: x must be 16-byte aligned");
+  if (x == y) return invalid_argument("matvec: x and y must not alias");
+  return launched(kern::launch_matvec(v, x, add, y, stream), "matvec launch");
+}
+
+size_t quantized_activation_bytes(int64_t n) {
+  if (n <= 0) return 0;
+  const auto un = static_cast<size_t>(n);
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  return up(2 * un) + up(un / 32 * 4) + up(un / 16 * 4);
+}
+
+Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t bytes, int64_t n) {
+  if (n <= 0 || n % 32 != 0) {
+    return invalid_argument("quantized activation: n {} must be a positive multiple of 32", n);
+  }
+  const size_t need = quantized_activation_bytes(n);
+  if (workspace == nullptr || bytes < need || reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    return invalid_argument("quantized activation: needs {} bytes, 256-byte aligned; got {}", need,
+                            bytes);
+  }
+  const auto un = static_cast<size_t>(n);
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  auto* base = static_cast<uint8_t*>(workspace);
+  QuantizedActivation q;
+  q.q = reinterpret_cast<int16_t*>(base);
+  q.scale = reinterpret_cast<float*>(base + up(2 * un));
+  q.sum16 = reinterpret_cast<float*>(base + up(2 * un) + up(un / 32 * 4));
+  q.n = n;
+  return q;
+}
+
+Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream) {
+  if (x == nullptr || out.q == nullptr || out.scale == nullptr || out.sum16 == nullptr ||
+      out.n <= 0 || out.n % 32 != 0) {
+    return invalid_argument("quantize_activation: bad arguments (n {})", out.n);
+  }
+  return launched(kern::launch_quantize_q16(x, out.n, out.q, out.scale, out.sum16, stream),
+                  "quantize_activation launch");
+}
+
+bool matvec_q16_supported(DType layout) {
+  return layout == DType::kQ8_0 || layout == DType::kQ4_0 || layout == DType::kQ4_1 ||
+         layout == DType::kQ4_K;
+}
+
+Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
+                  cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_q16"));
+  if (!matvec_q16_supported(w.dtype)) {
+    return invalid_argument("matvec_q16: layout {} has no integer path (use matvec)",
+                            dtype_name(w.dtype));
+  }
+  if (x.n != w.n_in || x.q == nullptr || y == nullptr) {
+    return invalid_argument("matvec_q16: activation of {} elements for n_in {}", x.n, w.n_in);
+  }
+  const kern::Q16View xv{x.q, x.scale, x.sum16};
+  return launched(kern::launch_matvec_q16(v, xv, add, y, stream), "matvec_q16 launch");
+}
+
+Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,
+                          cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "dequantize_to_bf16"));
+  if (out == nullptr) return invalid_argument("dequantize_to_bf16: null output");
+  if (ld_out < w.n_in || ld_out % 8 != 0 || !aligned16(out)) {
+    return invalid_argument(
+        "dequantize_to_bf16: ld_out {} must be >= n_in {} and a multiple of "
+        "8, out 16-byte aligned",
+        ld_out, w.n_in);
+  }
+  return launched(kern::launch_dequant_bf16(v, out, ld_out, stream), "dequantize launch");
+}
+
+Status get_rows(const DeviceWeight& table, const int32_t* ids, int64_t n_ids, DType out_dtype,
+                void* out, cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(table, "get_rows"));
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "get_rows"));
+  RINFER_RETURN_IF_ERROR(check_rows(n_ids, table.n_in, ids, out, "get_rows"));
+  return launched(kern::launch_get_rows(v, ids, n_ids, out_dtype == DType::kBF16, out, stream),
+                  "get_rows launch");
+}
+
+Status rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+                DType out_dtype, void* out, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "rms_norm"));
+  RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, x, out, "rms_norm"));
+  if (out_dtype == DType::kBF16 && out == x) {
+    return invalid_argument("rms_norm: a bf16 output cannot alias x");
+  }
+  return launched(
+      kern::launch_rms_norm(x, w, nullptr, n_rows, n, eps, out_dtype == DType::kBF16, out, stream),
+      "rms_norm launch");
+}
+
+Status add_rms_norm(float* residual, const float* x, const float* w, int64_t n_rows, int64_t n,
+                    float eps, DType out_dtype, void* out, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "add_rms_norm"));
+  RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, x, out, "add_rms_norm"));
+  if (residual == nullptr) return invalid_argument("add_rms_norm: null residual");
+  if (out == residual || x == residual) {
+    return invalid_argument("add_rms_norm: out and x must not alias the residual");
+  }
+  return launched(
+      kern::launch_rms_norm(x, w, residual, n_rows, n, eps, out_dtype == DType::kBF16, out, stream),
+      "add_rms_norm launch");
+}
+
+Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t token_stride,
+            const int32_t* positions, const cpu::RopeParams& p, cudaStream_t stream) {
+  if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0) {
+    return invalid_argument("rope: bad shape [{}, {}, {}]", n_tokens, n_heads, head_dim);
+  }
+  if (p.n_rot <= 0 || p.n_rot > head_dim || p.n_rot % 2 != 0) {
+    return invalid_argument("rope: n_rot {} must be even and in (0, head_dim {}]", p.n_rot,
+                            head_dim);
+  }
+  if (token_stride < n_heads * head_dim) {
+    return invalid_argument("rope: token_stride {} < n_heads * head_dim", token_stride);
+  }
+  if (n_tokens > 0 && (x == nullptr || positions == nullptr)) {
+    return invalid_argument("rope: null pointer");
+  }
+  const kern::RopeArgs a{n_tokens,
+                         n_heads,
+                         head_dim,
+                         token_stride,
+                         p.n_rot,
+                         static_cast<double>(p.freq_base),
+                         static_cast<double>(p.freq_scale),
+                         p.mode == cpu::RopeMode::kNeox};
+  return launched(kern::launch_rope(x, positions, a, stream), "rope launch");
+}
+
+Status swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, int64_t in_stride,
+              DType out_dtype, void* out, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "swiglu"));
+  RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, gate, out, "swiglu"));
+  if (up == nullptr) return invalid_argument("swiglu: null pointer");
+  if (in_stride < n) return invalid_argument("swiglu: in_stride {} < n {}", in_stride, n);
+  return launched(
+      kern::launch_swiglu(gate, up, n_rows, n, in_stride, out_dtype == DType::kBF16, out, stream),
+      "swiglu launch");
+}
+
+Status softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, x, x, "softmax"));
+  return launched(kern::launch_softmax(x, n_rows, n, stream), "softmax launch");
+}
+
+Status convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  if (n < 0) return invalid_argument("convert_f32_to_bf16: n {}", n);
+  if (n > 0 && (x == nullptr || out == nullptr)) {
+    return invalid_argument("convert_f32_to_bf16: null pointer");
+  }
+  return launched(kern::launch_f32_to_bf16(x, n, out, stream), "convert launch");
+}
+
+namespace {
+
+Status check_kv(const KvLayout& kv, const void* k, const void* v, const char* op) {
+  if (kv.dtype != DType::kF32 && kv.dtype != DType::kBF16) {
+    return invalid_argument("{}: KV cache dtype must be f32 or bf16, not {}", op,
+                            dtype_name(kv.dtype));
+  }
+  if (kv.n_head_kv <= 0 || kv.head_dim <= 0 || kv.kv_row_stride < kv.n_head_kv * kv.head_dim) {
+    return invalid_argument("{}: bad KV layout (n_head_kv {}, head_dim {}, row stride {})", op,
+                            kv.n_head_kv, kv.head_dim, kv.kv_row_stride);
+  }
+  if (k == nullptr || v == nullptr) return invalid_argument("{}: null KV cache", op);
+  return ok_status();
+}
+
+Result<kern::AttnArgs> attn_args(const AttentionParams& p, const void* q, const void* k,
+                                 const void* v, const void* out, const char* op) {
+  RINFER_RETURN_IF_ERROR(check_kv(p.kv, k, v, op));
+  const int64_t d = p.kv.head_dim;
+  if (d != 64 && d != 128) return unsupported("{}: head_dim {} (64 or 128)", op, d);
+  if (p.n_tokens <= 0 || p.n_kv < p.n_tokens) {
+    return invalid_argument("{}: n_tokens {} must be in [1, n_kv {}]", op, p.n_tokens, p.n_kv);
+  }
+  if (p.n_head <= 0 || p.n_head % p.kv.n_head_kv != 0) {
+    return invalid_argument("{}: n_head {} is not a multiple of n_head_kv {}", op, p.n_head,
+                            p.kv.n_head_kv);
+  }
+  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : 4;
+  if ((p.kv.kv_row_stride * elem) % 16 != 0 || !aligned16(k) || !aligned16(v) || !aligned16(q)) {
+    return invalid_argument("{}: q, K/V rows must be 16-byte aligned", op);
+  }
+  if (q == nullptr || out == nullptr) return invalid_argument("{}: null pointer", op);
+  if (p.n_kv > INT32_MAX / 2 || p.n_head > 65535) {
+    return invalid_argument("{}: n_kv {} / n_head {} too large", op, p.n_kv, p.n_head);
+  }
+  return kern::AttnArgs{p.n_tokens, p.n_kv,
+                        p.n_head,   p.kv.n_head_kv,
+                        d,          p.kv.kv_row_stride,
+                        p.scale,    p.kv.dtype == DType::kBF16};
+}
+
+}  // namespace
+
+Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_stride,
+                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0,
+                cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_kv(kv, k_cache, v_cache, "kv_store"));
+  const int64_t kv_dim = kv.n_head_kv * kv.head_dim;
+  if (n_tokens < 0 || pos0 < 0 || src_stride < kv_dim) {
+    return invalid_argument("kv_store: bad n_tokens {}, pos0 {} or src_stride {}", n_tokens, pos0,
+                            src_stride);
+  }
+  if (n_tokens > 0 && (k == nullptr || v == nullptr)) {
+    return invalid_argument("kv_store: null pointer");
+  }
+  return launched(
+      kern::launch_kv_store(k, v, n_tokens, kv_dim, src_stride, kv.dtype == DType::kBF16, k_cache,
+                            v_cache, pos0, kv.kv_row_stride, stream),
+      "kv_store launch");
+}
+
+size_t attention_decode_workspace_bytes(const AttentionParams& p) {
+  if (p.kv.n_head_kv <= 0 || p.n_head <= 0 || p.n_kv <= 0) return 0;
+  const kern::AttnArgs a{1,
+                         p.n_kv,
+                         p.n_head,
+                         p.kv.n_head_kv,
+                         p.kv.head_dim,
+                         p.kv.kv_row_stride,
+                         p.scale,
+                         p.kv.dtype == DType::kBF16};
+  return kern::attn_decode_workspace_bytes(a);
+}
+
+Status attention_decode(const AttentionParams& p, const float* q, const void* k_cache,
+                        const void* v_cache, float* out, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  if (p.n_tokens != 1) {
+    return invalid_argument("attention_decode: n_tokens {} (decode takes one token)", p.n_tokens);
+  }
+  RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a,
+                          attn_args(p, q, k_cache, v_cache, out, "attention_decode"));
+  const size_t need = kern::attn_decode_workspace_bytes(a);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need)) {
+    return invalid_argument("attention_decode: needs a {}-byte workspace, got {}", need,
+                            workspace_bytes);
+  }
+  return launched(kern::launch_attn_decode(a, q, k_cache, v_cache, out, workspace, stream),
+                  "attention_decode launch");
+}
+
+size_t attention_prefill_workspace_bytes(const AttentionParams& p) {
+  if (p.kv.dtype != DType::kF32 || p.n_kv <= 0) return 0;
+  return 2 * static_cast<size_t>(p.n_kv) * static_cast<size_t>(p.kv.n_head_kv) *
+         static_cast<size_t>(p.kv.head_dim) * 2;
+}
+
+Status attention_prefill(const AttentionParams& p, const float* q, const void* k_cache,
+                         const void* v_cache, DType out_dtype, void* out, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "attention_prefill"));
+  RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a,
+                          attn_args(p, q, k_cache, v_cache, out, "attention_prefill"));
+  const bool out_bf16 = out_dtype == DType::kBF16;
+  if (p.kv.dtype == DType::kBF16) {
+    return launched(
+        kern::launch_attn_prefill(a, q, static_cast<const uint16_t*>(k_cache),
+                                  static_cast<const uint16_t*>(v_cache), out_bf16, out, stream),
+        "attention_prefill launch");
+  }
+  const size_t need = attention_prefill_workspace_bytes(p);
+  if (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)) {
+    return invalid_argument("attention_prefill: an f32 cache needs a {}-byte workspace, got {}",
+                            need, workspace_bytes);
+  }
+  const int64_t width = p.kv.n_head_kv * p.kv.head_dim;
+  auto* kb = static_cast<uint16_t*>(workspace);  // [n_kv, n_head_kv * head_dim] bf16
+  uint16_t* vb = kb + p.n_kv * width;            // [n_kv, n_head_kv * head_dim] bf16
+  RINFER_RETURN_IF_ERROR(
+      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(k_cache), p.n_kv, width,
+                                             p.kv.kv_row_stride, kb, stream),
+               "attention_prefill K conversion"));
+  RINFER_RETURN_IF_ERROR(
+      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(v_cache), p.n_kv, width,
+                                             p.kv.kv_row_stride, vb, stream),
+               "attention_prefill V conversion"));
+  a.kv_row_stride = width;
+  a.kv_bf16 = true;
+  return launched(kern::launch_attn_prefill(a, q, kb, vb, out_bf16, out, stream),
+                  "attention_prefill launch");
+}
+
+Status argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream) {
+  if (n <= 0 || n > INT32_MAX) return invalid_argument("argmax: n {} out of range", n);
+  if (logits == nullptr || out_id == nullptr) return invalid_argument("argmax: null pointer");
+  return launched(kern::launch_argmax(logits, n, out_id, stream), "argmax launch");
+}
+
+Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, const float* uniform,
+              int32_t* out_id, cudaStream_t stream) {
+  if (s.temperature <= 0.0f) return argmax(logits, n_vocab, out_id, stream);
+  if (n_vocab <= 0 || n_vocab > INT32_MAX) {
+    return invalid_argument("sample: n_vocab {} out of range", n_vocab);
+  }
+  if (logits == nullptr || out_id == nullptr || uniform == nullptr) {
+    return invalid_argument("sample: null pointer");
+  }
+  const int64_t k = s.top_k > n_vocab ? n_vocab : s.top_k;
+  if (k < 1 || k > kMaxDeviceTopK) {
+    return unsupported("sample: top_k {} on the device must be in [1, {}] (use the host Sampler)",
+                       s.top_k, kMaxDeviceTopK);
+  }
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f) || !(s.min_p >= 0.0f && s.min_p < 1.0f)) {
+    return invalid_argument("sample: top_p {} must be in (0, 1], min_p {} in [0, 1)", s.top_p,
+                            s.min_p);
+  }
+  const kern::SampleArgs a{n_vocab, static_cast<int>(k), s.temperature, s.top_p, s.min_p};
+  return launched(kern::launch_sample_top_k(logits, a, uniform, out_id, stream), "sample launch");
+}
+
+}  // namespace rinfer::cuda

@@ -1,0 +1,212 @@
+// CUDA operators (CUDA builds only). Each takes device pointers and a stream, queues its
+// kernels, and returns a Status: bad arguments are kInvalidArgument before anything is queued,
+// launch errors kDeviceError. Everything is stream-ordered and allocation-free (callers pass
+// workspaces), so a decode step can be captured in a CUDA graph.
+//
+// Ground truth: the scalar references of src/ops/cpu/ops.h (tests/ops_cuda compares every
+// kernel with them); bench/cuda_ops_bench.cpp measures them against the device's limits.
+//
+// Activations: f32 row-major (outermost first) unless an op says otherwise; "f32 or bf16"
+// outputs take a DType (kF32 or kBF16, bf16 rounded to nearest even). bf16 activations feed the
+// tensor-core GEMM and the prefill attention output.
+//
+// Weights live on the device as a DeviceWeight [n_out, n_in] in the kernels' layout:
+//   f32, f16, bf16   rows of ld elements (n_in rounded up to 16 bytes, zero-padded)
+//   q8_0             int8 quants [n_out, n_in] + f16 scales [n_out, n_in/32]   (repacked)
+//   q4_0             nibbles [n_out, n_in/2] (ggml's order within a block) + f16 scales
+//   q4_1             nibbles as q4_0 + (d, m) f16 pairs [n_out, n_in/32]
+//   q4_k             the GGUF blocks as they are (144-byte blocks are 16-byte aligned)
+//   any other dtype  (q5_*, q6_k, q2_k, q3_k, q5_k, f64, f8) dequantized to bf16 at upload
+// The repacked 32-element formats put quants and scales in separate arrays so every quant load
+// is an aligned 16-byte load (an 18-, 20- or 34-byte block is not 16-byte aligned).
+//
+// GEMM (prefill) runs on cuBLASLt in bf16 with f32 accumulation. Weights that are not bf16 are
+// dequantized per call into a caller-provided bf16 workspace (gemm_workspace_bytes), chosen over
+// a bf16 copy made at load time so that weights stay quantized in memory (4x smaller than bf16
+// for Q4) and one workspace (the largest matrix) serves every layer. Its cost, measured on the
+// H200: ~80 us per 14336x4096 Q4_K matrix, about the GEMM's own time at 512 tokens and a quarter
+// of it at 2048 (bench/results/h200/cuda_ops.json); a dequantizing GEMM would remove it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda/cublas_lt.h"
+#include "core/cuda/device_allocator.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "ops/cpu/ops.h"  // RopeParams, RopeMode
+#include "rinfer/status.h"
+
+namespace rinfer::cuda {
+
+struct DeviceWeight {
+  DType dtype = DType::kF32;         // the layout: f32, f16, bf16, q8_0, q4_0, q4_1 or q4_k
+  DType source_dtype = DType::kF32;  // the dtype uploaded (differs when converted to bf16)
+  int64_t n_out = 0;
+  int64_t n_in = 0;
+  int64_t ld = 0;                // scalar layouts: elements between rows; else n_in
+  const void* data = nullptr;    // see the layouts above
+  const void* scales = nullptr;  // q8_0 / q4_0 / q4_1, else nullptr
+  uint64_t bytes = 0;            // device bytes one matvec reads (quants + scales)
+  int device = 0;
+  DeviceBuffer storage;  // owns data and scales
+};
+
+// Uploads a 2-D CPU weight [n_out, n_in] (rows contiguous; any dtype that dequantizes to float)
+// into the device layout. Synchronizes `stream` before returning (loading is not on the hot
+// path), so the host tensor may go at once.
+Result<DeviceWeight> upload_weight(const Tensor& w, int device, cudaStream_t stream,
+                                   DeviceAllocator* allocator = nullptr);
+
+// y[n_out] = W x (+ add[n_out] when add != nullptr; add may alias y). x: [n_in] f32, 16-byte
+// aligned, must not alias y. Batch-1 decode; memory-bound.
+Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
+              cudaStream_t stream);
+
+// The fast path for quantized layouts (q8_0, q4_0, q4_1, q4_k): x quantized once to int16 per
+// 32-element block (quantize_activation; one x serves every matvec that reads it, e.g. q/k/v or
+// gate/up), then integer dot products (dp2a) against the weight quants. The int16 rounding of x
+// is the only error: relative ~1.5e-5 on evenly spread activations, a few times more when a
+// block holds an outlier (the f32 matvec above is the exact baseline).
+struct QuantizedActivation {
+  int16_t* q = nullptr;    // [n]       round(x / scale)
+  float* scale = nullptr;  // [n / 32]  absmax / 32767 per block
+  float* sum16 = nullptr;  // [n / 16]  exact sums of x
+  int64_t n = 0;
+};
+size_t quantized_activation_bytes(int64_t n);
+// Carves a QuantizedActivation for n elements (a multiple of 32) out of `workspace`.
+Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t bytes, int64_t n);
+Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream);
+bool matvec_q16_supported(DType layout);
+// y[n_out] = W x (+ add) with x.n == n_in; W's layout must be matvec_q16_supported.
+Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
+                  cudaStream_t stream);
+
+// out: bf16 [n_out, ld_out] (ld_out >= n_in, a multiple of 8) = W dequantized.
+Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,
+                          cudaStream_t stream);
+
+// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T + beta * y, through cuBLASLt with f32
+// accumulation. W: [n_out, ld_w] and x: [n_tokens, ld_x] both bf16 or both f16 (`ab_dtype`);
+// y: f32 or bf16 (`y_dtype`), rows n_out apart. beta 0 ignores y's old contents.
+Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, const void* x,
+                 int64_t ld_x, int64_t n_tokens, int64_t n_out, int64_t n_in, DType y_dtype,
+                 void* y, float beta, cudaStream_t stream);
+
+// The GEMM with a DeviceWeight: x bf16 [n_tokens, n_in]. Non-bf16 weights are dequantized into
+// `workspace` (gemm_workspace_bytes(w) bytes; 0 for bf16 weights) first.
+size_t gemm_workspace_bytes(const DeviceWeight& w);
+Status gemm(CublasLt& lt, const DeviceWeight& w, const uint16_t* x, int64_t n_tokens, DType y_dtype,
+            void* y, float beta, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// out[i, :] = row ids[i] of `table` (any layout), f32 or bf16: [n_ids, n_in]. ids: device
+// int32 [n_ids]; an id out of range gives a row of NaN (validate ids on the host when they come
+// from outside; sampled ids are always in range).
+Status get_rows(const DeviceWeight& table, const int32_t* ids, int64_t n_ids, DType out_dtype,
+                void* out, cudaStream_t stream);
+
+// out = x / sqrt(mean(x^2) + eps) * w, rows of n. x: [n_rows, n] f32; w: [n] f32 or nullptr;
+// out: [n_rows, n] f32 (may alias x) or bf16.
+Status rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+                DType out_dtype, void* out, cudaStream_t stream);
+
+// Fused residual add + RMSNorm: residual += x, then out = rms_norm(residual) * w.
+// residual, x: [n_rows, n] f32; out: [n_rows, n] f32 or bf16 (may alias x, not residual).
+Status add_rms_norm(float* residual, const float* x, const float* w, int64_t n_rows, int64_t n,
+                    float eps, DType out_dtype, void* out, cudaStream_t stream);
+
+// RoPE in place on x: token t's [n_heads, head_dim] at x + t * token_stride (f32).
+// positions: device int32 [n_tokens]. Same semantics as cpu::rope (angles in double).
+Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t token_stride,
+            const int32_t* positions, const cpu::RopeParams& p, cudaStream_t stream);
+
+// out[r, i] = silu(gate[r, i]) * up[r, i]; gate and up rows in_stride floats apart (n for
+// separate buffers, 2n for the halves of a fused gate|up projection); out [n_rows, n] f32 or
+// bf16, not aliasing the inputs when bf16.
+Status swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, int64_t in_stride,
+              DType out_dtype, void* out, cudaStream_t stream);
+
+// Softmax of each row of x [n_rows, n] f32, in place.
+Status softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
+
+// out[i] = bf16(x[i]), round to nearest even. x: [n] f32; out: [n] bf16.
+Status convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+
+// The KV cache of one layer: K and V [n_ctx, n_head_kv, head_dim], rows kv_row_stride elements
+// apart (>= n_head_kv * head_dim; rows 16-byte aligned), f32 or bf16.
+struct KvLayout {
+  DType dtype = DType::kBF16;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t kv_row_stride = 0;
+};
+
+// Writes k, v [n_tokens, n_head_kv * head_dim] f32 (rows src_stride floats apart) into cache
+// rows [pos0, pos0 + n_tokens).
+Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_stride,
+                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0,
+                cudaStream_t stream);
+
+// Causal GQA attention over the cache rows [0, n_kv); the n_tokens new tokens are the last
+// n_tokens positions (token t at n_kv - n_tokens + t attends to positions <= its own); query
+// head h reads kv head h / (n_head / n_head_kv). head_dim 64 or 128.
+struct AttentionParams {
+  int64_t n_tokens = 0;
+  int64_t n_kv = 0;
+  int64_t n_head = 0;
+  KvLayout kv;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// Decode (n_tokens == 1), flash-decoding: q [n_head, head_dim] f32 -> out [n_head, head_dim]
+// f32. f32 arithmetic throughout (an f32 cache gives ~1e-6 relative error). The workspace for
+// n_kv = n_ctx serves every smaller n_kv.
+size_t attention_decode_workspace_bytes(const AttentionParams& p);
+Status attention_decode(const AttentionParams& p, const float* q, const void* k_cache,
+                        const void* v_cache, float* out, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream);
+
+// Prefill (any n_tokens >= 1), FlashAttention-2 tiles on the tensor cores: q [n_tokens, n_head,
+// head_dim] f32 (16-byte aligned) -> out [n_tokens, n_head, head_dim] f32 or bf16. Q, K, V and
+// the probabilities are rounded to bf16 (f32 accumulation): bf16-level error for either cache
+// dtype. An f32 cache is converted into the workspace first (0 bytes for bf16).
+size_t attention_prefill_workspace_bytes(const AttentionParams& p);
+Status attention_prefill(const AttentionParams& p, const float* q, const void* k_cache,
+                         const void* v_cache, DType out_dtype, void* out, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream);
+
+// Greedy: out_id[0] = argmax(logits[n]) (lowest id on ties; NaN never wins). Device int32.
+Status argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);
+
+// The sampler chain of engine/sampler.h after its penalties, on the device. temperature <= 0:
+// argmax. Else top_k must be in [1, 1024] (top_k 0 or larger k: use the host Sampler), then
+// top_p (1: off) and min_p (0: off), and the draw with the uniform [0, 1) number at the device
+// pointer `uniform`.
+struct DeviceSampling {
+  float temperature = 0.7f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+};
+inline constexpr int32_t kMaxDeviceTopK = 1024;
+Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, const float* uniform,
+              int32_t* out_id, cudaStream_t stream);
+
+// Random device data for tests and benchmarks (never zeros, deterministic per seed): n values
+// of dtype f32, f16 or bf16 uniform in [lo, hi).
+Status fill_random(void* p, DType t, int64_t n, float lo, float hi, uint64_t seed,
+                   cudaStream_t stream);
+// dst = src with a 16-byte vectorized copy kernel (bytes and both pointers 16-byte aligned):
+// the benchmark's bandwidth reference, since a device-to-device cudaMemcpy captured in a graph
+// may run on the copy engines, which are slower than the SMs.
+Status copy_kernel(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+// A random weight built on the device in layout `t` (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k):
+// uniform [-1, 1) values, or random quants with f16 scales in [0.002, 0.03).
+Result<DeviceWeight> random_device_weight(DType t, int64_t n_out, int64_t n_in, uint64_t seed,
+                                          int device, cudaStream_t stream,
+                                          DeviceAllocator* allocator = nullptr);
+
+}  // namespace rinfer::cuda

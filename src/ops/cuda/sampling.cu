@@ -1,0 +1,266 @@
+// Device-side sampling from a row of f32 logits, one block of 1024 threads (no host round trip,
+// so a decode step can stay on the device and inside a CUDA graph).
+//
+// argmax: lowest id on ties; NaN never wins.
+// top-k (+ top-p, min-p, temperature), the chain of the CPU Sampler after its penalties:
+//   1. the k-th largest logit by radix select on order-preserving 32-bit keys (4 passes of 8
+//      bits, shared-memory histograms with warp-aggregated atomics);
+//   2. the k candidates gathered (ties at the threshold taken lowest id first), bitonic-sorted
+//      by (logit desc, id asc);
+//   3. p_i = exp((l_i - l_max) / T), inclusive prefix sums; top-p keeps the first i with
+//      cum_i >= top_p * cum_k; min-p keeps p_i >= min_p * p_max; at least one token stays;
+//   4. the first candidate with u * mass < cum_i, u read from device memory (a uniform [0, 1)
+//      draw the host or a device RNG wrote there).
+#include <climits>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/launch.h"
+
+namespace rinfer::cuda::kern {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / kWarp;
+
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
+  __shared__ float s_v[kWarps];
+  __shared__ int s_i[kWarps];
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = x[i];
+    if (v > bv) {  // ids grow along the loop: the first of equal values stays
+      bv = v;
+      bi = static_cast<int>(i);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) {
+    s_v[warp] = bv;
+    s_i[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    bv = s_v[lane];
+    bi = s_i[lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (better(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) *out = bi == INT_MAX ? 0 : bi;  // every logit -inf or NaN: id 0
+  }
+}
+
+// Larger floats get larger keys; NaN gets 0 (below -inf).
+__device__ __forceinline__ uint32_t order_key(float v) {
+  if (v != v) return 0u;
+  const uint32_t b = __float_as_uint(v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_top_k_kernel(const float* __restrict__ x, SampleArgs a,
+                        const float* __restrict__ uniform, int32_t* out) {
+  __shared__ uint32_t hist[256];
+  __shared__ float cand_v[kMaxTopK];
+  __shared__ int cand_i[kMaxTopK];
+  __shared__ float cum[kMaxTopK];
+  __shared__ float warp_sums[kWarps];
+  __shared__ uint32_t warp_ties[kWarps];
+  __shared__ uint32_t s_prefix, s_krem, s_ncand;
+  __shared__ int s_np, s_nm, s_choice;
+
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int64_t n = a.n_vocab;
+  const int k = a.top_k;
+
+  // 1. Radix select: the key of the k-th largest logit.
+  uint32_t prefix = 0, mask = 0, k_rem = static_cast<uint32_t>(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    if (tid < 256) hist[tid] = 0;
+    __syncthreads();
+    for (int64_t base = 0; base < n; base += kThreads) {  // same trip count for every thread
+      const int64_t i = base + tid;
+      bool take = false;
+      uint32_t digit = 0;
+      if (i < n) {
+        const uint32_t key = order_key(x[i]);
+        take = (key & mask) == prefix;
+        digit = (key >> shift) & 0xffu;
+      }
+      const uint32_t tag = take ? digit : 0x100u + lane;
+      const uint32_t peers = __match_any_sync(0xffffffffu, tag);
+      if (take && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l owns bins [8l, 8l + 8); walk from the top bin down.
+      uint32_t mine = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mine += hist[lane * 8 + j];
+      uint32_t above = 0;  // count in the lanes above this one (31 shuffles)
+      for (int src = 31; src > 0; --src) {
+        const uint32_t t = __shfl_sync(0xffffffffu, mine, src);
+        if (src > lane) above += t;
+      }
+      if (above < k_rem && k_rem <= above + mine) {
+        uint32_t c = above;
+        for (int j = 7; j >= 0; --j) {
+          const uint32_t hj = hist[lane * 8 + j];
+          if (k_rem <= c + hj) {
+            s_prefix = prefix | (static_cast<uint32_t>(lane * 8 + j) << shift);
+            s_krem = k_rem - c;
+            break;
+          }
+          c += hj;
+        }
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    k_rem = s_krem;
+    mask |= 0xffu << shift;
+  }
+  const uint32_t thr = prefix;  // k-th largest key; k_rem ties at thr are taken
+
+  // 2. Gather: keys above thr, and the first k_rem ties by id. Warp w scans ids
+  //    [w * per, (w + 1) * per) in order.
+  const int64_t per = ((n + kWarps - 1) / kWarps + kWarp - 1) / kWarp * kWarp;
+  const int64_t w0 = warp * per, w1 = min(n, w0 + per);
+  uint32_t ties = 0;
+  for (int64_t b = w0; b < w1; b += kWarp) {
+    const int64_t i = b + lane;
+    const bool tie = i < w1 && order_key(x[i]) == thr;
+    ties += __popc(__ballot_sync(0xffffffffu, tie));
+  }
+  if (lane == 0) warp_ties[warp] = ties;
+  if (tid == 0) s_ncand = 0;
+  __syncthreads();
+  uint32_t tie_rank = 0;
+  for (int wi = 0; wi < warp; ++wi) tie_rank += warp_ties[wi];
+  for (int64_t b = w0; b < w1; b += kWarp) {
+    const int64_t i = b + lane;
+    uint32_t key = 0;
+    float v = 0.0f;
+    if (i < w1) {
+      v = x[i];
+      key = order_key(v);
+    }
+    const bool tie = i < w1 && key == thr;
+    const uint32_t tie_mask = __ballot_sync(0xffffffffu, tie);
+    const uint32_t my_rank = tie_rank + __popc(tie_mask & ((1u << lane) - 1u));
+    const bool take = i < w1 && (key > thr || (tie && my_rank < k_rem));
+    if (take) {
+      const uint32_t slot = atomicAdd(&s_ncand, 1u);
+      if (slot < kMaxTopK) {
+        cand_v[slot] = v != v ? -INFINITY : v;
+        cand_i[slot] = static_cast<int>(i);
+      }
+    }
+    tie_rank += __popc(tie_mask);
+  }
+  __syncthreads();
+  const int n_cand = static_cast<int>(s_ncand < kMaxTopK ? s_ncand : kMaxTopK);  // == k
+  if (tid >= n_cand) {
+    cand_v[tid] = -INFINITY;
+    cand_i[tid] = INT_MAX;
+  }
+  __syncthreads();
+
+  // 3. Bitonic sort of kMaxTopK (= kThreads) entries, best first.
+  for (int size = 2; size <= kMaxTopK; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      const int partner = tid ^ stride;
+      if (partner > tid) {
+        const bool up = (tid & size) == 0;
+        const bool a_better = better(cand_v[tid], cand_i[tid], cand_v[partner], cand_i[partner]);
+        if (up != a_better) {
+          const float tv = cand_v[tid];
+          cand_v[tid] = cand_v[partner];
+          cand_v[partner] = tv;
+          const int ti = cand_i[tid];
+          cand_i[tid] = cand_i[partner];
+          cand_i[partner] = ti;
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // Probabilities relative to the best, and their inclusive prefix sums.
+  const float vmax = cand_v[0];
+  const float p =
+      tid < n_cand && cand_v[tid] != -INFINITY ? expf((cand_v[tid] - vmax) / a.temperature) : 0.0f;
+  float incl = p;
+#pragma unroll
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const float t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = incl;
+  __syncthreads();
+  float off = 0.0f;
+  for (int wi = 0; wi < warp; ++wi) off += warp_sums[wi];
+  cum[tid] = incl + off;
+  if (tid == 0) {
+    s_np = n_cand;
+    s_nm = n_cand;
+  }
+  __syncthreads();
+  const float total = cum[n_cand - 1];
+  if (a.top_p < 1.0f && tid < n_cand) {
+    const float target = a.top_p * total;
+    if (cum[tid] >= target && (tid == 0 || cum[tid - 1] < target)) s_np = tid + 1;
+  }
+  if (a.min_p > 0.0f && tid < n_cand) {
+    const bool keep = p >= a.min_p;  // p_max == 1
+    const bool next_keep =
+        tid + 1 < n_cand &&
+        (cand_v[tid + 1] != -INFINITY && expf((cand_v[tid + 1] - vmax) / a.temperature) >= a.min_p);
+    if (keep && !next_keep) s_nm = tid + 1;
+  }
+  __syncthreads();
+  const int n_keep = max(1, min(s_np, s_nm));
+  if (tid == 0) s_choice = n_keep - 1;  // u rounded up to the mass: the last kept
+  __syncthreads();
+  const float target = uniform[0] * cum[n_keep - 1];
+  if (tid < n_keep && cum[tid] > target && (tid == 0 || cum[tid - 1] <= target)) {
+    atomicMin(&s_choice, tid);
+  }
+  __syncthreads();
+  if (tid == 0) *out = cand_i[s_choice];
+}
+
+}  // namespace
+
+cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream) {
+  argmax_kernel<<<1, kThreads, 0, stream>>>(logits, n, out_id);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const float* uniform,
+                                int32_t* out_id, cudaStream_t stream) {
+  sample_top_k_kernel<<<1, kThreads, 0, stream>>>(logits, a, uniform, out_id);
+  return cudaGetLastError();
+}
+
+}  // namespace rinfer::cuda::kern

@@ -1,0 +1,245 @@
+// RMSNorm (plain and fused with the residual add), RoPE, SwiGLU, softmax, f32->bf16, KV store
+// and the embedding gather against the CPU references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer {
+namespace {
+
+class CudaElementwise : public test::CudaTest {
+ protected:
+  cpu::OpContext ref_ctx() const {
+    cpu::OpContext c;
+    c.impl = cpu::Impl::kReference;
+    return c;
+  }
+};
+
+TEST_F(CudaElementwise, RmsNormMatchesTheReference) {
+  uint64_t seed = 1;
+  for (auto [rows, n] :
+       {std::pair<int64_t, int64_t>{1, 1}, {3, 100}, {7, 4096}, {2, 14335}, {33, 577}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(n));
+    const size_t total = static_cast<size_t>(rows * n);
+    const auto x = test::random_floats(total, ++seed, -3.0f, 3.0f);
+    const auto w = test::random_floats(static_cast<size_t>(n), ++seed, 0.5f, 1.5f);
+    std::vector<float> ref(total);
+    cpu::rms_norm(ref_ctx(), x.data(), w.data(), rows, n, 1e-5f, ref.data());
+    cuda::DeviceBuffer dx = upload(x), dw = upload(w);
+    cuda::DeviceBuffer out = poisoned<float>(total);
+    CU_ASSERT_OK(cuda::rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, DType::kF32,
+                                out.data(), stream()));
+    auto y = download<float>(out, total);
+    EXPECT_EQ(test::count_non_finite(y), 0u);
+    EXPECT_LT(test::rel_l2(y, ref), 1e-5);
+    // bf16 output.
+    cuda::DeviceBuffer outb = poisoned<uint16_t>(total);
+    CU_ASSERT_OK(cuda::rms_norm(dx.as<float>(), dw.as<float>(), rows, n, 1e-5f, DType::kBF16,
+                                outb.data(), stream()));
+    const auto yb = test::bf16_to_f32(download<uint16_t>(outb, total));
+    EXPECT_EQ(test::count_non_finite(yb), 0u);
+    EXPECT_LT(test::rel_l2(yb, ref), 1e-2);
+    // No weight, in place.
+    std::vector<float> ref_nw(total);
+    cpu::rms_norm(ref_ctx(), x.data(), nullptr, rows, n, 1e-6f, ref_nw.data());
+    CU_ASSERT_OK(
+        cuda::rms_norm(dx.as<float>(), nullptr, rows, n, 1e-6f, DType::kF32, dx.data(), stream()));
+    EXPECT_LT(test::rel_l2(download<float>(dx, total), ref_nw), 1e-5);
+
+    // Fused: residual += x; out = rms_norm(residual) * w.
+    const auto r0 = test::random_floats(total, ++seed, -2.0f, 2.0f);
+    cuda::DeviceBuffer dres = upload(r0), dx2 = upload(x);
+    cuda::DeviceBuffer out2 = poisoned<float>(total);
+    CU_ASSERT_OK(cuda::add_rms_norm(dres.as<float>(), dx2.as<float>(), dw.as<float>(), rows, n,
+                                    1e-5f, DType::kF32, out2.data(), stream()));
+    std::vector<float> sum(total), ref2(total);
+    for (size_t i = 0; i < total; ++i) sum[i] = r0[i] + x[i];
+    cpu::rms_norm(ref_ctx(), sum.data(), w.data(), rows, n, 1e-5f, ref2.data());
+    EXPECT_LT(test::rel_l2(download<float>(dres, total), sum), 1e-7);
+    EXPECT_LT(test::rel_l2(download<float>(out2, total), ref2), 1e-5);
+  }
+  cuda::DeviceBuffer b = poisoned<float>(8);
+  EXPECT_EQ(cuda::add_rms_norm(b.as<float>(), b.as<float>(), nullptr, 1, 8, 1e-5f, DType::kF32,
+                               b.data(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::rms_norm(b.as<float>(), nullptr, 1, 8, 1e-5f, DType::kI32, b.data(), stream()).code(),
+      StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaElementwise, RopeMatchesTheReferenceAtLongPositions) {
+  uint64_t seed = 50;
+  for (cpu::RopeMode mode : {cpu::RopeMode::kNormal, cpu::RopeMode::kNeox}) {
+    for (auto [n_rot, head_dim] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 64}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + " n_rot " + std::to_string(n_rot) +
+                   " head_dim " + std::to_string(head_dim));
+      const int64_t n_tokens = 37, n_heads = 5, stride = n_heads * head_dim + 8;
+      std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
+      for (int64_t t = 0; t < n_tokens; ++t)
+        pos[static_cast<size_t>(t)] = static_cast<int32_t>(t * 997 % 32768);
+      pos[0] = 32767;
+      const auto x = test::random_floats(static_cast<size_t>(n_tokens * stride), ++seed);
+      cpu::RopeParams p;
+      p.n_rot = n_rot;
+      p.freq_base = 500000.0f;
+      p.freq_scale = 0.5f;
+      p.mode = mode;
+      // Reference on the packed [n_tokens, n_heads, head_dim] rows.
+      std::vector<float> packed(static_cast<size_t>(n_tokens * n_heads * head_dim));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t i = 0; i < n_heads * head_dim; ++i) {
+          packed[static_cast<size_t>(t * n_heads * head_dim + i)] =
+              x[static_cast<size_t>(t * stride + i)];
+        }
+      }
+      cpu::rope(ref_ctx(), packed.data(), n_tokens, n_heads, head_dim, pos, p);
+      cuda::DeviceBuffer dx = upload(x), dpos = upload(pos);
+      CU_ASSERT_OK(cuda::rope(dx.as<float>(), n_tokens, n_heads, head_dim, stride,
+                              dpos.as<int32_t>(), p, stream()));
+      const auto y = download<float>(dx, x.size());
+      std::vector<float> got(packed.size());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t i = 0; i < n_heads * head_dim; ++i) {
+          got[static_cast<size_t>(t * n_heads * head_dim + i)] =
+              y[static_cast<size_t>(t * stride + i)];
+        }
+        for (int64_t i = n_heads * head_dim; i < stride; ++i) {  // the pad is untouched
+          EXPECT_EQ(y[static_cast<size_t>(t * stride + i)], x[static_cast<size_t>(t * stride + i)]);
+        }
+      }
+      EXPECT_LT(test::rel_l2(got, packed), 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
+  // SwiGLU on the halves of a fused [rows, 2n] buffer.
+  const int64_t rows = 9, n = 1001;
+  const auto gu = test::random_floats(static_cast<size_t>(rows * 2 * n), 3, -6.0f, 6.0f);
+  std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
+      up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
+    }
+  }
+  cpu::swiglu(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
+  cuda::DeviceBuffer dgu = upload(gu);
+  cuda::DeviceBuffer out = poisoned<float>(ref.size());
+  CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kF32,
+                            out.data(), stream()));
+  auto y = download<float>(out, ref.size());
+  EXPECT_EQ(test::count_non_finite(y), 0u);
+  EXPECT_LT(test::rel_l2(y, ref), 1e-6);
+  cuda::DeviceBuffer outb = poisoned<uint16_t>(ref.size());
+  CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kBF16,
+                            outb.data(), stream()));
+  EXPECT_LT(test::rel_l2(test::bf16_to_f32(download<uint16_t>(outb, ref.size())), ref), 1e-2);
+
+  // Softmax rows, one of them as long as a vocabulary.
+  for (auto [srows, sn] : {std::pair<int64_t, int64_t>{5, 1}, {3, 777}, {2, 128256}}) {
+    auto x = test::random_floats(static_cast<size_t>(srows * sn), 9, -20.0f, 20.0f);
+    std::vector<float> sref = x;
+    for (int64_t r = 0; r < srows; ++r) cpu::softmax(sref.data() + r * sn, sn);
+    cuda::DeviceBuffer dx = upload(x);
+    CU_ASSERT_OK(cuda::softmax(dx.as<float>(), srows, sn, stream()));
+    EXPECT_LT(test::rel_l2(download<float>(dx, x.size()), sref), 1e-5) << sn;
+  }
+
+  // f32 -> bf16 rounds to nearest even like the host conversion.
+  const auto c = test::random_floats(10007, 4, -1e4f, 1e4f);
+  cuda::DeviceBuffer dc = upload(c);
+  cuda::DeviceBuffer db = poisoned<uint16_t>(c.size());
+  CU_ASSERT_OK(cuda::convert_f32_to_bf16(dc.as<float>(), static_cast<int64_t>(c.size()),
+                                         db.as<uint16_t>(), stream()));
+  const auto cb = download<uint16_t>(db, c.size());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < c.size(); ++i) mismatches += cb[i] != f32_to_bf16(c[i]) ? 1 : 0;
+  EXPECT_EQ(mismatches, 0u);
+}
+
+TEST_F(CudaElementwise, KvStoreWritesRowsAtAnOffset) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    const int64_t n_ctx = 50, n_head_kv = 3, head_dim = 64, n_tokens = 7, pos0 = 40;
+    const int64_t width = n_head_kv * head_dim, row = width + 8, src_stride = 3 * width;
+    const int64_t elem = t == DType::kF32 ? 4 : 2;
+    const auto kv = test::random_floats(static_cast<size_t>(n_tokens * src_stride), 8);
+    cuda::DeviceBuffer src = upload(kv);
+    cuda::DeviceBuffer kc = poisoned<uint8_t>(static_cast<size_t>(n_ctx * row * elem));
+    cuda::DeviceBuffer vc = poisoned<uint8_t>(static_cast<size_t>(n_ctx * row * elem));
+    cuda::KvLayout lay{t, n_head_kv, head_dim, row};
+    CU_ASSERT_OK(cuda::kv_store(src.as<float>(), src.as<float>() + width, n_tokens, src_stride, lay,
+                                kc.data(), vc.data(), pos0, stream()));
+    const auto kb = download<uint8_t>(kc, static_cast<size_t>(n_ctx * row * elem));
+    const auto vb = download<uint8_t>(vc, static_cast<size_t>(n_ctx * row * elem));
+    for (int64_t tk = 0; tk < n_tokens; ++tk) {
+      for (int64_t e = 0; e < width; ++e) {
+        const size_t at = static_cast<size_t>(((pos0 + tk) * row + e) * elem);
+        float gk, gv;
+        if (t == DType::kF32) {
+          std::memcpy(&gk, &kb[at], 4);
+          std::memcpy(&gv, &vb[at], 4);
+        } else {
+          uint16_t hk, hv;
+          std::memcpy(&hk, &kb[at], 2);
+          std::memcpy(&hv, &vb[at], 2);
+          gk = bf16_to_f32(hk);
+          gv = bf16_to_f32(hv);
+        }
+        float ek = kv[static_cast<size_t>(tk * src_stride + e)];
+        float ev = kv[static_cast<size_t>(tk * src_stride + width + e)];
+        if (t == DType::kBF16) {
+          ek = bf16_to_f32(f32_to_bf16(ek));
+          ev = bf16_to_f32(f32_to_bf16(ev));
+        }
+        ASSERT_EQ(gk, ek);
+        ASSERT_EQ(gv, ev);
+      }
+    }
+    EXPECT_EQ(kb[0], 0xff);  // rows before pos0 untouched
+  }
+}
+
+TEST_F(CudaElementwise, GetRowsGathersEveryLayout) {
+  uint64_t seed = 70;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const bool k_quant = t == DType::kQ4_K || t == DType::kQ6_K;
+    const int64_t n_rows = 301, n = k_quant ? 768 : (is_quantized(t) ? 96 : 99);
+    const Tensor w = test::random_weight(t, n_rows, n, ++seed);
+    CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+    const std::vector<int32_t> ids = {0, 300, 17, 17, 150, 299};
+    std::vector<float> ref(ids.size() * static_cast<size_t>(n));
+    CU_ASSERT_OK(cpu::get_rows(w, ids, ref.data()));
+    if (t == DType::kQ6_K) ref = test::round_bf16(ref);  // uploaded as bf16
+    cuda::DeviceBuffer dids = upload(ids);
+    cuda::DeviceBuffer out = poisoned<float>(ref.size());
+    CU_ASSERT_OK(cuda::get_rows(dw, dids.as<int32_t>(), static_cast<int64_t>(ids.size()),
+                                DType::kF32, out.data(), stream()));
+    const auto y = download<float>(out, ref.size());
+    EXPECT_EQ(test::count_non_finite(y), 0u);
+    EXPECT_LT(test::rel_l2(y, ref), 1e-6);
+    cuda::DeviceBuffer outb = poisoned<uint16_t>(ref.size());
+    CU_ASSERT_OK(cuda::get_rows(dw, dids.as<int32_t>(), static_cast<int64_t>(ids.size()),
+                                DType::kBF16, outb.data(), stream()));
+    EXPECT_LT(test::rel_l2(test::bf16_to_f32(download<uint16_t>(outb, ref.size())), ref), 1e-2);
+    // An id out of range writes NaN, never reads out of bounds.
+    const std::vector<int32_t> bad = {5, -1, 301};
+    cuda::DeviceBuffer dbad = upload(bad);
+    cuda::DeviceBuffer outn = poisoned<float>(bad.size() * static_cast<size_t>(n));
+    CU_ASSERT_OK(cuda::get_rows(dw, dbad.as<int32_t>(), 3, DType::kF32, outn.data(), stream()));
+    const auto yn = download<float>(outn, bad.size() * static_cast<size_t>(n));
+    EXPECT_EQ(test::count_non_finite(yn), 2u * static_cast<size_t>(n));
+    EXPECT_TRUE(std::isfinite(yn[0]));
+  }
+}
+
+}  // namespace
+}  // namespace rinfer

@@ -1,0 +1,293 @@
+// Matrix-vector (decode), dequantization and the cuBLASLt GEMM (prefill) against the CPU scalar
+// reference cpu::matmul(kReference) on random weights of every device layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "core/cuda/cublas_lt.h"
+#include "cuda_test_util.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer {
+namespace {
+
+class CudaMatvec : public test::CudaTest {
+ protected:
+  // y_ref[n_tokens, n_out] = x W^T by the CPU scalar reference.
+  std::vector<float> reference(const Tensor& w, const std::vector<float>& x, int64_t n_tokens) {
+    cpu::OpContext ctx;
+    ctx.impl = cpu::Impl::kReference;
+    std::vector<float> y(static_cast<size_t>(n_tokens * w.dim(0)));
+    const Status st = cpu::matmul(ctx, w, x.data(), n_tokens, y.data());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return y;
+  }
+};
+
+struct Shape {
+  int64_t n_out, n_in;
+};
+
+std::vector<Shape> shapes_for(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return {{1, 1}, {37, 100}, {5, 33}, {129, 4096}, {1000, 257}, {4096, 512}};
+    case DType::kQ4_K:
+    case DType::kQ6_K: return {{1, 256}, {37, 768}, {130, 4096}, {1001, 512}};
+    default: return {{1, 32}, {37, 96}, {130, 4096}, {1001, 544}, {3, 14336}};
+  }
+}
+
+TEST_F(CudaMatvec, EveryLayoutMatchesTheReference) {
+  uint64_t seed = 100;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K, DType::kQ5_0, DType::kQ6_K}) {
+    for (const Shape& s : shapes_for(t)) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
+                   std::to_string(s.n_in) + "]");
+      const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      const bool converted = t == DType::kQ5_0 || t == DType::kQ6_K;
+      EXPECT_EQ(dw.dtype, converted ? DType::kBF16 : t);
+      EXPECT_EQ(dw.source_dtype, t);
+      const auto x = test::random_floats(static_cast<size_t>(s.n_in), ++seed);
+      const auto add = test::random_floats(static_cast<size_t>(s.n_out), ++seed);
+      cuda::DeviceBuffer dx = upload(x), dadd = upload(add);
+      cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(s.n_out));
+      CU_ASSERT_OK(cuda::matvec(dw, dx.as<float>(), nullptr, dy.as<float>(), stream()));
+      std::vector<float> y = download<float>(dy, static_cast<size_t>(s.n_out));
+      EXPECT_EQ(test::count_non_finite(y), 0u);
+      // The converted layouts hold bf16-rounded weights: compare with those.
+      Tensor wref = w;
+      if (converted) {
+        CU_ASSIGN_OR_FAIL(Tensor wf, w.to_f32());
+        std::vector<float> r(wf.data_as<float>(), wf.data_as<float>() + wf.numel());
+        CU_ASSIGN_OR_FAIL(wref, Tensor::from_f32(w.shape(), test::round_bf16(r)));
+      }
+      const std::vector<float> ref = reference(wref, x, 1);
+      EXPECT_LT(test::rel_l2(y, ref), 1e-5);
+      // Fused residual add, in place on the addend.
+      CU_ASSERT_OK(cuda::matvec(dw, dx.as<float>(), dadd.as<float>(), dadd.as<float>(), stream()));
+      y = download<float>(dadd, static_cast<size_t>(s.n_out));
+      std::vector<float> ref_add(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) ref_add[i] = ref[i] + add[i];
+      EXPECT_LT(test::rel_l2(y, ref_add), 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
+  uint64_t seed = 300;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+    EXPECT_TRUE(cuda::matvec_q16_supported(t));
+    for (const Shape& s : shapes_for(t)) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
+                   std::to_string(s.n_in) + "]");
+      const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      // Activations with a spread of magnitudes (an outlier per block, as real ones have).
+      auto x = test::random_floats(static_cast<size_t>(s.n_in), ++seed, -2.0f, 2.0f);
+      for (size_t i = 0; i < x.size(); i += 37) x[i] *= 8.0f;
+      const auto add = test::random_floats(static_cast<size_t>(s.n_out), ++seed);
+      cuda::DeviceBuffer dx = upload(x), dadd = upload(add);
+      const size_t qb = cuda::quantized_activation_bytes(s.n_in);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qbuf, cuda::DeviceBuffer::create(qb, 0, stream()));
+      ASSERT_EQ(cudaMemsetAsync(qbuf.data(), 0xff, qb, stream()), cudaSuccess);
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
+                        cuda::quantized_activation_in(qbuf.data(), qb, s.n_in));
+      CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
+      const std::vector<float> ref = reference(w, x, 1);
+      cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(s.n_out));
+      CU_ASSERT_OK(cuda::matvec_q16(dw, qa, nullptr, dy.as<float>(), stream()));
+      const std::vector<float> y = download<float>(dy, static_cast<size_t>(s.n_out));
+      EXPECT_EQ(test::count_non_finite(y), 0u);
+      // The int16 rounding of x moves x_j by at most step_j / 2 (step = its block's absmax /
+      // 32767), so |y_i - ref_i| <= sum_j |W_ij| step_j / 2, plus f32 accumulation error.
+      CU_ASSIGN_OR_FAIL(Tensor wf, w.to_f32());
+      std::vector<double> half_step(x.size());
+      for (size_t b = 0; b < x.size(); b += 32) {
+        double amax = 0.0;
+        for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::fabs(double{x[j]}));
+        for (size_t j = b; j < b + 32; ++j) half_step[j] = amax / 32767.0 / 2.0;
+      }
+      size_t over = 0;
+      for (int64_t i = 0; i < s.n_out; ++i) {
+        double bound = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < s.n_in; ++j) {
+          const double wij = std::fabs(double{wf.data_as<float>()[i * s.n_in + j]});
+          bound += wij * half_step[static_cast<size_t>(j)];
+          mag += wij * std::fabs(double{x[static_cast<size_t>(j)]});
+        }
+        const size_t ii = static_cast<size_t>(i);
+        if (std::fabs(double{y[ii]} - double{ref[ii]}) > 1.01 * bound + 1e-6 * mag) ++over;
+      }
+      EXPECT_EQ(over, 0u) << "outputs past the int16 rounding bound";
+      EXPECT_LT(test::rel_l2(y, ref), 1e-3);
+      CU_ASSERT_OK(cuda::matvec_q16(dw, qa, dadd.as<float>(), dadd.as<float>(), stream()));
+      const std::vector<float> ya = download<float>(dadd, static_cast<size_t>(s.n_out));
+      std::vector<float> ref_add(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) ref_add[i] = ref[i] + add[i];
+      EXPECT_LT(test::rel_l2(ya, ref_add), 1e-3);
+    }
+  }
+  // Layouts without an integer path, and mismatched sizes, are errors.
+  const Tensor wb = test::random_weight(DType::kBF16, 4, 64, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight db, cuda::upload_weight(wb, 0, stream()));
+  const size_t qb = cuda::quantized_activation_bytes(64);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qbuf, cuda::DeviceBuffer::create(qb, 0, stream()));
+  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
+                    cuda::quantized_activation_in(qbuf.data(), qb, 64));
+  cuda::DeviceBuffer y = poisoned<float>(8);
+  EXPECT_EQ(cuda::matvec_q16(db, qa, nullptr, y.as<float>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+  const Tensor wq = test::random_weight(DType::kQ4_0, 4, 96, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dq, cuda::upload_weight(wq, 0, stream()));
+  EXPECT_EQ(cuda::matvec_q16(dq, qa, nullptr, y.as<float>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(cuda::quantized_activation_in(qbuf.data(), qb, 48).ok());
+}
+
+TEST_F(CudaMatvec, DequantizeToBf16MatchesTheCpuDequantization) {
+  uint64_t seed = 500;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K}) {
+    for (const Shape& s : shapes_for(t)) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
+                   std::to_string(s.n_in) + "]");
+      const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      const int64_t ld = (s.n_in + 7) / 8 * 8 + 8;  // a padded leading dim
+      const size_t n = static_cast<size_t>(s.n_out * ld);
+      cuda::DeviceBuffer out = poisoned<uint16_t>(n);
+      CU_ASSERT_OK(cuda::dequantize_to_bf16(dw, out.as<uint16_t>(), ld, stream()));
+      const std::vector<float> got = test::bf16_to_f32(download<uint16_t>(out, n));
+      CU_ASSIGN_OR_FAIL(Tensor wf, w.to_f32());
+      std::vector<float> g, r;
+      for (int64_t i = 0; i < s.n_out; ++i) {
+        for (int64_t j = 0; j < s.n_in; ++j) {
+          g.push_back(got[static_cast<size_t>(i * ld + j)]);
+          r.push_back(wf.data_as<float>()[i * s.n_in + j]);
+        }
+      }
+      EXPECT_EQ(test::count_non_finite(g), 0u);
+      EXPECT_LT(test::rel_l2(g, r), 4e-3);  // bf16 rounding: <= 2^-9 per element
+    }
+  }
+}
+
+TEST_F(CudaMatvec, RejectsBadArguments) {
+  const Tensor w = test::random_weight(DType::kQ4_0, 4, 64, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+  cuda::DeviceBuffer x = poisoned<float>(80);
+  EXPECT_EQ(cuda::matvec(dw, nullptr, nullptr, x.as<float>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::matvec(dw, x.as<float>() + 1, nullptr, x.as<float>() + 70, stream()).code(),
+            StatusCode::kInvalidArgument);  // unaligned x
+  EXPECT_EQ(cuda::matvec(cuda::DeviceWeight{}, x.as<float>(), nullptr, x.as<float>() + 64, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  CU_ASSIGN_OR_FAIL(Tensor ints, Tensor::empty({2, 8}, DType::kI32));
+  EXPECT_EQ(cuda::upload_weight(ints, 0, stream()).status().code(), StatusCode::kUnsupported);
+  CU_ASSIGN_OR_FAIL(Tensor v1, Tensor::empty({8}, DType::kF32));
+  EXPECT_EQ(cuda::upload_weight(v1, 0, stream()).status().code(), StatusCode::kInvalidArgument);
+}
+
+class CudaGemm : public CudaMatvec {
+ protected:
+  void SetUp() override {
+    CudaMatvec::SetUp();
+    if (IsSkipped()) return;
+    auto lt = cuda::CublasLt::create(0);
+    ASSERT_TRUE(lt.ok()) << lt.status().to_string();
+    lt_ = std::move(lt).value();
+  }
+  cuda::CublasLt lt_;
+};
+
+TEST_F(CudaGemm, Bf16AndQuantizedWeightsMatchTheReference) {
+  uint64_t seed = 900;
+  for (DType t : {DType::kBF16, DType::kF16, DType::kQ4_K, DType::kQ8_0, DType::kQ4_0}) {
+    for (auto [n_tokens, n_out, n_in] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 256},
+                                         {7, 1000, 512},
+                                         {64, 384, 4096},
+                                         {130, 4096, 1024}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(n_tokens) + "x" +
+                   std::to_string(n_out) + "x" + std::to_string(n_in));
+      const Tensor w = test::random_weight(t, n_out, n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      // bf16 activations; the reference sees the same rounded values.
+      const auto x =
+          test::round_bf16(test::random_floats(static_cast<size_t>(n_tokens * n_in), ++seed));
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+      cuda::DeviceBuffer dx = upload(xb);
+      const size_t n_y = static_cast<size_t>(n_tokens * n_out);
+      cuda::DeviceBuffer dy = poisoned<float>(n_y);
+      CU_ASSIGN_OR_FAIL(
+          cuda::DeviceBuffer ws,
+          cuda::DeviceBuffer::create(cuda::gemm_workspace_bytes(dw) + 16, 0, stream()));
+      CU_ASSERT_OK(cuda::gemm(lt_, dw, dx.as<uint16_t>(), n_tokens, DType::kF32, dy.data(), 0.0f,
+                              ws.data(), ws.bytes(), stream()));
+      const std::vector<float> y = download<float>(dy, n_y);
+      EXPECT_EQ(test::count_non_finite(y), 0u);
+      const std::vector<float> ref = reference(w, x, n_tokens);
+      // bf16 weights are exact; others are rounded to bf16 for the tensor cores.
+      EXPECT_LT(test::rel_l2(y, ref), t == DType::kBF16 ? 1e-5 : 1e-2);
+
+      // bf16 output, and beta = 1 accumulation into an f32 output.
+      cuda::DeviceBuffer dyb = poisoned<uint16_t>(n_y);
+      CU_ASSERT_OK(cuda::gemm(lt_, dw, dx.as<uint16_t>(), n_tokens, DType::kBF16, dyb.data(), 0.0f,
+                              ws.data(), ws.bytes(), stream()));
+      const std::vector<float> yb = test::bf16_to_f32(download<uint16_t>(dyb, n_y));
+      EXPECT_EQ(test::count_non_finite(yb), 0u);
+      EXPECT_LT(test::rel_l2(yb, ref), 1e-2);
+      CU_ASSERT_OK(cuda::gemm(lt_, dw, dx.as<uint16_t>(), n_tokens, DType::kF32, dy.data(), 1.0f,
+                              ws.data(), ws.bytes(), stream()));
+      const std::vector<float> y2 = download<float>(dy, n_y);
+      std::vector<float> ref2(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) ref2[i] = 2.0f * ref[i];
+      EXPECT_LT(test::rel_l2(y2, ref2), t == DType::kBF16 ? 1e-5 : 1e-2);
+    }
+  }
+}
+
+TEST_F(CudaGemm, F16OperandsAndWorkspaceChecks) {
+  const int64_t m = 33, n = 300, k = 264;
+  const auto w = test::random_floats(static_cast<size_t>(n * k), 1);
+  const auto x = test::random_floats(static_cast<size_t>(m * k), 2);
+  std::vector<uint16_t> wh(w.size()), xh(x.size());
+  std::vector<float> wr(w.size()), xr(x.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    wh[i] = f32_to_f16(w[i]);
+    wr[i] = f16_to_f32(wh[i]);
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    xh[i] = f32_to_f16(x[i]);
+    xr[i] = f16_to_f32(xh[i]);
+  }
+  cuda::DeviceBuffer dw = upload(wh), dx = upload(xh);
+  cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(m * n));
+  CU_ASSERT_OK(cuda::gemm_lowp(lt_, DType::kF16, dw.data(), k, dx.data(), k, m, n, k, DType::kF32,
+                               dy.data(), 0.0f, stream()));
+  const std::vector<float> y = download<float>(dy, static_cast<size_t>(m * n));
+  CU_ASSIGN_OR_FAIL(Tensor wt, Tensor::from_f32({n, k}, wr));
+  EXPECT_LT(test::rel_l2(y, reference(wt, xr, m)), 1e-5);
+
+  const Tensor q = test::random_weight(DType::kQ4_K, 16, 256, 3);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dq, cuda::upload_weight(q, 0, stream()));
+  EXPECT_EQ(
+      cuda::gemm(lt_, dq, dx.as<uint16_t>(), 1, DType::kF32, dy.data(), 0.0f, nullptr, 0, stream())
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::gemm_lowp(lt_, DType::kF32, dw.data(), k, dx.data(), k, m, n, k, DType::kF32,
+                            dy.data(), 0.0f, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rinfer

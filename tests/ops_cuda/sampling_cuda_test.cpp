@@ -1,0 +1,166 @@
+// Device sampling against a scalar reference of the same chain (engine/sampler.h's order after
+// the penalties): argmax; top-k, top-p, min-p, temperature and the draw; ties by lowest id.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer {
+namespace {
+
+struct RefDraw {
+  std::vector<int32_t> order;  // candidate ids, best first
+  std::vector<double> cum;     // inclusive prefix sums of their weights
+  int n_keep = 0;
+  double target = 0.0;
+  int32_t id = -1;
+};
+
+RefDraw reference(const std::vector<float>& logits, const cuda::DeviceSampling& s, double u) {
+  RefDraw r;
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  };
+  const size_t k = std::min<size_t>(static_cast<size_t>(s.top_k), logits.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), better);
+  r.order.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k));
+  const double l0 = logits[static_cast<size_t>(r.order[0])];
+  std::vector<double> p(k);
+  double c = 0.0;
+  for (size_t i = 0; i < k; ++i) {
+    p[i] = std::exp((logits[static_cast<size_t>(r.order[i])] - l0) / s.temperature);
+    c += p[i];
+    r.cum.push_back(c);
+  }
+  int n_p = static_cast<int>(k), n_m = static_cast<int>(k);
+  if (s.top_p < 1.0f) {
+    const double t = s.top_p * r.cum.back();
+    for (size_t i = 0; i < k; ++i) {
+      if (r.cum[i] >= t) {
+        n_p = static_cast<int>(i) + 1;
+        break;
+      }
+    }
+  }
+  if (s.min_p > 0.0f) {
+    n_m = 0;
+    for (size_t i = 0; i < k && p[i] >= s.min_p; ++i) n_m = static_cast<int>(i) + 1;
+  }
+  r.n_keep = std::max(1, std::min(n_p, n_m));
+  r.target = u * r.cum[static_cast<size_t>(r.n_keep - 1)];
+  r.id = r.order[static_cast<size_t>(r.n_keep - 1)];
+  for (int i = 0; i < r.n_keep; ++i) {
+    if (r.target < r.cum[static_cast<size_t>(i)]) {
+      r.id = r.order[static_cast<size_t>(i)];
+      break;
+    }
+  }
+  return r;
+}
+
+class CudaSampling : public test::CudaTest {
+ protected:
+  int32_t run_sample(const cuda::DeviceBuffer& logits, int64_t n, const cuda::DeviceSampling& s,
+                     float u) {
+    cuda::DeviceBuffer du = upload(std::vector<float>{u});
+    cuda::DeviceBuffer out = upload(std::vector<int32_t>{-7});
+    const Status st =
+        cuda::sample(logits.as<float>(), n, s, du.as<float>(), out.as<int32_t>(), stream());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return download<int32_t>(out, 1)[0];
+  }
+};
+
+TEST_F(CudaSampling, ArgmaxTakesTheLowestIdOfTiesAndSkipsNaN) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{128256}}) {
+    auto x = test::random_floats(static_cast<size_t>(n), static_cast<uint64_t>(n), -10.0f, 10.0f);
+    x[static_cast<size_t>(n / 2)] = 50.0f;
+    x[static_cast<size_t>(n - 1)] = 50.0f;  // a tie later on
+    if (n > 3) x[1] = std::numeric_limits<float>::quiet_NaN();
+    cuda::DeviceBuffer dx = upload(x);
+    cuda::DeviceBuffer out = upload(std::vector<int32_t>{-7});
+    CU_ASSERT_OK(cuda::argmax(dx.as<float>(), n, out.as<int32_t>(), stream()));
+    EXPECT_EQ(download<int32_t>(out, 1)[0], n / 2) << n;
+  }
+  std::vector<float> neg(100, -std::numeric_limits<float>::infinity());
+  cuda::DeviceBuffer dn = upload(neg);
+  cuda::DeviceBuffer out = upload(std::vector<int32_t>{-7});
+  CU_ASSERT_OK(cuda::argmax(dn.as<float>(), 100, out.as<int32_t>(), stream()));
+  EXPECT_EQ(download<int32_t>(out, 1)[0], 0);
+}
+
+TEST_F(CudaSampling, TopKTopPMinPDrawsMatchTheReference) {
+  int checked = 0, boundary = 0;
+  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{128256}}) {
+    for (bool ties : {false, true}) {
+      auto x =
+          test::random_floats(static_cast<size_t>(n), static_cast<uint64_t>(n) + ties, -8.0f, 8.0f);
+      if (ties) {
+        for (float& v : x) v = std::round(v * 2.0f) / 2.0f;  // many equal logits
+      }
+      cuda::DeviceBuffer dx = upload(x);
+      for (int k : {1, 5, 40, 1024}) {
+        for (float temp : {0.5f, 1.0f, 1.7f}) {
+          for (auto [top_p, min_p] :
+               {std::pair<float, float>{1.0f, 0.0f}, {0.9f, 0.0f}, {0.5f, 0.05f}, {1.0f, 0.1f}}) {
+            for (float u : {0.0f, 0.31f, 0.77f, 0.9999f}) {
+              const cuda::DeviceSampling s{temp, k, top_p, min_p};
+              const RefDraw r = reference(x, s, u);
+              const int32_t got = run_sample(dx, n, s, u);
+              ++checked;
+              if (got == r.id) continue;
+              // Only a draw that lands on a boundary of the cumulative sums may differ (f32 sums
+              // on the device, double here).
+              const auto it = std::find(r.order.begin(), r.order.end(), got);
+              ASSERT_NE(it, r.order.end()) << "id " << got << " is not a top-k candidate";
+              const size_t j = static_cast<size_t>(it - r.order.begin());
+              const double total = r.cum[static_cast<size_t>(r.n_keep - 1)];
+              const double lo = j == 0 ? 0.0 : r.cum[j - 1];
+              const bool near = std::abs(r.target - lo) < 1e-5 * total ||
+                                std::abs(r.target - r.cum[j]) < 1e-5 * total ||
+                                std::abs(static_cast<double>(j) - (r.n_keep - 1)) <= 1.0;
+              EXPECT_TRUE(near) << "n " << n << " k " << k << " T " << temp << " top_p " << top_p
+                                << " min_p " << min_p << " u " << u << ": got " << got << " (rank "
+                                << j << "), reference " << r.id;
+              ++boundary;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_LT(boundary * 50, checked) << boundary << " of " << checked << " differ";
+}
+
+TEST_F(CudaSampling, GreedyAndUnsupportedSettings) {
+  auto x = test::random_floats(5000, 5, -3.0f, 3.0f);
+  x[1234] = 9.0f;
+  cuda::DeviceBuffer dx = upload(x);
+  EXPECT_EQ(run_sample(dx, 5000, {0.0f, 40, 0.9f, 0.05f}, 0.5f), 1234);  // temperature 0
+  EXPECT_EQ(run_sample(dx, 5000, {1.0f, 1, 1.0f, 0.0f}, 0.99f), 1234);   // top-k 1
+  cuda::DeviceBuffer du = upload(std::vector<float>{0.5f});
+  cuda::DeviceBuffer out = upload(std::vector<int32_t>{0});
+  EXPECT_EQ(cuda::sample(dx.as<float>(), 5000, {1.0f, 0, 0.9f, 0.0f}, du.as<float>(),
+                         out.as<int32_t>(), stream())
+                .code(),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(cuda::sample(dx.as<float>(), 5000, {1.0f, 2000, 0.9f, 0.0f}, du.as<float>(),
+                         out.as<int32_t>(), stream())
+                .code(),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(cuda::sample(dx.as<float>(), 5000, {1.0f, 40, 0.0f, 0.0f}, du.as<float>(),
+                         out.as<int32_t>(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rinfer
