@@ -138,6 +138,13 @@ Result<Tensor> Tensor::wrap(const void* data, uint64_t nbytes, const Dims& shape
   return t;
 }
 
+Result<Tensor> Tensor::wrap_mutable(void* data, uint64_t nbytes, const Dims& shape, DType dtype,
+                                    Device device, std::shared_ptr<const void> keepalive) {
+  RINFER_ASSIGN_OR_RETURN(Tensor t, wrap(data, nbytes, shape, dtype, device, std::move(keepalive)));
+  t.buffer_->read_only = false;
+  return t;
+}
+
 int64_t Tensor::dim(int i) const {
   if (i < 0) i += ndim();
   return (i >= 0 && i < ndim()) ? shape_[i] : 1;

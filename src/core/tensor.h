@@ -69,6 +69,9 @@ class Tensor {
   // keeps them valid. `nbytes` is the size of the region, checked against the shape.
   static Result<Tensor> wrap(const void* data, uint64_t nbytes, const Dims& shape, DType dtype,
                              Device device, std::shared_ptr<const void> keepalive);
+  // The same over writable bytes (e.g. a device activation buffer): mutable_data() works.
+  static Result<Tensor> wrap_mutable(void* data, uint64_t nbytes, const Dims& shape, DType dtype,
+                                     Device device, std::shared_ptr<const void> keepalive);
 
   bool defined() const { return buffer_ != nullptr; }
   DType dtype() const { return dtype_; }

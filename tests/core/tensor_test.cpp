@@ -90,6 +90,10 @@ TEST(Tensor, WrapIsReadOnlyAndChecksSize) {
   EXPECT_EQ(t->mutable_data(), nullptr);
   EXPECT_EQ(values_of(*t), std::vector<float>(64, 1.0f));
   EXPECT_FALSE(Tensor::wrap(bytes.data(), 127, {8, 8}, DType::kF16, Device::cpu(), keep).ok());
+  auto w = Tensor::wrap_mutable(bytes.data(), 128, {64}, DType::kF16, Device::cpu(), keep);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->read_only());
+  EXPECT_EQ(w->mutable_data(), bytes.data());
 }
 
 TEST(Tensor, QuantizedRowsSliceAndDequantize) {
