@@ -1,0 +1,127 @@
+// CPU operators. Each op has a scalar reference (the ground truth every backend and every fused
+// or SIMD variant is tested against) and, where it pays, a fast version (Google Highway SIMD
+// with runtime dispatch, parallel over the thread pool). OpContext picks one.
+//
+// Layout conventions: activations are f32, row-major, outermost first. A weight matrix W is a
+// Tensor [n_out, n_in] (n_in contiguous, any dtype: f32, f16, bf16 or a GGUF block format).
+// Pointers passed to these ops must not alias unless an op says so. docs/cpu-kernels.md
+// describes the kernels, their error bounds and measured speed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "rinfer/status.h"
+
+namespace rinfer::cpu {
+
+enum class Impl : uint8_t {
+  kReference,  // plain scalar loops, one thread: the baseline and the test oracle
+  kFast,       // SIMD + threads
+};
+
+struct OpContext {
+  Impl impl = Impl::kFast;
+  ThreadPool* pool = nullptr;  // nullptr: run on the calling thread
+  // Fast matmul with block-quantized weights: true quantizes the activations to 8 bits on the
+  // fly and uses integer dot products (as ggml does; relative error ~4e-3, see matmul);
+  // false dequantizes the weights to f32 instead (error ~1e-6, slower).
+  bool quantize_activations = true;
+};
+
+// The SIMD target the fast kernels run on ("AVX3_DL", "AVX2", "SSE4", "NEON", "SCALAR").
+std::string_view simd_target_name();
+
+// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, with W = w, a 2-D CPU tensor [n_out, n_in]
+// whose rows are whole blocks (the outer dim may be strided, e.g. a slice of rows).
+//
+// Reference (Impl::kReference), the exact semantics:
+//   Wf[o, :] = dequantize_row(W[o, :])
+//   y[t, o]  = float( sum_i double(Wf[o, i]) * double(x[t, i]) )
+// i.e. each weight row is dequantized bit-exactly as ggml does and the dot product is
+// accumulated in double, then rounded once.
+//
+// Fast (Impl::kFast), any dtype:
+//  - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K with ctx.quantize_activations: x is quantized
+//    per token to int8 in blocks of 32 with an f32 scale per block (finer than ggml's Q8_0 /
+//    Q8_K), and the products use exact integer dot products (AVX-512 VNNI where present).
+//    The only error is the activation rounding: relative L2 error vs the reference <= 1e-2
+//    (measured ~4e-3 on uniform random data).
+//  - F32, F16, BF16 (and every other dtype through dequantize_row): f32 FMA on dequantized
+//    weight tiles, relative L2 error ~1e-6.
+// n_tokens == 1 runs a matrix-vector kernel (memory bound); more tokens run a tiled
+// matrix-matrix kernel that unpacks each weight tile once and reuses it across all tokens.
+// Work is split over ctx.pool by output rows. x and y must not overlap.
+Status matmul(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens, float* y);
+
+// Several matmuls that share their input, e.g. Q, K and V, or the FFN's gate and up:
+// ys[i][n_tokens, n_out_i] = x[n_tokens, n_in] * ws[i]^T, every ws[i] with the same n_in.
+// Same results as calling matmul for each; the fast path quantizes x once and, for one token,
+// splits the rows of all the matrices over the pool in a single round trip.
+Status matmul_multi(const OpContext& ctx, std::span<const Tensor* const> ws, const float* x,
+                    int64_t n_tokens, std::span<float* const> ys);
+
+// out[i, :] = table[ids[i], :] as f32, for a 2-D CPU table [n_rows, n] of any dtype.
+// out: [ids.size(), n]. Ids out of range are an error naming the id and its position.
+Status get_rows(const Tensor& table, std::span<const int32_t> ids, float* out);
+
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * (w ? w : 1), for n_rows rows of n.
+// x, y: [n_rows, n]; w: [n] or nullptr. y may alias x.
+void rms_norm(const OpContext& ctx, const float* x, const float* w, int64_t n_rows, int64_t n,
+              float eps, float* y);
+
+enum class RopeMode : uint8_t {
+  kNormal,  // rotate pairs (2i, 2i+1)      (llama GGUF: weights are permuted for this)
+  kNeox,    // rotate pairs (i, i + n_rot/2) (NeoX, Qwen2, Gemma, HF layout)
+};
+
+struct RopeParams {
+  int64_t n_rot = 0;           // dims rotated per head (<= head_dim), even; the rest pass through
+  float freq_base = 10000.0f;  // theta
+  float freq_scale = 1.0f;     // linear position scaling (1 / factor)
+  RopeMode mode = RopeMode::kNormal;
+};
+
+// In place on x[n_tokens, n_heads, head_dim]; token t is at position positions[t]
+// (positions.size() == n_tokens). Pair i (0 <= i < n_rot/2) of a head at position p rotates by
+// the angle p * freq_scale * freq_base^(-2i/n_rot), computed in double in both versions.
+void rope(const OpContext& ctx, float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+          std::span<const int32_t> positions, const RopeParams& p);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
+void swiglu(const OpContext& ctx, const float* gate, const float* up, int64_t n, float* out);
+
+// out[i] = a[i] + b[i] (out may alias a or b)
+void add(const OpContext& ctx, const float* a, const float* b, int64_t n, float* out);
+
+// Numerically stable softmax of one row, in place (scalar reference, double sums).
+void softmax(float* x, int64_t n);
+
+// Causal multi-head attention with grouped-query heads, reading the KV cache in place.
+// q:   [n_tokens, n_head, head_dim]       queries of the new tokens
+// k,v: [n_kv, n_head_kv, head_dim]        keys/values of all positions 0..n_kv-1 (f32),
+//                                         the new tokens being the last n_tokens of them;
+//                                         position j, kv head h starts at (j*kv_row_stride +
+//                                         h*head_dim) floats
+// out: [n_tokens, n_head, head_dim]
+// Token t (absolute position n_kv - n_tokens + t) attends to positions <= its own. Query head h
+// reads kv head h / (n_head / n_head_kv). scale is usually 1/sqrt(head_dim).
+// Reference: per (token, head) scores in double, exact softmax, output accumulated in double.
+// Fast: flash-attention style tiles (online softmax) over blocks of kv positions, the query
+// heads of a GQA group and several tokens sharing each K/V tile; f32, relative error ~1e-6.
+struct AttentionShape {
+  int64_t n_tokens = 0;
+  int64_t n_kv = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t kv_row_stride = 0;  // floats between positions in k and v (>= n_head_kv * head_dim)
+  float scale = 1.0f;
+};
+Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, const float* k,
+                 const float* v, float* out);
+
+}  // namespace rinfer::cpu
