@@ -29,6 +29,9 @@ int run_cli(int argc, char** argv) {
   int exit_code = 0;
   add_info_command(app, exit_code);
   add_devices_command(app, exit_code);
+  add_tokenize_commands(app, exit_code);
+  add_run_command(app, exit_code);
+  add_perplexity_command(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   // Usage errors: one line on stderr, exit code 2. --help and --version exit 0.

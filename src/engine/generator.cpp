@@ -1,0 +1,205 @@
+#include "engine/generator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+bool is_cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::string_view stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kEndOfGeneration: return "end of generation";
+    case StopReason::kStopString: return "stop string";
+    case StopReason::kMaxTokens: return "max tokens";
+    case StopReason::kContextFull: return "context full";
+    case StopReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::string GenerationTimings::to_string() const {
+  std::string s = fmt::format("prompt {} tokens", prompt_tokens);
+  if (reused_tokens > 0) s += fmt::format(" (+{} cached)", reused_tokens);
+  s += fmt::format(" {:.1f} tok/s | generated {} tokens {:.1f} tok/s | first token {:.0f} ms",
+                   prompt_tps(), generated_tokens, decode_tps(), ttft_ms);
+  return s;
+}
+
+Generator::Generator(DecoderModel& model, KvCache& cache, TokenTextStream* text,
+                     GeneratorOptions opts)
+    : model_(model),
+      cache_(cache),
+      text_(text),
+      opts_(std::move(opts)),
+      sampler_(opts_.sampling, model.hparams().n_vocab),
+      positions_(static_cast<size_t>(cache.n_ctx())),
+      logits_(static_cast<size_t>(model.hparams().n_vocab)) {
+  tokens_.reserve(static_cast<size_t>(cache.n_ctx()));
+  for (size_t i = 0; i < positions_.size(); ++i) positions_[i] = static_cast<int32_t>(i);
+  if (opts_.prefill_chunk <= 0) opts_.prefill_chunk = 512;
+}
+
+void Generator::reset() {
+  tokens_.clear();
+  cache_.clear();
+}
+
+Status Generator::evaluate(int64_t from, const std::atomic<bool>* cancel, bool* cancelled) {
+  *cancelled = false;
+  if (!opts_.kv_cache) {
+    cache_.clear();  // the baseline: recompute everything
+    from = 0;
+  }
+  const auto end = static_cast<int64_t>(tokens_.size());
+  const std::span<const int32_t> all(tokens_);
+  const std::span<const int32_t> pos(positions_);
+  for (int64_t c0 = from; c0 < end; c0 += opts_.prefill_chunk) {
+    if (c0 > from && is_cancelled(cancel)) {
+      *cancelled = true;
+      return ok_status();
+    }
+    const int64_t nc = std::min(opts_.prefill_chunk, end - c0);
+    const bool last = c0 + nc == end;
+    const int32_t last_row = static_cast<int32_t>(nc - 1);
+    DecoderBatch batch;
+    batch.tokens = all.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
+    batch.positions = pos.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
+    if (last) batch.logit_rows = std::span<const int32_t>(&last_row, 1);
+    RINFER_RETURN_IF_ERROR(model_.infer(batch, cache_, last ? logits_.data() : nullptr));
+  }
+  return ok_status();
+}
+
+Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
+                                             const PieceCallback& on_piece,
+                                             const std::atomic<bool>* cancel) {
+  const auto t0 = Clock::now();
+  const int64_t n_ctx = cache_.n_ctx();
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
+    return out_of_range(
+        "the prompt is {} tokens but the context holds {} (context_length), with room for at "
+        "least one generated token: shorten the prompt or raise context_length",
+        prompt.size(), n_ctx);
+  }
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= n_vocab) {
+      return invalid_argument("prompt token {} (at {}) is out of the vocabulary [0, {})", prompt[i],
+                              i, n_vocab);
+    }
+  }
+
+  GenerationResult result;
+  GenerationTimings& tm = result.timings;
+  if (opts_.max_tokens > 0) result.tokens.reserve(static_cast<size_t>(opts_.max_tokens));
+
+  // Reuse the longest cached prefix; at least one prompt token is evaluated for its logits.
+  size_t keep = 0;
+  if (opts_.kv_cache) {
+    const size_t limit = std::min(tokens_.size(), prompt.size() - 1);
+    while (keep < limit && tokens_[keep] == prompt[keep]) ++keep;
+    if (cache_.size() < static_cast<int64_t>(keep)) keep = static_cast<size_t>(cache_.size());
+    RINFER_RETURN_IF_ERROR(cache_.truncate(static_cast<int64_t>(keep)));
+  }
+  tokens_.assign(prompt.begin(), prompt.end());
+  tm.reused_tokens = static_cast<int64_t>(keep);
+  tm.prompt_tokens = static_cast<int64_t>(prompt.size() - keep);
+
+  // The cache and tokens_ must agree whenever we return (the next call relies on it).
+  auto sync = [&] {
+    if (opts_.kv_cache) tokens_.resize(static_cast<size_t>(cache_.size()));
+  };
+
+  bool cancelled = false;
+  Status st = evaluate(static_cast<int64_t>(keep), cancel, &cancelled);
+  tm.prompt_ms = ms_since(t0);
+  if (!st.ok() || cancelled) {
+    sync();
+    if (!st.ok()) return st;
+    result.stop_reason = StopReason::kCancelled;
+    return result;
+  }
+
+  StopStringFilter stop(opts_.stop);
+  auto emit = [&](const std::string& s) {
+    if (s.empty()) return;
+    result.text += s;
+    if (on_piece) on_piece(s);
+  };
+
+  Clock::time_point t_first;
+  for (;;) {
+    const int32_t tok = sampler_.sample(logits_, tokens_);
+    result.tokens.push_back(tok);
+    ++tm.generated_tokens;
+    if (tm.generated_tokens == 1) {
+      t_first = Clock::now();
+      tm.ttft_ms = std::chrono::duration<double, std::milli>(t_first - t0).count();
+    }
+    if (text_ != nullptr && text_->is_end_of_generation(tok)) {
+      result.stop_reason = StopReason::kEndOfGeneration;
+      break;
+    }
+    if (text_ != nullptr) {
+      emit(stop.push(text_->push(tok)));
+      if (stop.stopped()) {
+        result.stop_reason = StopReason::kStopString;
+        break;
+      }
+    }
+    if (opts_.max_tokens > 0 && tm.generated_tokens >= opts_.max_tokens) {
+      result.stop_reason = StopReason::kMaxTokens;
+      break;
+    }
+    if (is_cancelled(cancel)) {
+      result.stop_reason = StopReason::kCancelled;
+      break;
+    }
+    if (static_cast<int64_t>(tokens_.size()) >= n_ctx) {
+      result.stop_reason = StopReason::kContextFull;
+      break;
+    }
+    tokens_.push_back(tok);
+    st = evaluate(static_cast<int64_t>(tokens_.size()) - 1, cancel, &cancelled);
+    if (!st.ok()) {
+      sync();
+      return st;
+    }
+    ++tm.decode_steps;
+    if (cancelled) {  // only the no-cache baseline checks inside a step
+      result.stop_reason = StopReason::kCancelled;
+      tokens_.pop_back();
+      break;
+    }
+  }
+  tm.decode_ms = ms_since(t_first);
+  if (text_ != nullptr) {
+    std::string tail = text_->finish();
+    if (!stop.stopped()) {
+      emit(stop.push(tail));
+      emit(stop.flush());
+    }
+  }
+  sync();
+  return result;
+}
+
+}  // namespace rinfer

@@ -1,0 +1,115 @@
+// The generation loop: prefill the prompt, then decode token by token, streaming text.
+//
+//   prefill   the prompt's tokens go through the model in chunks of `prefill_chunk` (matmuls
+//             with n_tokens > 1, which the fast kernels tile); only the last row's logits are
+//             computed. With the KV cache on, tokens already in the cache from an earlier call
+//             (the shared prefix of a chat history) are not recomputed.
+//   decode    sample a token, turn it into text (postprocess: streaming detokenizer, then the
+//             stop-string filter), hand the text to the callback, feed the token back.
+//             With the KV cache off (the baseline) every step recomputes the whole sequence.
+//   stop      end-of-generation token, stop string, max_tokens, a full context, or the
+//             cancellation flag (checked between chunks and between tokens).
+//
+// Nothing is allocated per token: the logits row, the token history and the sampler's buffers
+// are sized once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/sampler.h"
+#include "engine/stop_strings.h"
+#include "models/model.h"
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+struct GeneratorOptions {
+  bool kv_cache = true;           // false: recompute the whole prefix every step (baseline)
+  int64_t prefill_chunk = 512;    // tokens per prefill forward pass
+  int64_t max_tokens = 256;       // reply length limit (0: until EOS / stop / full context)
+  std::vector<std::string> stop;  // stop strings
+  SamplingParams sampling;
+};
+
+enum class StopReason : uint8_t {
+  kEndOfGeneration,  // the model sampled an end-of-generation token
+  kStopString,
+  kMaxTokens,
+  kContextFull,
+  kCancelled,
+};
+std::string_view stop_reason_name(StopReason r);
+
+struct GenerationTimings {
+  int64_t prompt_tokens = 0;     // tokens evaluated by the prefill
+  int64_t reused_tokens = 0;     // prompt tokens already in the KV cache (not recomputed)
+  int64_t generated_tokens = 0;  // tokens sampled (the end-of-generation token included)
+  int64_t decode_steps = 0;      // forward passes after the prefill
+  double prompt_ms = 0;          // prefill
+  double decode_ms = 0;          // decode forward passes + sampling + detokenizing
+  double ttft_ms = 0;            // call start -> first token sampled
+
+  double prompt_tps() const {
+    return prompt_ms > 0 ? 1e3 * static_cast<double>(prompt_tokens) / prompt_ms : 0;
+  }
+  double decode_tps() const {
+    return decode_ms > 0 ? 1e3 * static_cast<double>(decode_steps) / decode_ms : 0;
+  }
+  // "prompt 42 tokens 512.3 tok/s | generated 100 tokens 230.1 tok/s | first token 82 ms"
+  std::string to_string() const;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // sampled ids (an end-of-generation token included)
+  std::string text;             // the streamed text, concatenated
+  StopReason stop_reason = StopReason::kMaxTokens;
+  GenerationTimings timings;
+};
+
+using PieceCallback = std::function<void(std::string_view piece)>;
+
+class Generator {
+ public:
+  // `model`, `cache` and `text` must outlive the generator. `text` may be null (no text, no
+  // stop strings, no end-of-generation check: tests drive the loop with ids).
+  Generator(DecoderModel& model, KvCache& cache, TokenTextStream* text, GeneratorOptions opts);
+
+  // Generates a reply to `prompt` (the full token sequence, e.g. the whole rendered chat).
+  // With the KV cache on, the longest prefix shared with tokens() is reused. `cancel` may be
+  // null. Errors: an empty prompt, a prompt that leaves no room in the context (kOutOfRange),
+  // a model failure. Cancellation is not an error: stop_reason says kCancelled.
+  Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
+                                    const std::atomic<bool>* cancel = nullptr);
+
+  // The tokens whose keys and values the cache holds (the last prompt and the reply fed back).
+  std::span<const int32_t> tokens() const { return tokens_; }
+  // Forgets the cached history.
+  void reset();
+
+  const GeneratorOptions& options() const { return opts_; }
+  GeneratorOptions& mutable_options() { return opts_; }
+  Sampler& sampler() { return sampler_; }
+
+ private:
+  // Evaluates tokens_[from, end) on top of the cache (which holds tokens_[0, from)) and leaves
+  // the last row's logits in logits_. Chunked; checks `cancel` between chunks.
+  Status evaluate(int64_t from, const std::atomic<bool>* cancel, bool* cancelled);
+
+  DecoderModel& model_;
+  KvCache& cache_;
+  TokenTextStream* text_;
+  GeneratorOptions opts_;
+  Sampler sampler_;
+  std::vector<int32_t> tokens_;     // [<= n_ctx] history, capacity n_ctx
+  std::vector<int32_t> positions_;  // [n_ctx] 0, 1, 2, ...
+  std::vector<float> logits_;       // [n_vocab]
+};
+
+}  // namespace rinfer

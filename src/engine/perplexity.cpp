@@ -1,0 +1,87 @@
+#include "engine/perplexity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
+                                            std::span<const int32_t> tokens,
+                                            const PerplexityOptions& opts,
+                                            const PerplexityProgress& progress) {
+  const int64_t n_ctx = opts.n_ctx;
+  if (n_ctx < 16) return invalid_argument("perplexity: window of {} tokens is < 16", n_ctx);
+  if (n_ctx > cache.n_ctx()) {
+    return invalid_argument("perplexity: window of {} tokens exceeds the KV cache ({})", n_ctx,
+                            cache.n_ctx());
+  }
+  const auto n_tokens = static_cast<int64_t>(tokens.size());
+  int64_t n_windows = n_tokens / n_ctx;
+  if (n_windows == 0) {
+    return invalid_argument("perplexity: the text is {} tokens, shorter than one window of {}",
+                            n_tokens, n_ctx);
+  }
+  if (opts.max_windows > 0) n_windows = std::min(n_windows, opts.max_windows);
+
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const int64_t chunk = std::clamp<int64_t>(opts.chunk, 1, n_ctx);
+  const int64_t first = n_ctx / 2;                                  // first scored logit row
+  std::vector<int32_t> window(static_cast<size_t>(n_ctx));          // [n_ctx]
+  std::vector<int32_t> positions(static_cast<size_t>(n_ctx));       // [n_ctx]
+  std::vector<int32_t> rows;                                        // [<= chunk]
+  std::vector<float> logits(static_cast<size_t>(chunk * n_vocab));  // [chunk, n_vocab]
+  rows.reserve(static_cast<size_t>(chunk));
+  for (int64_t i = 0; i < n_ctx; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  double sum = 0, sum_sq = 0;
+  int64_t count = 0;
+  for (int64_t w = 0; w < n_windows; ++w) {
+    std::copy_n(tokens.begin() + w * n_ctx, n_ctx, window.begin());
+    if (opts.bos >= 0) window[0] = opts.bos;
+    cache.clear();
+    for (int64_t c0 = 0; c0 < n_ctx; c0 += chunk) {
+      const int64_t nc = std::min(chunk, n_ctx - c0);
+      rows.clear();
+      for (int64_t r = std::max(c0, first); r < std::min(c0 + nc, n_ctx - 1); ++r) {
+        rows.push_back(static_cast<int32_t>(r - c0));
+      }
+      DecoderBatch b;
+      b.tokens = std::span<const int32_t>(window).subspan(static_cast<size_t>(c0),
+                                                          static_cast<size_t>(nc));
+      b.positions = std::span<const int32_t>(positions).subspan(static_cast<size_t>(c0),
+                                                                static_cast<size_t>(nc));
+      b.logit_rows = rows;
+      RINFER_RETURN_IF_ERROR(model.infer(b, cache, logits.data()));
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const float* l = logits.data() + static_cast<int64_t>(r) * n_vocab;  // [n_vocab]
+        const int64_t pos = c0 + rows[r];
+        const int32_t next = window[static_cast<size_t>(pos + 1)];
+        float max_l = l[0];
+        for (int64_t i = 1; i < n_vocab; ++i) max_l = std::max(max_l, l[i]);
+        double z = 0;
+        for (int64_t i = 0; i < n_vocab; ++i) z += std::exp(static_cast<double>(l[i] - max_l));
+        const double nll = std::log(z) - static_cast<double>(l[next] - max_l);
+        sum += nll;
+        sum_sq += nll * nll;
+        ++count;
+      }
+    }
+    if (progress) progress(w + 1, n_windows, std::exp(sum / static_cast<double>(count)));
+  }
+  PerplexityResult r;
+  r.windows = n_windows;
+  r.scored_tokens = count;
+  r.mean_nll = sum / static_cast<double>(count);
+  r.ppl = std::exp(r.mean_nll);
+  const double var = std::max(0.0, sum_sq / static_cast<double>(count) - r.mean_nll * r.mean_nll);
+  r.ppl_stderr = r.ppl * std::sqrt(var / static_cast<double>(count));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace rinfer

@@ -1,0 +1,88 @@
+// Picks the next token from a row of logits.
+//
+// The chain, in order (each stage optional, as in HF transformers):
+//   1. penalties over the last repeat_last_n tokens of the history (prompt and reply):
+//      repetition (CTRL-style: a seen token's logit is divided by the penalty when positive,
+//      multiplied when negative) and presence (a seen token's logit minus the penalty)
+//   2. temperature <= 0: greedy, the argmax (lowest id on ties); nothing below runs
+//   3. softmax(logits / temperature)
+//   4. top-k: keep the k most probable tokens
+//   5. top-p: keep the smallest most-probable prefix whose mass reaches top_p
+//   6. min-p: keep tokens with p >= min_p * p_max
+//   7. draw from what is left (renormalized) with a seeded RNG: same seed, same draws, on every
+//      platform (mt19937_64 and our own conversion to [0, 1), no std distributions)
+//
+// Nothing is allocated per call: the candidate buffer and the seen-token marks are sized to
+// the vocabulary once.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+struct SamplingParams {
+  float temperature = 0.7f;       // <= 0: greedy
+  int32_t top_k = 40;             // 0: off
+  float top_p = 0.95f;            // 1: off
+  float min_p = 0.05f;            // 0: off
+  float repeat_penalty = 1.1f;    // 1: off
+  int32_t repeat_last_n = 64;     // window of the penalties; 0: off
+  float presence_penalty = 0.0f;  // 0: off
+  uint64_t seed = 0;
+
+  // Checks ranges: temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1),
+  // repeat_penalty > 0, repeat_last_n >= 0. Names the field in the error.
+  Status validate() const;
+  std::string to_string() const;
+};
+
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int64_t n_vocab);
+
+  const SamplingParams& params() const { return params_; }
+  // Restarts the random sequence.
+  void reseed(uint64_t seed);
+
+  // Applies the chain to logits [n_vocab] (modified in place by the penalties and the
+  // temperature) and returns the chosen id. `history` is every token so far (the penalties
+  // look at its last repeat_last_n).
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+  // The candidates left after the last non-greedy sample() (renormalized, most probable
+  // first when top-k or top-p sorted them): for tests and for `--verbose` output.
+  std::span<const TokenProb> candidates() const { return {cand_.data(), n_cand_}; }
+
+  // The stages on their own (public for the unit tests).
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
+  static int32_t argmax(std::span<const float> logits);
+
+ private:
+  void softmax_candidates(std::span<const float> logits);
+  void top_k(int32_t k);
+  void top_p(float p);
+  void min_p(float p);
+  int32_t draw();
+  double uniform();  // [0, 1)
+
+  SamplingParams params_;
+  int64_t n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<TokenProb> cand_;  // [n_vocab]; the live candidates are the first n_cand_
+  size_t n_cand_ = 0;
+  bool sorted_ = false;        // cand_[0, n_cand_) sorted by p, descending
+  std::vector<uint8_t> seen_;  // [n_vocab] marks for the penalties, all 0 between calls
+};
+
+}  // namespace rinfer

@@ -1,0 +1,264 @@
+// Loading the Llama-family sample: hyper-parameters from the metadata, tensors bound and
+// validated against them.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/llama/llama_model.h"
+
+namespace rinfer::llama {
+
+namespace {
+
+// Upper bounds that keep every size computation far from overflow; real models are far below.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+Result<int64_t> require_dim(const GgufFile& f, const std::string& key, int64_t max) {
+  auto v = f.require_uint(key);
+  if (!v.ok()) return v.status();
+  if (*v == 0 || *v > static_cast<uint64_t>(max)) {
+    return data_loss("{}: '{}' = {} is out of range [1, {}]", f.path(), key, *v, max);
+  }
+  return static_cast<int64_t>(*v);
+}
+
+Result<int64_t> optional_dim(const GgufFile& f, const std::string& key, int64_t fallback,
+                             int64_t max) {
+  if (f.find(key) == nullptr) return fallback;
+  return require_dim(f, key, max);
+}
+
+std::string shape_string(std::span<const int64_t> shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+bool supports_architecture(std::string_view arch) {
+  return arch == "llama" || arch == "mistral" || arch == "qwen2";
+}
+
+Result<DecoderHParams> read_hparams(const GgufFile& f) {
+  DecoderHParams hp;
+  RINFER_ASSIGN_OR_RETURN(std::string_view arch, f.require_string("general.architecture"));
+  if (!supports_architecture(arch)) {
+    return unsupported("{}: architecture '{}' is not a Llama-family model (llama, mistral, qwen2)",
+                       f.path(), arch);
+  }
+  hp.architecture = std::string(arch);
+  const std::string p = hp.architecture + ".";
+
+  RINFER_ASSIGN_OR_RETURN(hp.n_layer, require_dim(f, p + "block_count", kMaxLayers));
+  RINFER_ASSIGN_OR_RETURN(hp.n_embd, require_dim(f, p + "embedding_length", kMaxDim));
+  RINFER_ASSIGN_OR_RETURN(hp.n_ff, require_dim(f, p + "feed_forward_length", kMaxDim));
+  RINFER_ASSIGN_OR_RETURN(hp.n_head, require_dim(f, p + "attention.head_count", kMaxDim));
+  RINFER_ASSIGN_OR_RETURN(hp.n_head_kv,
+                          optional_dim(f, p + "attention.head_count_kv", hp.n_head, kMaxDim));
+  RINFER_ASSIGN_OR_RETURN(hp.n_ctx_train, require_dim(f, p + "context_length", int64_t{1} << 30));
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return data_loss("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), hp.n_head,
+                     hp.n_head_kv);
+  }
+  const int64_t default_head_dim = hp.n_embd / hp.n_head;
+  if (f.find(p + "attention.key_length") == nullptr && hp.n_embd % hp.n_head != 0) {
+    return data_loss("{}: embedding_length {} is not a multiple of head_count {}", f.path(),
+                     hp.n_embd, hp.n_head);
+  }
+  RINFER_ASSIGN_OR_RETURN(hp.head_dim,
+                          optional_dim(f, p + "attention.key_length", default_head_dim, kMaxDim));
+  RINFER_ASSIGN_OR_RETURN(const int64_t v_len,
+                          optional_dim(f, p + "attention.value_length", hp.head_dim, kMaxDim));
+  if (v_len != hp.head_dim) {
+    return unsupported("{}: key_length {} != value_length {}", f.path(), hp.head_dim, v_len);
+  }
+
+  RINFER_ASSIGN_OR_RETURN(const double eps,
+                          f.require_float(p + "attention.layer_norm_rms_epsilon"));
+  if (!(eps > 0 && eps < 1)) {
+    return data_loss("{}: layer_norm_rms_epsilon {} is out of range (0, 1)", f.path(), eps);
+  }
+  hp.norm_eps = static_cast<float>(eps);
+
+  // Vocabulary: the model's own key, else the tokenizer's list; token_embd must agree.
+  if (auto v = f.get_uint(p + "vocab_size")) {
+    hp.n_vocab = static_cast<int64_t>(*v);
+  } else if (const GgufValue* toks = f.find("tokenizer.ggml.tokens")) {
+    hp.n_vocab = static_cast<int64_t>(toks->array_size());
+  } else if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+             emb != nullptr && emb->shape.size() == 2) {
+    hp.n_vocab = emb->shape[0];
+  }
+  if (hp.n_vocab <= 0 || hp.n_vocab > kMaxVocab) {
+    return data_loss("{}: vocabulary size {} is out of range [1, {}]", f.path(), hp.n_vocab,
+                     kMaxVocab);
+  }
+
+  // RoPE.
+  RINFER_ASSIGN_OR_RETURN(const int64_t n_rot,
+                          optional_dim(f, p + "rope.dimension_count", hp.head_dim, kMaxDim));
+  if (n_rot > hp.head_dim || n_rot % 2 != 0) {
+    return data_loss("{}: rope.dimension_count {} must be even and <= head dim {}", f.path(), n_rot,
+                     hp.head_dim);
+  }
+  hp.rope.n_rot = n_rot;
+  hp.rope.freq_base = 10000.0f;
+  if (f.find(p + "rope.freq_base") != nullptr) {
+    RINFER_ASSIGN_OR_RETURN(const double base, f.require_float(p + "rope.freq_base"));
+    if (!(base > 1.0 && std::isfinite(base))) {
+      return data_loss("{}: rope.freq_base {} must be a finite number > 1", f.path(), base);
+    }
+    hp.rope.freq_base = static_cast<float>(base);
+  }
+  double factor = 1.0;
+  std::string scaling = "none";
+  if (auto t = f.get_string(p + "rope.scaling.type")) scaling = std::string(*t);
+  if (scaling == "linear") {
+    RINFER_ASSIGN_OR_RETURN(factor, f.require_float(p + "rope.scaling.factor"));
+  } else if (scaling != "none") {
+    return unsupported("{}: rope scaling '{}' is not supported (none, linear)", f.path(), scaling);
+  } else if (auto legacy = f.get_float(p + "rope.scale_linear")) {
+    factor = *legacy;
+  }
+  if (!(factor >= 1.0 && std::isfinite(factor))) {
+    return data_loss("{}: rope scaling factor {} must be >= 1", f.path(), factor);
+  }
+  hp.rope.freq_scale = static_cast<float>(1.0 / factor);
+  // The converter permutes llama/mistral Q/K rows for the adjacent-pair rotation; qwen2 keeps
+  // the HF layout, which rotates dim i with dim i + n_rot/2.
+  hp.rope.mode = hp.architecture == "qwen2" ? cpu::RopeMode::kNeox : cpu::RopeMode::kNormal;
+  if (f.find_tensor("rope_freqs.weight") != nullptr) {
+    return unsupported(
+        "{}: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 scaling) "
+        "are not supported yet",
+        f.path());
+  }
+  if (f.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr) {
+    return unsupported("{}: mixture-of-experts layers are not supported", f.path());
+  }
+  return hp;
+}
+
+namespace {
+
+// Binds GGUF tensors as zero-copy views, checking name, shape and dtype.
+class Binder {
+ public:
+  explicit Binder(std::shared_ptr<const GgufFile> f) : f_(std::move(f)) {}
+
+  // A weight matrix (any dtype the matmul kernels read) or a vector of shape `expected`.
+  Result<Tensor> weight(const std::string& name, std::initializer_list<int64_t> expected,
+                        bool optional = false) {
+    const GgufTensorInfo* t = f_->find_tensor(name);
+    const std::vector<int64_t> want(expected);
+    if (t == nullptr) {
+      if (optional) return Tensor();
+      return not_found("{}: tensor '{}' is missing (expected shape {})", f_->path(), name,
+                       shape_string(want));
+    }
+    if (t->shape != want) {
+      return data_loss("{}: tensor '{}' has shape {}, expected {}", f_->path(), name,
+                       shape_string(t->shape), shape_string(want));
+    }
+    if (!dtype_traits(t->dtype).is_float) {
+      return unsupported("{}: tensor '{}' has dtype {}, which is not a float or quantized float",
+                         f_->path(), name, dtype_name(t->dtype));
+    }
+    auto tensor = Tensor::wrap(t->data, t->nbytes, Dims(std::span<const int64_t>(t->shape)),
+                               t->dtype, Device::cpu(), f_);
+    if (!tensor.ok()) return tensor.status().with_context(fmt::format("tensor '{}'", name));
+    bytes_ += t->nbytes;
+    return tensor;
+  }
+
+  // A vector (norm weight, bias) converted to contiguous f32.
+  Result<Tensor> vector_f32(const std::string& name, int64_t n, bool optional = false) {
+    RINFER_ASSIGN_OR_RETURN(Tensor t, weight(name, {n}, optional));
+    if (!t.defined() || t.dtype() == DType::kF32) return t;
+    auto f32 = t.to_f32();
+    if (!f32.ok()) return f32.status().with_context(fmt::format("tensor '{}'", name));
+    return f32;
+  }
+
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::shared_ptr<const GgufFile> f_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Status LlamaModel::bind_weights() {
+  Binder b(file_);
+  const int64_t e = hp_.n_embd, q_dim = hp_.n_head * hp_.head_dim, kv = hp_.kv_dim();
+  RINFER_ASSIGN_OR_RETURN(tok_embd_, b.weight("token_embd.weight", {hp_.n_vocab, e}));
+  RINFER_ASSIGN_OR_RETURN(output_norm_, b.vector_f32("output_norm.weight", e));
+  RINFER_ASSIGN_OR_RETURN(output_, b.weight("output.weight", {hp_.n_vocab, e}, true));
+  hp_.tied_output = !output_.defined();
+  if (hp_.tied_output) output_ = tok_embd_;
+
+  layers_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    LayerWeights& l = layers_[static_cast<size_t>(il)];
+    const std::string p = fmt::format("blk.{}.", il);
+    RINFER_ASSIGN_OR_RETURN(l.attn_norm, b.vector_f32(p + "attn_norm.weight", e));
+    RINFER_ASSIGN_OR_RETURN(l.wq, b.weight(p + "attn_q.weight", {q_dim, e}));
+    RINFER_ASSIGN_OR_RETURN(l.wk, b.weight(p + "attn_k.weight", {kv, e}));
+    RINFER_ASSIGN_OR_RETURN(l.wv, b.weight(p + "attn_v.weight", {kv, e}));
+    RINFER_ASSIGN_OR_RETURN(l.wo, b.weight(p + "attn_output.weight", {e, q_dim}));
+    RINFER_ASSIGN_OR_RETURN(l.bq, b.vector_f32(p + "attn_q.bias", q_dim, true));
+    RINFER_ASSIGN_OR_RETURN(l.bk, b.vector_f32(p + "attn_k.bias", kv, true));
+    RINFER_ASSIGN_OR_RETURN(l.bv, b.vector_f32(p + "attn_v.bias", kv, true));
+    RINFER_ASSIGN_OR_RETURN(l.ffn_norm, b.vector_f32(p + "ffn_norm.weight", e));
+    RINFER_ASSIGN_OR_RETURN(l.w_gate, b.weight(p + "ffn_gate.weight", {hp_.n_ff, e}));
+    RINFER_ASSIGN_OR_RETURN(l.w_up, b.weight(p + "ffn_up.weight", {hp_.n_ff, e}));
+    RINFER_ASSIGN_OR_RETURN(l.w_down, b.weight(p + "ffn_down.weight", {e, hp_.n_ff}));
+    if (l.bq.defined() || l.bk.defined() || l.bv.defined()) hp_.attn_bias = true;
+  }
+  // The embedding table is read one row per token; the output projection is read whole.
+  weight_bytes_ =
+      b.bytes() - tok_embd_.nbytes() + tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
+  if (hp_.tied_output) weight_bytes_ += output_.nbytes();
+  return ok_status();
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file,
+                                                     const LoadOptions& opts) {
+  if (opts.max_batch <= 0 || opts.max_batch > (int64_t{1} << 16)) {
+    return invalid_argument("max_batch {} is out of range [1, 65536]", opts.max_batch);
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->file_ = std::move(file);
+  m->opts_ = opts;
+  RINFER_ASSIGN_OR_RETURN(m->hp_, read_hparams(*m->file_));
+  RINFER_RETURN_IF_ERROR(m->bind_weights());
+  RINFER_RETURN_IF_ERROR(m->allocate_scratch());
+  return m;
+}
+
+Status LlamaModel::allocate_scratch() {
+  const int64_t b = opts_.max_batch, q_dim = hp_.n_head * hp_.head_dim;
+  RINFER_ASSIGN_OR_RETURN(x_, Tensor::empty({b, hp_.n_embd}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(h_, Tensor::empty({b, hp_.n_embd}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(q_, Tensor::empty({b, q_dim}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(attn_, Tensor::empty({b, q_dim}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(gate_, Tensor::empty({b, hp_.n_ff}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(up_, Tensor::empty({b, hp_.n_ff}, DType::kF32));
+  rows_.reserve(static_cast<size_t>(b));
+  return ok_status();
+}
+
+std::string LlamaModel::describe() const {
+  return fmt::format(
+      "{}: {} layers, n_embd {}, n_ff {}, {} heads ({} kv) x {}, vocab {}, rope {} base {} "
+      "scale {}, {} output{}; {:.1f} MB of weights per token",
+      hp_.architecture, hp_.n_layer, hp_.n_embd, hp_.n_ff, hp_.n_head, hp_.n_head_kv, hp_.head_dim,
+      hp_.n_vocab, hp_.rope.mode == cpu::RopeMode::kNeox ? "neox" : "normal", hp_.rope.freq_base,
+      hp_.rope.freq_scale, hp_.tied_output ? "tied" : "separate", hp_.attn_bias ? ", qkv bias" : "",
+      static_cast<double>(weight_bytes_) / 1e6);
+}
+
+}  // namespace rinfer::llama

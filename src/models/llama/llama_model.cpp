@@ -1,0 +1,146 @@
+// The Llama-family forward pass (see llama_model.h for the math).
+#include "models/llama/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "engine/kv_cache.h"
+
+namespace rinfer::llama {
+
+namespace {
+
+// x[r, :] += b for n rows of width n.
+void add_bias(const cpu::OpContext& ctx, float* x, const Tensor& bias, int64_t n_rows, int64_t n) {
+  if (!bias.defined()) return;
+  const float* b = bias.data_as<float>();
+  for (int64_t r = 0; r < n_rows; ++r) cpu::add(ctx, x + r * n, b, n, x + r * n);
+}
+
+}  // namespace
+
+Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
+  const auto n = static_cast<int64_t>(batch.tokens.size());
+  if (n == 0) return invalid_argument("infer: empty batch");
+  if (batch.positions.size() != batch.tokens.size()) {
+    return invalid_argument("infer: {} tokens but {} positions", n, batch.positions.size());
+  }
+  if (cache.n_layer() != hp_.n_layer || cache.kv_dim() != hp_.kv_dim()) {
+    return invalid_argument("infer: KV cache is [{} layers, kv_dim {}], model needs [{}, {}]",
+                            cache.n_layer(), cache.kv_dim(), hp_.n_layer, hp_.kv_dim());
+  }
+  const int64_t n_past = cache.size();
+  if (n > cache.free_positions()) {
+    return out_of_range("infer: {} cached + {} new tokens exceed the context length {}", n_past, n,
+                        cache.n_ctx());
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (batch.positions[static_cast<size_t>(i)] != n_past + i) {
+      return invalid_argument(
+          "infer: token {} is at position {}, expected {} (positions must "
+          "continue the KV cache)",
+          i, batch.positions[static_cast<size_t>(i)], n_past + i);
+    }
+  }
+  for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
+    const int32_t row = batch.logit_rows[r];
+    if (row < 0 || row >= n || (r > 0 && row <= batch.logit_rows[r - 1])) {
+      return invalid_argument("infer: logit row {} is out of range or not ascending", row);
+    }
+  }
+  if (!batch.logit_rows.empty() && logits == nullptr) {
+    return invalid_argument("infer: logits requested but no output buffer");
+  }
+
+  size_t out = 0;  // logit rows written so far
+  for (int64_t c0 = 0; c0 < n; c0 += opts_.max_batch) {
+    const int64_t nc = std::min(opts_.max_batch, n - c0);
+    // This chunk's requested rows, made chunk-relative in a small fixed buffer.
+    const size_t first = out;
+    while (out < batch.logit_rows.size() && batch.logit_rows[out] < c0 + nc) ++out;
+    rows_.assign(batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(first),
+                 batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(out));
+    for (int32_t& r : rows_) r -= static_cast<int32_t>(c0);
+    float* chunk_logits =
+        logits == nullptr ? nullptr : logits + static_cast<int64_t>(first) * hp_.n_vocab;
+    Status st =
+        forward_chunk(batch.tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
+                      batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
+                      rows_, cache, chunk_logits);
+    if (st.ok()) st = cache.commit(nc);
+    if (!st.ok()) {
+      cache.truncate(n_past).ignore();
+      return st;
+    }
+  }
+  return ok_status();
+}
+
+Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> positions, std::span<const int32_t> rows,
+                                 KvCache& cache, float* logits) {
+  const cpu::OpContext& ctx = opts_.ops;
+  const auto nt = static_cast<int64_t>(tokens.size());
+  const int64_t n_past = cache.size();
+  const int64_t e = hp_.n_embd, hd = hp_.head_dim, kv_dim = hp_.kv_dim();
+  const int64_t q_dim = hp_.n_head * hd, n_ff = hp_.n_ff;
+
+  float* x = x_.mutable_data_as<float>();        // [nt, n_embd]
+  float* h = h_.mutable_data_as<float>();        // [nt, n_embd]
+  float* q = q_.mutable_data_as<float>();        // [nt, n_head, head_dim]
+  float* attn = attn_.mutable_data_as<float>();  // [nt, n_head, head_dim]
+  float* gate = gate_.mutable_data_as<float>();  // [nt, n_ff]
+  float* up = up_.mutable_data_as<float>();      // [nt, n_ff]
+
+  RINFER_RETURN_IF_ERROR(cpu::get_rows(tok_embd_, tokens, x));
+
+  cpu::AttentionShape as;
+  as.n_tokens = nt;
+  as.n_kv = n_past + nt;
+  as.n_head = hp_.n_head;
+  as.n_head_kv = hp_.n_head_kv;
+  as.head_dim = hd;
+  as.kv_row_stride = kv_dim;
+  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const LayerWeights& l = layers_[static_cast<size_t>(il)];
+    // The new keys and values go straight into their cache rows: [nt, n_head_kv, head_dim].
+    float* k_new = cache.k(il) + n_past * kv_dim;
+    float* v_new = cache.v(il) + n_past * kv_dim;
+
+    cpu::rms_norm(ctx, x, l.attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q));
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wk, h, nt, k_new));
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wv, h, nt, v_new));
+    add_bias(ctx, q, l.bq, nt, q_dim);
+    add_bias(ctx, k_new, l.bk, nt, kv_dim);
+    add_bias(ctx, v_new, l.bv, nt, kv_dim);
+    cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, hp_.rope);
+    cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, hp_.rope);
+    RINFER_RETURN_IF_ERROR(cpu::attention(ctx, as, q, cache.k(il), cache.v(il), attn));
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn, nt, h));  // h: [nt, n_embd]
+    cpu::add(ctx, x, h, nt * e, x);
+
+    cpu::rms_norm(ctx, x, l.ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate));
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up));
+    cpu::swiglu(ctx, gate, up, nt * n_ff, gate);
+    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_down, gate, nt, h));
+    cpu::add(ctx, x, h, nt * e, x);
+  }
+
+  if (rows.empty()) return ok_status();
+  // Only the requested rows go through the output norm and the (large) output projection.
+  const auto n_out = static_cast<int64_t>(rows.size());
+  for (int64_t r = 0; r < n_out; ++r) {
+    const int64_t src = rows[static_cast<size_t>(r)];
+    if (src != r) std::memcpy(x + r * e, x + src * e, static_cast<size_t>(e) * sizeof(float));
+  }
+  cpu::rms_norm(ctx, x, output_norm_.data_as<float>(), n_out, e, hp_.norm_eps, h);
+  return cpu::matmul(ctx, output_, h, n_out, logits);  // [n_out, n_vocab]
+}
+
+}  // namespace rinfer::llama

@@ -1,0 +1,90 @@
+// The Llama-family decoder sample: the tensor layout that llama.cpp's converter writes for
+// Llama 2/3, SmolLM2, Mistral (general.architecture llama or mistral) and Qwen2 (qwen2).
+//
+// Per layer (pre-norm residual blocks):
+//   h = rms_norm(x) * attn_norm
+//   q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)     biases: Qwen2
+//   q, k = rope(q), rope(k)          normal pairing for llama/mistral GGUF (the converter
+//                                    permutes Wq/Wk rows for it), NeoX pairing for qwen2
+//   x += attention(q, K, V) Wo^T     grouped-query, causal, over the KV cache
+//   h = rms_norm(x) * ffn_norm
+//   x += (silu(h Wgate^T) * h Wup^T) Wdown^T
+// logits = rms_norm(x) * output_norm  Wout^T, Wout = output.weight or, when the file has none,
+// token_embd.weight (tied embeddings).
+//
+// Weights are zero-copy views of the memory-mapped file in their stored dtype (the matmul
+// kernels read every GGUF format); only norm weights and biases are converted to f32 at load.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "formats/gguf.h"
+#include "models/model.h"
+
+namespace rinfer::llama {
+
+// Architectures this sample handles (general.architecture).
+bool supports_architecture(std::string_view arch);
+
+// Reads and checks the hyper-parameters from the metadata (`<arch>.block_count`, ...).
+Result<DecoderHParams> read_hparams(const GgufFile& file);
+
+struct LayerWeights {
+  Tensor attn_norm;   // [n_embd] f32
+  Tensor wq;          // [n_head * head_dim, n_embd]
+  Tensor wk;          // [n_head_kv * head_dim, n_embd]
+  Tensor wv;          // [n_head_kv * head_dim, n_embd]
+  Tensor wo;          // [n_embd, n_head * head_dim]
+  Tensor bq, bk, bv;  // [n_head * head_dim], [kv_dim], [kv_dim] f32, or undefined
+  Tensor ffn_norm;    // [n_embd] f32
+  Tensor w_gate;      // [n_ff, n_embd]
+  Tensor w_up;        // [n_ff, n_embd]
+  Tensor w_down;      // [n_embd, n_ff]
+};
+
+class LlamaModel final : public DecoderModel {
+ public:
+  // Binds and validates every tensor (a missing one or a wrong shape is an error naming the
+  // tensor, the expected and the actual shape) and allocates the scratch buffers.
+  static Result<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file,
+                                                  const LoadOptions& opts);
+
+  std::string_view architecture() const override { return hp_.architecture; }
+  std::string describe() const override;
+  uint64_t weight_bytes_per_token() const override { return weight_bytes_; }
+  const DecoderHParams& hparams() const override { return hp_; }
+
+  Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
+
+ private:
+  LlamaModel() = default;
+  Status bind_weights();
+  Status allocate_scratch();
+  // One chunk of at most max_batch tokens at positions cache.size() ...; writes the logits of
+  // the chunk rows `rows` (ascending, chunk-relative) to logits [rows.size(), n_vocab].
+  Status forward_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                       std::span<const int32_t> rows, KvCache& cache, float* logits);
+
+  std::shared_ptr<const GgufFile> file_;
+  LoadOptions opts_;
+  DecoderHParams hp_;
+  uint64_t weight_bytes_ = 0;
+
+  Tensor tok_embd_;     // [n_vocab, n_embd]
+  Tensor output_norm_;  // [n_embd] f32
+  Tensor output_;       // [n_vocab, n_embd] (== tok_embd_ when tied)
+  std::vector<LayerWeights> layers_;
+
+  // Scratch, allocated once for max_batch tokens.
+  Tensor x_;                   // [max_batch, n_embd]            residual stream
+  Tensor h_;                   // [max_batch, n_embd]            normed input / block output
+  Tensor q_;                   // [max_batch, n_head * head_dim] queries
+  Tensor attn_;                // [max_batch, n_head * head_dim] attention output
+  Tensor gate_;                // [max_batch, n_ff]
+  Tensor up_;                  // [max_batch, n_ff]
+  std::vector<int32_t> rows_;  // [<= max_batch] a chunk's logit rows (capacity reserved once)
+};
+
+}  // namespace rinfer::llama

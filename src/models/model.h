@@ -1,0 +1,122 @@
+// The standard interface shared by every model sample (layer 3).
+//
+// A sample runs one model family through four stages:
+//   load_model   model file -> weights bound to the architecture, validated (dims come only from
+//                the file; the architecture is chosen by its metadata, never by a name switch)
+//   preprocess   request -> model inputs (chat messages -> token ids; later: images -> pixels)
+//   infer        model inputs -> raw outputs (logits of the requested rows; later: embeddings,
+//                class scores)
+//   postprocess  raw outputs -> answer (sampled token -> text piece; later: normalized
+//                embedding, top-k labels)
+//
+// ModelSample is the part every sample has (what it is, what it reads). Each task adds its
+// own infer() signature on top: DecoderModel below is the one for text generation, where infer
+// runs a batch of tokens through the transformer against a KV cache. The text stages around
+// it (chat template + tokenizer, streaming detokenizer + stop strings) live in
+// models/text_generation.h; embedding and classification samples will add EncoderModel-style
+// interfaces next to DecoderModel and reuse load_model's dispatch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ops/cpu/ops.h"
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+class KvCache;
+
+enum class ModelTask : uint8_t {
+  kTextGeneration,  // decoder-only LLM: logits for the next token
+  kEmbedding,       // sentence embeddings (later)
+  kClassification,  // class scores (later)
+};
+std::string_view model_task_name(ModelTask task);
+
+// How to load and run a model. The thread pool is created once by the caller (the engine) and
+// must outlive the model.
+struct LoadOptions {
+  cpu::OpContext ops;       // kernels (reference | fast) and the thread pool
+  int64_t max_batch = 512;  // tokens per forward chunk: sizes the scratch buffers, allocated once
+};
+
+class ModelSample {
+ public:
+  virtual ~ModelSample() = default;
+
+  virtual ModelTask task() const = 0;
+  // The metadata's general.architecture ("llama", "qwen2", ...).
+  virtual std::string_view architecture() const = 0;
+  // One line: "llama, 30 layers, n_embd 576, 9 heads (3 kv) ..., 98.4 MB of weights".
+  virtual std::string describe() const = 0;
+  // Bytes of weights read by one forward pass of one token (every matrix once, the output
+  // projection included): the memory traffic that bounds decode speed.
+  virtual uint64_t weight_bytes_per_token() const = 0;
+};
+
+// ---- text generation ------------------------------------------------------------------------
+
+// Hyper-parameters of a decoder-only transformer, all read from the model file.
+struct DecoderHParams {
+  std::string architecture;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;  // the context length the model was trained for
+  float norm_eps = 1e-5f;
+  cpu::RopeParams rope;
+  bool tied_output = false;  // no output.weight: the token embedding is the output projection
+  bool attn_bias = false;    // Q/K/V biases (Qwen2)
+
+  int64_t kv_dim() const { return n_head_kv * head_dim; }  // floats per position per layer
+};
+
+// One forward pass. Token i sits at position positions[i]; positions continue the cache
+// (positions[i] == cache.size() + i). logit_rows lists, ascending, the batch rows whose logits
+// the caller wants (usually only the last one; perplexity wants many).
+struct DecoderBatch {
+  std::span<const int32_t> tokens;      // [n_tokens]
+  std::span<const int32_t> positions;   // [n_tokens]
+  std::span<const int32_t> logit_rows;  // [n_out], indices into tokens
+};
+
+class DecoderModel : public ModelSample {
+ public:
+  ModelTask task() const override { return ModelTask::kTextGeneration; }
+  virtual const DecoderHParams& hparams() const = 0;
+
+  // infer: runs the batch (in chunks of at most LoadOptions::max_batch tokens), appends its
+  // keys and values to `cache` and writes logits [n_out, n_vocab] (row r for batch row
+  // logit_rows[r]). On error the cache is left as it was before the call.
+  virtual Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) = 0;
+};
+
+// postprocess for text generation: token ids -> text, as they are produced (implemented over
+// the tokenizer's streaming decoder, which never emits broken UTF-8).
+class TokenTextStream {
+ public:
+  virtual ~TokenTextStream() = default;
+  virtual bool is_end_of_generation(int32_t token) const = 0;
+  // The text this token completes (may be empty: a partial UTF-8 sequence is held).
+  virtual std::string push(int32_t token) = 0;
+  // End of the reply: what is still held; resets for the next reply.
+  virtual std::string finish() = 0;
+};
+
+// Reads the model file's metadata, picks the sample for its architecture and loads it. A GGUF
+// with general.architecture llama, mistral or qwen2 gives a DecoderModel (models/llama).
+Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts);
+
+// load_model for callers that need text generation: errors when the model is something else.
+Result<std::unique_ptr<DecoderModel>> load_decoder_model(const std::string& path,
+                                                         const LoadOptions& opts);
+
+}  // namespace rinfer

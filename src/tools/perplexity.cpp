@@ -1,0 +1,98 @@
+// `rinfer perplexity <recipe> <text-file> [--ctx N] [--max-windows K]`: teacher-forced
+// perplexity of the recipe's model on a text file, scored as llama.cpp does (windows of the
+// context length, second half of each window scored; see engine/perplexity.h).
+#include "engine/perplexity.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "engine/llm_engine.h"
+#include "recipe/recipe.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+struct PplArgs {
+  std::string recipe;
+  std::string text_file;
+  std::optional<int64_t> ctx;
+  int64_t max_windows = 0;
+  std::optional<int> threads;
+};
+
+int run_perplexity(const PplArgs& a) {
+  auto recipe = load_recipe(a.recipe);
+  if (!recipe.ok()) return report_error(recipe.status().message());
+  if (a.ctx) recipe->context_length = *a.ctx;
+  if (a.threads) recipe->strategies.threads = *a.threads;
+  if (recipe->context_length == 0) recipe->context_length = 512;
+  auto engine = LlmEngine::create(*recipe);
+  if (!engine.ok()) return report_error(engine.status().message());
+  LlmEngine& e = **engine;
+
+  std::ifstream f(a.text_file, std::ios::binary);
+  if (!f) return report_error(fmt::format("cannot open the text file '{}'", a.text_file));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const Tokenizer& tok = e.sample().tokenizer();
+  auto ids = tok.encode(ss.str(), EncodeOptions{.add_special = false, .parse_special = false});
+  if (!ids.ok()) return report_error(ids.status().message());
+
+  PerplexityOptions opts;
+  opts.n_ctx = e.kv_cache().n_ctx();
+  opts.max_windows = a.max_windows;
+  opts.bos = tok.add_bos() ? tok.bos() : -1;
+  const int64_t available = static_cast<int64_t>(ids->size()) / opts.n_ctx;
+  const int64_t total = a.max_windows > 0 ? std::min(available, a.max_windows) : available;
+  std::fprintf(stderr, "%s: %zu tokens, %lld windows of %lld (second half scored); %s\n",
+               a.text_file.c_str(), ids->size(), static_cast<long long>(total),
+               static_cast<long long>(opts.n_ctx), e.recipe().strategies_summary().c_str());
+
+  const bool tty = ::isatty(2) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto progress = [&](int64_t done, int64_t n, double ppl) {
+    if (!tty) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = s / static_cast<double>(done) * static_cast<double>(n - done);
+    std::fprintf(stderr, "\r[%lld/%lld] perplexity %.4f  %.1f s/window, ETA %.0f s   ",
+                 static_cast<long long>(done), static_cast<long long>(n), ppl,
+                 s / static_cast<double>(done), eta);
+    std::fflush(stderr);
+  };
+  auto r = compute_perplexity(e.decoder(), e.kv_cache(), *ids, opts, progress);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!r.ok()) return report_error(r.status().message());
+  std::printf("perplexity %.4f +/- %.4f over %lld windows of %lld tokens (%lld scored), %.1f s\n",
+              r->ppl, r->ppl_stderr, static_cast<long long>(r->windows),
+              static_cast<long long>(opts.n_ctx), static_cast<long long>(r->scored_tokens),
+              r->seconds);
+  return 0;
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "perplexity", "Perplexity of a recipe's model on a text file (llama.cpp's scoring)");
+  auto a = std::make_shared<PplArgs>();
+  cmd->add_option("recipe", a->recipe, "Recipe YAML (model, kernels, threads)")->required();
+  cmd->add_option("text-file", a->text_file, "A UTF-8 text file")->required();
+  cmd->add_option("--ctx", a->ctx, "Window length in tokens (default: the recipe's context)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  cmd->add_option("--max-windows", a->max_windows, "Score at most K windows (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--threads", a->threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
+}
+
+}  // namespace rinfer

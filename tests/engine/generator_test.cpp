@@ -1,0 +1,240 @@
+// The generation loop on the tiny synthetic llama (tests/data/llama/tiny_llama.gguf) with a fake
+// detokenizer: KV cache vs recomputation, stop conditions, streaming, cancellation, prefix reuse.
+#include "engine/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+// Token i reads "<i>"; tokens in `eog` end the generation.
+class FakeText final : public TokenTextStream {
+ public:
+  std::set<int32_t> eog;
+  int finishes = 0;
+  bool is_end_of_generation(int32_t t) const override { return eog.count(t) != 0; }
+  std::string push(int32_t t) override { return "<" + std::to_string(t) + ">"; }
+  std::string finish() override {
+    ++finishes;
+    return "";
+  }
+};
+
+struct Rig {
+  std::unique_ptr<DecoderModel> model;
+  KvCache cache;
+};
+
+Rig make(int64_t n_ctx = 64, int64_t max_batch = 512) {
+  LoadOptions o;
+  o.ops.impl = cpu::Impl::kFast;
+  o.ops.quantize_activations = false;  // exact: runs compare bit-for-bit-ish logits
+  o.max_batch = max_batch;
+  auto m = load_decoder_model(test::test_data_path("llama/tiny_llama.gguf"), o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  const DecoderHParams& hp = (*m)->hparams();
+  return {std::move(m).value(), KvCache::create(hp.n_layer, n_ctx, hp.kv_dim()).value()};
+}
+
+GeneratorOptions greedy(int64_t max_tokens, bool kv_cache = true) {
+  GeneratorOptions g;
+  g.kv_cache = kv_cache;
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = 0.0f;
+  g.sampling.repeat_penalty = 1.0f;
+  return g;
+}
+
+const std::vector<int32_t> kPrompt = {1, 17, 42, 5, 88, 23};
+
+TEST(GeneratorTest, KvCacheAndRecomputeGenerateTheSameTokens) {
+  std::vector<int32_t> with, without;
+  for (bool kv : {true, false}) {
+    Rig s = make();
+    Generator g(*s.model, s.cache, nullptr, greedy(12, kv));
+    auto r = g.generate(kPrompt, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->stop_reason, StopReason::kMaxTokens);
+    EXPECT_EQ(r->timings.generated_tokens, 12);
+    EXPECT_EQ(r->timings.decode_steps, 11);
+    EXPECT_EQ(r->timings.prompt_tokens, 6);
+    (kv ? with : without) = r->tokens;
+  }
+  EXPECT_EQ(with, without);
+}
+
+TEST(GeneratorTest, ChunkedPrefillGivesTheSameReply) {
+  std::vector<int32_t> a, b;
+  for (int64_t chunk : {512, 4}) {
+    Rig s = make();
+    GeneratorOptions o = greedy(8);
+    o.prefill_chunk = chunk;
+    Generator g(*s.model, s.cache, nullptr, o);
+    auto r = g.generate(kPrompt, nullptr);
+    ASSERT_TRUE(r.ok());
+    (chunk == 4 ? b : a) = r->tokens;
+  }
+  EXPECT_EQ(a, b);
+}
+
+TEST(GeneratorTest, StreamsPiecesAndStopsAtEndOfGeneration) {
+  Rig s = make();
+  FakeText text;
+  Generator probe(*s.model, s.cache, nullptr, greedy(6));
+  auto first = probe.generate(kPrompt, nullptr);
+  ASSERT_TRUE(first.ok());
+  // Make the 4th greedy token an end-of-generation token (if it did not occur earlier).
+  const int32_t stop_tok = first->tokens[3];
+  text.eog = {stop_tok};
+  probe.reset();
+  Generator g(*s.model, s.cache, &text, greedy(6));
+  std::vector<std::string> pieces;
+  auto r = g.generate(kPrompt, [&](std::string_view p) { pieces.emplace_back(p); });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kEndOfGeneration);
+  EXPECT_EQ(r->tokens.back(), stop_tok);
+  std::string joined;
+  for (const auto& p : pieces) joined += p;
+  EXPECT_EQ(joined, r->text);
+  EXPECT_EQ(r->text.find("<" + std::to_string(stop_tok) + ">"), std::string::npos);
+  EXPECT_EQ(text.finishes, 1);
+}
+
+TEST(GeneratorTest, StopStringIsNeverStreamed) {
+  Rig s = make();
+  FakeText text;
+  Generator probe(*s.model, s.cache, &text, greedy(6));
+  auto first = probe.generate(kPrompt, nullptr);
+  ASSERT_TRUE(first.ok());
+  // Stop at the third token's text, given as a string that spans two pieces: "3>"+"<4".
+  const std::string t2 = "<" + std::to_string(first->tokens[2]) + ">";
+  const std::string t3 = "<" + std::to_string(first->tokens[3]) + ">";
+  const std::string stop = t2.substr(1) + t3.substr(0, 2);
+  const size_t at = first->text.find(stop);
+  probe.reset();
+  GeneratorOptions o = greedy(6);
+  o.stop = {stop};
+  Generator g(*s.model, s.cache, &text, o);
+  std::string streamed;
+  auto r = g.generate(kPrompt, [&](std::string_view p) { streamed += p; });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kStopString);
+  EXPECT_EQ(streamed, first->text.substr(0, at));
+  EXPECT_EQ(streamed.find(stop), std::string::npos);
+}
+
+TEST(GeneratorTest, CancelStopsAfterTheCurrentToken) {
+  Rig s = make();
+  FakeText text;
+  std::atomic<bool> cancel{false};
+  Generator g(*s.model, s.cache, &text, greedy(50));
+  int pieces = 0;
+  auto r = g.generate(
+      kPrompt,
+      [&](std::string_view) {
+        if (++pieces == 3) cancel = true;
+      },
+      &cancel);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(r->tokens.size(), 3u);
+  // The cache and the history still agree: the next call reuses them.
+  EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size()));
+  // Cancelled before anything: the prefill stops between chunks (or returns no token).
+  cancel = true;
+  auto r2 = g.generate(std::vector<int32_t>{3, 4}, nullptr, &cancel);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->stop_reason, StopReason::kCancelled);
+}
+
+TEST(GeneratorTest, ContextFullAndPromptTooLong) {
+  Rig s = make(16);
+  Generator g(*s.model, s.cache, nullptr, greedy(0));
+  auto r = g.generate(kPrompt, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kContextFull);
+  EXPECT_EQ(s.cache.size(), 16);
+  EXPECT_EQ(r->tokens.size(), 11u);  // 16 - 6 fed back, plus the last one sampled
+
+  std::vector<int32_t> long_prompt(16, 3);
+  auto bad = g.generate(long_prompt, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(bad.status().message().find("16 tokens but the context holds 16"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(g.generate({}, nullptr).ok());
+  auto oov = g.generate(std::vector<int32_t>{1, 96}, nullptr);
+  ASSERT_FALSE(oov.ok());
+  EXPECT_NE(oov.status().message().find("96"), std::string::npos);
+}
+
+TEST(GeneratorTest, ReusesTheCachedPrefixAcrossTurns) {
+  Rig s = make();
+  Generator g(*s.model, s.cache, nullptr, greedy(5));
+  auto r1 = g.generate(kPrompt, nullptr);
+  ASSERT_TRUE(r1.ok());
+  // Next turn: the history, the reply, then new tokens.
+  std::vector<int32_t> turn2 = kPrompt;
+  turn2.insert(turn2.end(), r1->tokens.begin(), r1->tokens.end());
+  turn2.insert(turn2.end(), {7, 8, 9});
+  auto r2 = g.generate(turn2, nullptr);
+  ASSERT_TRUE(r2.ok());
+  // The last reply token was sampled but never fed, so it is evaluated with the new ones.
+  EXPECT_EQ(r2->timings.reused_tokens, static_cast<int64_t>(kPrompt.size() + 4));
+  EXPECT_EQ(r2->timings.prompt_tokens, 4);
+
+  Rig fresh = make();
+  Generator f(*fresh.model, fresh.cache, nullptr, greedy(5));
+  auto want = f.generate(turn2, nullptr);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(r2->tokens, want->tokens);
+
+  // An edited history: only the common prefix is kept.
+  std::vector<int32_t> edited = {1, 17, 50, 50};
+  auto r3 = g.generate(edited, nullptr);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r3->timings.reused_tokens, 2);
+}
+
+TEST(GeneratorTest, SeededSamplingIsReproducible) {
+  std::vector<std::vector<int32_t>> runs;
+  for (uint64_t seed : {5u, 5u, 6u}) {
+    Rig s = make();
+    GeneratorOptions o = greedy(24);
+    o.sampling.temperature = 1.5f;
+    o.sampling.top_k = 0;
+    o.sampling.top_p = 1.0f;
+    o.sampling.min_p = 0.0f;
+    o.sampling.seed = seed;
+    Generator g(*s.model, s.cache, nullptr, o);
+    auto r = g.generate(kPrompt, nullptr);
+    ASSERT_TRUE(r.ok());
+    runs.push_back(r->tokens);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_NE(runs[0], runs[2]);
+}
+
+TEST(GeneratorTest, TimingsAreFilled) {
+  Rig s = make();
+  Generator g(*s.model, s.cache, nullptr, greedy(4));
+  auto r = g.generate(kPrompt, nullptr);
+  ASSERT_TRUE(r.ok());
+  const GenerationTimings& t = r->timings;
+  EXPECT_GT(t.prompt_ms, 0);
+  EXPECT_GT(t.ttft_ms, 0);
+  EXPECT_GT(t.prompt_tps(), 0);
+  EXPECT_GT(t.decode_tps(), 0);
+  EXPECT_NE(t.to_string().find("prompt 6 tokens"), std::string::npos) << t.to_string();
+}
+
+}  // namespace
+}  // namespace rinfer

@@ -1,0 +1,166 @@
+// Recipe parsing: the committed recipes load; malformed ones fail with a message naming the
+// file, the line, the key path and what was expected.
+#include "recipe/recipe.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+const char* kValid = R"(model: smollm2-135m-instruct-q4_1
+device: cpu
+scenario: llm-chat
+context_length: 1024
+strategies:
+  kv_cache: {enabled: false}
+  kernels: {impl: reference}
+  threads: {count: 1}
+sampling:
+  temperature: 0.3
+  top_k: 20
+  top_p: 0.9
+  min_p: 0.05
+  repeat_penalty: 1.1
+  repeat_last_n: 32
+  presence_penalty: 0.5
+  seed: 1234
+  max_tokens: 99
+  stop: ["\n\nUser:", "###"]
+chat_template: chatml
+)";
+
+TEST(RecipeTest, ParsesEveryKey) {
+  auto r = parse_recipe(kValid, "/recipes/x/a.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, "smollm2-135m-instruct-q4_1");
+  EXPECT_EQ(r->model_ref, "smollm2-135m-instruct-q4_1");
+  EXPECT_TRUE(r->device.is_cpu());
+  EXPECT_EQ(r->scenario, "llm-chat");
+  EXPECT_EQ(r->context_length, 1024);
+  EXPECT_FALSE(r->strategies.kv_cache);
+  EXPECT_EQ(r->strategies.kernels, cpu::Impl::kReference);
+  EXPECT_EQ(r->strategies.threads, 1);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.3f);
+  EXPECT_EQ(r->sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(r->sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r->sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(r->sampling.repeat_last_n, 32);
+  EXPECT_FLOAT_EQ(r->sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(r->sampling.seed, 1234u);
+  EXPECT_TRUE(r->seed_set);
+  EXPECT_EQ(r->max_tokens, 99);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\nUser:", "###"}));
+  EXPECT_EQ(r->chat_template, "chatml");
+  EXPECT_EQ(r->strategies_summary(), "kv_cache off, kernels reference, threads 1, context 1024");
+}
+
+TEST(RecipeTest, DefaultsAndRelativeModelPaths) {
+  auto r = parse_recipe("model: ./weights/m.gguf\nscenario: llm-chat\n", "/a/b/recipe.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model_ref, "/a/b/weights/m.gguf");
+  EXPECT_TRUE(r->strategies.kv_cache);
+  EXPECT_EQ(r->strategies.kernels, cpu::Impl::kFast);
+  EXPECT_EQ(r->strategies.threads, 0);
+  EXPECT_FALSE(r->seed_set);
+  EXPECT_FALSE(r->chat_template.has_value());
+  r = parse_recipe("model: ../m.gguf\nscenario: llm-chat\n", "/a/b/recipe.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->model_ref, "/a/m.gguf");
+  r = parse_recipe("model: /abs/m.gguf\nscenario: llm-chat\ndevice: cuda:1\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->model_ref, "/abs/m.gguf");
+  EXPECT_EQ(r->device.to_string(), "cuda:1");  // accepted here; the engine says "not built yet"
+}
+
+TEST(RecipeTest, CommittedRecipesLoad) {
+  for (const char* name : {"baseline", "optimized"}) {
+    const std::string path =
+        test::source_dir() + "/recipes/llm-chat/smollm2-135m/" + name + ".yaml";
+    auto r = load_recipe(path);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->model, "smollm2-135m-instruct-q4_1");
+    const bool baseline = std::string(name) == "baseline";
+    EXPECT_EQ(r->strategies.kv_cache, !baseline);
+    EXPECT_EQ(r->strategies.kernels, baseline ? cpu::Impl::kReference : cpu::Impl::kFast);
+    if (baseline) EXPECT_EQ(r->strategies.threads, 1);
+  }
+}
+
+struct Bad {
+  const char* text;
+  const char* expected;  // a substring of the message
+};
+
+class MalformedRecipeTest : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(MalformedRecipeTest, FailsWithAClearMessage) {
+  auto r = parse_recipe(GetParam().text, "bad.yaml");
+  ASSERT_FALSE(r.ok()) << GetParam().text;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string& msg = r.status().message();
+  EXPECT_NE(msg.find(GetParam().expected), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind("bad.yaml", 0), 0u) << msg;  // always starts with the file
+}
+
+#define BASE "model: m\nscenario: llm-chat\n"
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MalformedRecipeTest,
+    ::testing::Values(
+        Bad{"", "the recipe is empty"},
+        Bad{"- a\n- b\n", "the recipe: expected a mapping of keys, got a list"},
+        Bad{"model: [unclosed\n", "bad.yaml:2:1: invalid YAML"},
+        Bad{"scenario: llm-chat\n", "model: missing (required)"},
+        Bad{"model: m\n", "scenario: missing (required)"},
+        Bad{BASE "modle: x\n", "bad.yaml:3:1: modle: unknown key (allowed here: model, device"},
+        Bad{BASE "model: n\n", "bad.yaml:3:1: model: duplicate key (first set on line 1)"},
+        Bad{BASE "sampling:\n  top_p: 1.5\n",
+            "bad.yaml:4:10: sampling.top_p: expected a number in (0, 1], got 1.5"},
+        Bad{BASE "sampling:\n  top_p: \"0.5\"\n",
+            "sampling.top_p: expected a number in (0, 1], got the string \"0.5\""},
+        Bad{BASE "sampling:\n  temperature: hot\n",
+            "sampling.temperature: expected a number in [0, 100], got hot"},
+        Bad{BASE "sampling:\n  top_k: 2.5\n",
+            "sampling.top_k: expected an integer in [0, 16777216]"},
+        Bad{BASE "sampling:\n  seed: -1\n", "sampling.seed: expected an integer in [0, "},
+        Bad{BASE "sampling:\n  stop: END\n", "sampling.stop: expected a list of strings, got END"},
+        Bad{BASE "sampling:\n  stop: [a, [b]]\n",
+            "sampling.stop: item 1: expected a non-empty string"},
+        Bad{BASE "sampling:\n  top_n: 3\n",
+            "sampling.top_n: unknown key (allowed here: temperature"},
+        Bad{BASE "sampling: 0.7\n", "sampling: expected a mapping of keys, got 0.7"},
+        Bad{BASE "strategies:\n  kv_cache: {enabled: yes please}\n",
+            "strategies.kv_cache.enabled: expected true or false, got yes please"},
+        Bad{BASE "strategies:\n  kv_cache: true\n",
+            "strategies.kv_cache: expected a mapping of keys, got true"},
+        Bad{BASE "strategies:\n  kernels: {impl: turbo}\n",
+            "strategies.kernels.impl: expected reference or fast, got turbo"},
+        Bad{BASE "strategies:\n  threads: {count: -2}\n",
+            "strategies.threads.count: expected an integer in [0, 1024], got -2"},
+        Bad{BASE "strategies:\n  paged_attention: {enabled: true}\n",
+            "strategies.paged_attention: unknown key (allowed here: kv_cache, kernels, threads)"},
+        Bad{BASE "context_length: 8\n", "context_length: expected 0 (the model's) or at least 16"},
+        Bad{BASE "context_length: 1e9\n", "context_length: expected an integer"},
+        Bad{"model: m\nscenario: image-classification\n",
+            "scenario: expected llm-chat (the only scenario so far), got image-classification"},
+        Bad{BASE "device: tpu\n", "device: expected cpu or cuda:N, got tpu"},
+        Bad{BASE "chat_template: \n", "chat_template: expected a non-empty string, got nothing"},
+        Bad{"model: m\n---\nmodel: n\n", "holds 2 YAML documents"}));
+
+#undef BASE
+
+TEST(RecipeTest, MissingFile) {
+  auto r = load_recipe("/nonexistent/recipe.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/recipe.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rinfer

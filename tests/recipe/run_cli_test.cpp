@@ -1,0 +1,134 @@
+// `rinfer run` and `rinfer perplexity` end to end: the binary, a recipe, the real SmolLM2 model
+// (skipped when it is not fetched), and the tiny synthetic model for the error paths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+using test::run_command;
+
+const std::string kOptimized = "recipes/llm-chat/smollm2-135m/optimized.yaml";
+
+std::string rinfer() { return std::string("'") + RINFER_BINARY + "'"; }
+std::string recipe(const std::string& rel) { return "'" + test::source_dir() + "/" + rel + "'"; }
+
+// A recipe for the tiny synthetic model (no tokenizer, so it fails after loading the weights).
+std::string tiny_recipe() {
+  return test::write_temp_file("tiny.yaml",
+                               "model: " + test::test_data_path("llama/tiny_llama.gguf") +
+                                   "\nscenario: llm-chat\ncontext_length: 64\n");
+}
+
+class RunCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::reference_model("smollm2-135m-instruct-q4_1")) {
+      GTEST_SKIP() << test::missing_model_message("smollm2-135m-instruct-q4_1");
+    }
+  }
+};
+
+TEST_F(RunCliTest, AnswersAQuestion) {
+  auto r = run_command(rinfer() + " run " + recipe(kOptimized) +
+                       " -p 'What is the capital of France?' -n 12");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;  // the timing line
+}
+
+TEST_F(RunCliTest, SameSeedSameText) {
+  const std::string cmd = rinfer() + " run " + recipe(kOptimized) +
+                          " --raw -p 'Once upon a time' -n 6 --temperature 1.0 --seed ";
+  auto a = run_command(cmd + "7"), b = run_command(cmd + "7");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(RunCliTest, PromptLongerThanTheContextIsAClearError) {
+  auto r = run_command(rinfer() + " run " + recipe(kOptimized) +
+                       " --ctx 16 -p 'This prompt, with the chat template around it, is much "
+                       "longer than sixteen tokens.'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("but the context holds 16"), std::string::npos) << r.err;
+}
+
+TEST_F(RunCliTest, ChatKeepsTheHistoryAndEndsAtExit) {
+  const std::string input =
+      test::write_temp_file("chat.txt", "My name is Ada.\nWhat is my name?\n/exit\nignored\n");
+  const std::string script =
+      test::write_temp_file("chat.sh", rinfer() + " run " + recipe(kOptimized) +
+                                           " --chat -n 4 --system 'Be brief.' < '" + input + "'\n");
+  auto r = run_command("sh '" + script + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Two replies, two timing lines; the second turn reused the first one's KV cache (the whole
+  // first exchange is in its prompt). What the model answers is not checked: greedy text
+  // depends on the build (see tests/engine/greedy_golden_test.cpp).
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '['), 2) << r.err;
+  EXPECT_NE(r.err.find(" cached)"), std::string::npos) << r.err;
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+TEST_F(RunCliTest, CtrlCStopsTheReplyAndPrintsTheTiming) {
+  const std::string out = test::write_temp_file("sigint.out", "");
+  const std::string err = test::write_temp_file("sigint.err", "");
+  // Start a long reply, wait for the first streamed text, then send SIGINT.
+  const std::string script = test::write_temp_file(
+      "sigint.sh", rinfer() + " run " + recipe(kOptimized) +
+                       " --raw -p 'Once upon a time' -n 4000 " + "--temperature 1 >'" + out +
+                       "' 2>'" + err + "' & pid=$!\n" + "for i in $(seq 600); do [ -s '" + out +
+                       "' ] && break; sleep 0.1; done\n" +
+                       "kill -INT $pid; wait $pid; echo rc=$?\n");
+  auto r = run_command("sh '" + script + "'");
+  EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out << r.err;
+  auto e = run_command("cat '" + err + "'");
+  EXPECT_NE(e.out.find("stop: cancelled"), std::string::npos) << e.out;
+}
+
+TEST_F(RunCliTest, PerplexityPrintsOneLine) {
+  auto r = run_command(rinfer() + " perplexity " + recipe(kOptimized) +
+                       " /usr/share/common-licenses/GPL-3 --ctx 32 --max-windows 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("perplexity ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("over 1 windows of 32 tokens (15 scored)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);  // no progress display off a terminal
+}
+
+TEST(RunCliErrorsTest, ErrorsAreOneLineWithExitCode1) {
+  auto r = run_command(rinfer() + " run /nonexistent.yaml -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("rinfer: error: recipe '/nonexistent.yaml' not found"), std::string::npos)
+      << r.err;
+
+  const std::string bad = test::write_temp_file("bad.yaml",
+                                                "model: m\nscenario: llm-chat\n"
+                                                "sampling: {top_p: 2}\n");
+  r = run_command(rinfer() + " run '" + bad + "' -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("sampling.top_p: expected a number in (0, 1], got 2"), std::string::npos)
+      << r.err;
+
+  const std::string cuda =
+      test::write_temp_file("cuda.yaml", "model: " + test::test_data_path("llama/tiny_llama.gguf") +
+                                             "\nscenario: llm-chat\ndevice: cuda:0\n");
+  r = run_command(rinfer() + " run '" + cuda + "' -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cuda:0: LLM inference on CUDA is not built yet"), std::string::npos)
+      << r.err;
+
+  r = run_command(rinfer() + " run '" + tiny_recipe() + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("give a prompt with -p"), std::string::npos) << r.err;
+
+  r = run_command(rinfer() + " run '" + tiny_recipe() + "' -p hi");  // no tokenizer in the file
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace rinfer
