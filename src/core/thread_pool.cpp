@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace rinfer {
 
@@ -20,7 +21,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : h
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mu_);
-    stopping_ = true;
+    stopping_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
@@ -43,22 +44,50 @@ void ThreadPool::work_on_job(int thread_index) {
   t_in_pool_task = was_in_task;
 }
 
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until pred() holds or kSpin has passed; true when pred() held. Waking a sleeping thread
+// costs tens of microseconds on an idle VM, more than a whole decode-step matmul, so workers and
+// the caller spin briefly before falling back to the condition variables.
+template <typename Pred>
+bool spin_until(Pred pred) {
+  constexpr auto kSpin = std::chrono::microseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+}  // namespace
+
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto has_news = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(has_news)) {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+      wake_.wait(lock, has_news);
     }
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     work_on_job(thread_index);
-    bool last = false;
-    {
-      std::lock_guard lock(mu_);
-      last = --pending_workers_ == 0;
+    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mu_);  // pairs with the caller's predicate check under mu_
+      done_.notify_all();
     }
-    if (last) done_.notify_all();
   }
 }
 
@@ -70,22 +99,33 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t, int)>& f
   }
   std::lock_guard run_lock(run_mu_);
   {
+    // The job is published by the release increment of generation_: a spinning worker that
+    // sees the new generation also sees job_, job_tasks_ and next_task_.
     std::lock_guard lock(mu_);
     job_ = &fn;
     job_tasks_ = n_tasks;
     next_task_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    pending_workers_ = static_cast<int>(workers_.size());
-    ++generation_;
+    pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   work_on_job(0);
+  // Every worker takes part in every job (even if only to find no task left), so no worker
+  // can still be inside this job when the next one starts.
+  auto all_done = [&] { return pending_workers_.load(std::memory_order_acquire) == 0; };
   std::exception_ptr error;
   {
-    // Every worker takes part in every job (even if only to find no task left), so no worker
-    // can still be inside this job when the next one starts.
     std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return pending_workers_ == 0; });
+    if (!all_done()) {
+      lock.unlock();
+      if (!spin_until(all_done)) {
+        lock.lock();
+        done_.wait(lock, all_done);
+      } else {
+        lock.lock();
+      }
+    }
     job_ = nullptr;
     error = error_;
     error_ = nullptr;

@@ -44,14 +44,14 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped for each job
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};  // bumped for each job
+  std::atomic<bool> stopping_{false};
 
   // The current job (valid while a run() is in flight).
   const std::function<void(int64_t, int)>* job_ = nullptr;
   int64_t job_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
-  int pending_workers_ = 0;  // workers that have not finished the current job
+  std::atomic<int> pending_workers_{0};  // workers that have not finished the current job
   std::exception_ptr error_;
   std::mutex run_mu_;  // one job at a time
 };
