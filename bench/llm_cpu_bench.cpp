@@ -116,11 +116,19 @@ struct Config {
 };
 
 struct Measured {
-  double pp_tps = 0;
-  double tg_tps = 0;
+  double pp_tps = 0;  // median over reps
+  double tg_tps = 0;  // median over reps
+  std::vector<double> pp_samples, tg_samples;
   int64_t tg_tokens = 0;
   double tg_avg_kv_bytes = 0;  // KV cache bytes read per decoded token, averaged
 };
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 Result<Measured> measure(const std::string& path, const Config& c,
                          const std::vector<int32_t>& prompt) {
@@ -147,8 +155,9 @@ Result<Measured> measure(const std::string& path, const Config& c,
     const auto t0 = Clock::now();
     RINFER_RETURN_IF_ERROR(
         model->infer({prompt, positions, std::span(&last, 1)}, cache, logits.data()));
-    m.pp_tps = std::max(m.pp_tps, static_cast<double>(n_pp) / seconds_since(t0));
+    m.pp_samples.push_back(static_cast<double>(n_pp) / seconds_since(t0));
   }
+  m.pp_tps = median(m.pp_samples);
 
   // Generation from a 1-token prompt.
   GeneratorOptions g;
@@ -160,9 +169,10 @@ Result<Measured> measure(const std::string& path, const Config& c,
     cache.clear();
     Generator gen(*model, cache, nullptr, g);
     RINFER_ASSIGN_OR_RETURN(GenerationResult r, gen.generate(std::span(prompt.data(), 1), nullptr));
-    m.tg_tps = std::max(m.tg_tps, r.timings.decode_tps());
+    m.tg_samples.push_back(r.timings.decode_tps());
     m.tg_tokens = r.timings.generated_tokens;
   }
+  m.tg_tps = median(m.tg_samples);
   // Step k of the decode reads k+1 cached positions of K and V in every layer.
   const double avg_ctx = 1.0 + static_cast<double>(c.tg_tokens) / 2.0;
   m.tg_avg_kv_bytes = avg_ctx * 2.0 * static_cast<double>(hp.n_layer * hp.kv_dim()) * 4.0;
@@ -287,8 +297,10 @@ int main(int argc, char** argv) {
                        {"threads", c.threads},
                        {"pp_tokens", pp},
                        {"pp_tokens_per_s", m->pp_tps},
+                       {"pp_tokens_per_s_samples", m->pp_samples},
                        {"tg_tokens", m->tg_tokens},
                        {"tg_tokens_per_s", m->tg_tps},
+                       {"tg_tokens_per_s_samples", m->tg_samples},
                        {"reps", c.reps},
                        {"decode_bytes_per_token", bytes_per_token},
                        {"decode_gb_per_s", gbps},
@@ -327,8 +339,8 @@ int main(int argc, char** argv) {
         {"memory_read_bandwidth_gb_per_s", bandwidth},
         {"method",
          "pp: one forward pass over the first N tokens of /usr/share/common-licenses/GPL-3 from "
-         "an empty KV cache, best of reps; tg: greedy decode steps from a 1-token prompt, EOS "
-         "ignored, decode steps / decode time, best of reps; baseline generates fewer tokens"},
+         "an empty KV cache, median of reps; tg: greedy decode steps from a 1-token prompt, EOS "
+         "ignored, decode steps / decode time, median of reps; baseline generates fewer tokens"},
         {"results", results},
         {"limit",
          "decode is memory bound: (weight bytes + KV bytes) per token x tokens/s vs the measured "
