@@ -157,5 +157,33 @@ TEST(GreedyGoldenTest, GreedyRepliesOfTheOptimizedRecipe) {
   }
 }
 
+// The exact path reproduces the golden text token for token: the reference kernels accumulate
+// every dot product in double and round once, so their output does not depend on the build's
+// FMA contraction or SIMD target.
+TEST(GreedyGoldenTest, ReferenceKernelsReproduceTheGoldenTextExactly) {
+  if (!test::reference_model("smollm2-135m-instruct-q4_1")) {
+    GTEST_SKIP() << test::missing_model_message("smollm2-135m-instruct-q4_1");
+  }
+#ifndef __OPTIMIZE__
+  GTEST_SKIP() << "the scalar reference kernels take minutes in an unoptimized build; this runs "
+                  "in the optimized build (ctest --preset default)";
+#endif
+  auto recipe = load_recipe(test::source_dir() + "/recipes/llm-chat/smollm2-135m/optimized.yaml");
+  ASSERT_TRUE(recipe.ok()) << recipe.status().to_string();
+  recipe->sampling.temperature = 0.0f;
+  recipe->max_tokens = kMaxTokens;
+  recipe->strategies.kernels = cpu::Impl::kReference;
+  auto engine = LlmEngine::create(*recipe);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  std::ifstream f(test::test_data_path("llama/greedy_golden.json"));
+  ASSERT_TRUE(f.good());
+  const nlohmann::json golden = nlohmann::json::parse(f);
+  for (const auto& item : golden["prompts"]) {
+    const Reply r = greedy_reply(**engine, item["prompt"].get<std::string>());
+    EXPECT_EQ(r.ids, item["ids"].get<std::vector<int32_t>>()) << item["prompt"];
+    EXPECT_EQ(r.text, item["text"].get<std::string>()) << item["prompt"];
+  }
+}
+
 }  // namespace
 }  // namespace rinfer
