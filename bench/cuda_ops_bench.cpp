@@ -29,8 +29,11 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "ops/cuda/ops_cuda.h"
+#include "bench_util.h"
 
 namespace {
+
+using rinfer::bench::median;
 
 using rinfer::DType;
 using rinfer::Status;
@@ -54,12 +57,6 @@ template <typename T>
 T take(rinfer::Result<T> r, const char* what) {
   if (!r.ok()) die(std::string(what) + ": " + r.status().to_string());
   return std::move(r).value();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Captures `batch` (a sequence of launches on `s`) into a graph and returns the median time of

@@ -38,34 +38,19 @@
 #include "models/model.h"
 #include "ops/cpu/ops.h"
 #include "tokenizer/tokenizer.h"
+#include "bench_util.h"
 
 namespace {
+
+using rinfer::bench::cpu_model;
+using rinfer::bench::median;
+using rinfer::bench::run_cmd;
 
 using namespace rinfer;  // NOLINT
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string run_cmd(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof(buf), p)) out += buf;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 // Read bandwidth in GB/s: every thread of the pool sums its part of a 1 GiB buffer with 64-byte
@@ -122,13 +107,6 @@ struct Measured {
   int64_t tg_tokens = 0;
   double tg_avg_kv_bytes = 0;  // KV cache bytes read per decoded token, averaged
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 Result<Measured> measure(const std::string& path, const Config& c,
                          const std::vector<int32_t>& prompt) {
@@ -346,13 +324,7 @@ int main(int argc, char** argv) {
          "decode is memory bound: (weight bytes + KV bytes) per token x tokens/s vs the measured "
          "read bandwidth; prefill is compute bound (int8 dot products)"},
     };
-    std::ofstream f(out_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+    if (rinfer::bench::write_json(out_path, j) != 0) return 1;
   }
   return 0;
 }

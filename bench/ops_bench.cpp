@@ -35,8 +35,12 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/ops.h"
+#include "bench_util.h"
 
 namespace {
+
+using rinfer::bench::cpu_model;
+using rinfer::bench::median;
 
 using rinfer::DType;
 using rinfer::Tensor;
@@ -46,11 +50,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Median seconds of fn() over `reps` runs after one warm-up (at least min_time in total).
@@ -65,26 +64,6 @@ double time_median(int reps, const std::function<void()>& fn, double min_time = 
     if (i > 100000) break;
   }
   return median(t);
-}
-
-std::string shell(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 struct AlignedBuf {
@@ -314,8 +293,8 @@ int main(int argc, char** argv) {
     }
   }
   nlohmann::json j;
-  j["git_sha"] = shell("git -C " RINFER_SOURCE_DIR " rev-parse HEAD 2>/dev/null");
-  j["git_dirty"] = !shell("git -C " RINFER_SOURCE_DIR " status --porcelain 2>/dev/null").empty();
+  j["git_sha"] = rinfer::bench::git_sha(RINFER_SOURCE_DIR);
+  j["git_dirty"] = rinfer::bench::git_dirty(RINFER_SOURCE_DIR, "src");
   {
     char date[64];
     const std::time_t now = std::time(nullptr);

@@ -22,8 +22,11 @@
 #include "formats/gguf.h"
 #include "formats/model_cache.h"
 #include "tokenizer/tokenizer.h"
+#include "bench_util.h"
 
 namespace {
+
+using rinfer::bench::cpu_model;
 
 // Sentences of ordinary English prose; the text is made by drawing them with an LCG.
 constexpr const char* kSentences[] = {
@@ -87,26 +90,6 @@ std::string english_text(size_t bytes, uint64_t seed) {
   }
   out.resize(bytes);  // the text is ASCII: any cut is a character boundary
   return out;
-}
-
-std::string run(const char* cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd, "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 // The 1-minute load average: other work on the machine slows a single-thread benchmark down.
@@ -214,10 +197,9 @@ int main(int argc, char** argv) {
     uname(&u);
     nlohmann::ordered_json j = {
         {"benchmark", "tokenizer"},
-        {"git_sha", run(("git -C '" + src + "' rev-parse HEAD 2>/dev/null").c_str())},
+        {"git_sha", rinfer::bench::git_sha(src)},
         {"git_dirty",
-         !run(("git -C '" + src + "' status --porcelain -- src/tokenizer 2>/dev/null").c_str())
-              .empty()},
+         rinfer::bench::git_dirty(src, "src/tokenizer")},
         {"date", date},
         {"machine",
          {{"name", machine},
@@ -233,13 +215,7 @@ int main(int argc, char** argv) {
          "compute-bound per byte and per merge (PCRE2 JIT pre-tokenizer, hash lookups, merge "
          "heap); memory bandwidth is not the limit"},
     };
-    std::ofstream f(out_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+    if (rinfer::bench::write_json(out_path, j) != 0) return 1;
   }
   return 0;
 }
