@@ -34,7 +34,7 @@ Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const L
   }
   return unsupported(
       "{}: no model sample for architecture '{}' yet (supported: llama, mistral, "
-      "qwen2)",
+      "qwen2, gemma3)",
       path, arch);
 }
 

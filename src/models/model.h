@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ops/cpu/ops.h"
 #include "rinfer/status.h"
@@ -76,6 +77,21 @@ struct DecoderHParams {
   bool tied_output = false;  // no output.weight: the token embedding is the output projection
   bool attn_bias = false;    // Q/K/V biases (Qwen2)
 
+  // Gemma-style options (all off for Llama/Qwen2), read from the metadata and tensor list.
+  float embd_scale = 1.0f;  // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
+  bool qk_norm = false;     // per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm)
+  bool post_norms = false;  // RMSNorm of the attention and MLP outputs before the residual add
+  bool gelu_ffn = false;    // GeGLU (tanh GELU) instead of SwiGLU
+  float attn_scale = 0.0f;  // attention score scale; 0: 1/sqrt(head_dim)
+  // Per layer: the sliding window (0: full causal attention) and the RoPE base. Empty: every
+  // layer is global with rope.freq_base.
+  struct LayerAttn {
+    int64_t window = 0;
+    float rope_base = 10000.0f;
+    float rope_scale = 1.0f;  // linear RoPE scaling (Gemma 3: global layers only)
+  };
+  std::vector<LayerAttn> layer_attn;
+
   int64_t kv_dim() const { return n_head_kv * head_dim; }  // floats per position per layer
 };
 
@@ -112,7 +128,7 @@ class TokenTextStream {
 };
 
 // Reads the model file's metadata, picks the sample for its architecture and loads it. A GGUF
-// with general.architecture llama, mistral or qwen2 gives a DecoderModel (models/llama).
+// with general.architecture llama, mistral, qwen2 or gemma3 gives a DecoderModel (models/llama).
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts);
 
 // load_model for callers that need text generation: errors when the model is something else.

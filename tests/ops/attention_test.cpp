@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -100,6 +101,40 @@ TEST(Attention, EverySimdTarget) {
         EXPECT_LE(test::rel_l2(run({Impl::kFast}, s, in), ref), 1e-5)
             << simd_target_name() << " head_dim " << head_dim << " tokens " << n_tokens;
       }
+    }
+  }
+}
+
+// Sliding window (Gemma's local layers): fast vs reference, and the reference against a
+// brute-force copy where positions outside the window are dropped from K/V.
+TEST(Attention, SlidingWindow) {
+  ThreadPool pool2(2);
+  uint64_t seed = 77;
+  for (int64_t window : {1, 5, 64, 300}) {
+    for (auto [n_tokens, n_kv] :
+         {std::pair<int64_t, int64_t>{1, 1}, {1, 130}, {1, 700}, {7, 70}, {40, 40}, {33, 600}}) {
+      const AttentionShape s0 = shape(n_tokens, n_kv, 4, 1, 32, seed % 2 ? 8 : 0);
+      AttentionShape s = s0;
+      s.window = window;
+      const Inputs in = make_inputs(s, seed++);
+      const auto ref = run({Impl::kReference}, s, in);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+        EXPECT_LE(test::rel_l2(run({Impl::kFast, pool}, s, in), ref), 1e-5)
+            << "window " << window << " tokens " << n_tokens << " n_kv " << n_kv;
+      }
+      // The last token sees exactly positions [n_kv - window, n_kv): a decode over only those.
+      const int64_t lo = std::max<int64_t>(0, n_kv - window);
+      AttentionShape sl = shape(1, n_kv - lo, 4, 1, 32, seed % 2 ? 0 : 8);
+      sl.kv_row_stride = s.kv_row_stride;
+      const int64_t dh = 32;
+      std::vector<float> q_last(in.q.end() - 4 * dh, in.q.end());
+      std::vector<float> out(static_cast<size_t>(4 * dh));
+      ASSERT_TRUE(attention({Impl::kReference}, sl, q_last.data(),
+                            in.k.data() + lo * s.kv_row_stride, in.v.data() + lo * s.kv_row_stride,
+                            out.data())
+                      .ok());
+      const std::vector<float> ref_last(ref.end() - 4 * dh, ref.end());
+      EXPECT_LE(test::rel_l2(out, ref_last), 1e-6) << "window " << window << " n_kv " << n_kv;
     }
   }
 }

@@ -46,6 +46,41 @@ TEST(Swiglu, FastMatchesReference) {
   EXPECT_FLOAT_EQ(y, 1.5f / (1.0f + std::exp(-1.5f)) * 2.0f);
 }
 
+// GeGLU with the tanh GELU against the formula written out in double, on odd sizes, aliasing
+// and 1..3 threads.
+TEST(GegluTanh, MatchesScalarFormula) {
+  ThreadPool pool2(2), pool3(3);
+  for (int64_t n : {1, 7, 33, 1000, 70001}) {
+    const auto g = test::random_floats(static_cast<size_t>(n), 11 + n, -6, 6);
+    const auto u = test::random_floats(static_cast<size_t>(n), 12 + n, -2, 2);
+    std::vector<double> want(static_cast<size_t>(n));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double x = g[i];
+      const double c = std::sqrt(2.0 / M_PI);
+      want[i] = 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))) * u[i];
+    }
+    std::vector<float> ref(static_cast<size_t>(n));
+    geglu_tanh({Impl::kReference}, g.data(), u.data(), n, ref.data());
+    std::vector<float> want_f(want.begin(), want.end());
+    EXPECT_LE(test::rel_l2(ref, want_f), 1e-7) << n;
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      std::vector<float> y(static_cast<size_t>(n));
+      geglu_tanh({Impl::kFast, pool}, g.data(), u.data(), n, y.data());
+      EXPECT_LE(test::rel_l2(y, want_f), 1e-6) << n;
+      std::vector<float> inplace = g;
+      geglu_tanh({Impl::kFast, pool}, inplace.data(), u.data(), n, inplace.data());
+      EXPECT_EQ(inplace, y) << n;
+    }
+  }
+  // Hand-checked: gelu_tanh(0) = 0, gelu_tanh(1) = 0.8411920 (to 7 digits), large g -> g.
+  const float gs[3] = {0.0f, 1.0f, 20.0f}, us[3] = {3.0f, 1.0f, 0.5f};
+  float y[3];
+  geglu_tanh({Impl::kReference}, gs, us, 3, y);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_NEAR(y[1], 0.841192f, 1e-5);
+  EXPECT_FLOAT_EQ(y[2], 10.0f);
+}
+
 TEST(Add, FastMatchesReferenceExactly) {
   ThreadPool pool2(2), pool3(3);
   for (int64_t target : test::simd_targets_to_test()) {

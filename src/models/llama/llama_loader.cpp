@@ -2,6 +2,7 @@
 // validated against them.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -35,18 +36,59 @@ std::string shape_string(std::span<const int64_t> shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+// Gemma 3 (llama.cpp's gemma3 graph): embeddings scaled by sqrt(n_embd), per-head Q/K norms,
+// post-attention and post-MLP norms, GeGLU with the tanh GELU, and local sliding-window layers
+// interleaved with global ones: layer il is global when il % pattern == pattern - 1 (pattern
+// attention.sliding_window_pattern, default 6), local layers attend to the last
+// attention.sliding_window positions and rotate with base 10000 and no scaling (global:
+// rope.freq_base and the file's rope scaling).
+// The norm weights are used as stored: the converter already wrote Gemma's (1 + w).
+Status read_gemma3_options(const GgufFile& f, DecoderHParams& hp) {
+  const std::string p = hp.architecture + ".";
+  hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
+  hp.qk_norm = true;
+  hp.post_norms = true;
+  hp.gelu_ffn = true;
+  hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  if (auto s = f.get_float(p + "attention.query_pre_attn_scalar")) {
+    if (!(*s > 0 && std::isfinite(*s))) {
+      return data_loss("{}: query_pre_attn_scalar {} must be > 0", f.path(), *s);
+    }
+    hp.attn_scale = static_cast<float>(1.0 / std::sqrt(*s));
+  }
+  RINFER_ASSIGN_OR_RETURN(const int64_t window,
+                          optional_dim(f, p + "attention.sliding_window", 0, int64_t{1} << 30));
+  RINFER_ASSIGN_OR_RETURN(const int64_t pattern,
+                          optional_dim(f, p + "attention.sliding_window_pattern", 6, kMaxLayers));
+  double local_base = 10000.0;
+  if (auto b = f.get_float(p + "rope.freq_base_swa")) local_base = *b;
+  if (!(local_base > 1.0 && std::isfinite(local_base))) {
+    return data_loss("{}: rope.freq_base_swa {} must be a finite number > 1", f.path(), local_base);
+  }
+  hp.layer_attn.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    DecoderHParams::LayerAttn& la = hp.layer_attn[static_cast<size_t>(il)];
+    const bool global = window == 0 || il % pattern == pattern - 1;
+    la.window = global ? 0 : window;
+    la.rope_base = global ? hp.rope.freq_base : static_cast<float>(local_base);
+    la.rope_scale = global ? hp.rope.freq_scale : 1.0f;  // as llama.cpp: no scaling on local
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 bool supports_architecture(std::string_view arch) {
-  return arch == "llama" || arch == "mistral" || arch == "qwen2";
+  return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "gemma3";
 }
 
 Result<DecoderHParams> read_hparams(const GgufFile& f) {
   DecoderHParams hp;
   RINFER_ASSIGN_OR_RETURN(std::string_view arch, f.require_string("general.architecture"));
   if (!supports_architecture(arch)) {
-    return unsupported("{}: architecture '{}' is not a Llama-family model (llama, mistral, qwen2)",
-                       f.path(), arch);
+    return unsupported(
+        "{}: architecture '{}' is not a Llama-family model (llama, mistral, qwen2, gemma3)",
+        f.path(), arch);
   }
   hp.architecture = std::string(arch);
   const std::string p = hp.architecture + ".";
@@ -128,7 +170,9 @@ Result<DecoderHParams> read_hparams(const GgufFile& f) {
   hp.rope.freq_scale = static_cast<float>(1.0 / factor);
   // The converter permutes llama/mistral Q/K rows for the adjacent-pair rotation; qwen2 keeps
   // the HF layout, which rotates dim i with dim i + n_rot/2.
-  hp.rope.mode = hp.architecture == "qwen2" ? cpu::RopeMode::kNeox : cpu::RopeMode::kNormal;
+  const bool gemma3 = hp.architecture == "gemma3";
+  hp.rope.mode =
+      hp.architecture == "qwen2" || gemma3 ? cpu::RopeMode::kNeox : cpu::RopeMode::kNormal;
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
     return unsupported(
         "{}: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 scaling) "
@@ -138,6 +182,7 @@ Result<DecoderHParams> read_hparams(const GgufFile& f) {
   if (f.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr) {
     return unsupported("{}: mixture-of-experts layers are not supported", f.path());
   }
+  if (gemma3) RINFER_RETURN_IF_ERROR(read_gemma3_options(f, hp));
   return hp;
 }
 
@@ -216,6 +261,14 @@ Status LlamaModel::bind_weights() {
     RINFER_ASSIGN_OR_RETURN(l.w_gate, b.weight(p + "ffn_gate.weight", {hp_.n_ff, e}));
     RINFER_ASSIGN_OR_RETURN(l.w_up, b.weight(p + "ffn_up.weight", {hp_.n_ff, e}));
     RINFER_ASSIGN_OR_RETURN(l.w_down, b.weight(p + "ffn_down.weight", {e, hp_.n_ff}));
+    if (hp_.qk_norm) {
+      RINFER_ASSIGN_OR_RETURN(l.q_norm, b.vector_f32(p + "attn_q_norm.weight", hp_.head_dim));
+      RINFER_ASSIGN_OR_RETURN(l.k_norm, b.vector_f32(p + "attn_k_norm.weight", hp_.head_dim));
+    }
+    if (hp_.post_norms) {
+      RINFER_ASSIGN_OR_RETURN(l.post_attn_norm, b.vector_f32(p + "post_attention_norm.weight", e));
+      RINFER_ASSIGN_OR_RETURN(l.post_ffn_norm, b.vector_f32(p + "post_ffw_norm.weight", e));
+    }
     if (l.bq.defined() || l.bk.defined() || l.bv.defined()) hp_.attn_bias = true;
   }
   // The embedding table is read one row per token; the output projection is read whole.
@@ -254,10 +307,18 @@ Status LlamaModel::allocate_scratch() {
 std::string LlamaModel::describe() const {
   return fmt::format(
       "{}: {} layers, n_embd {}, n_ff {}, {} heads ({} kv) x {}, vocab {}, rope {} base {} "
-      "scale {}, {} output{}; {:.1f} MB of weights per token",
+      "scale {}, {} output{}{}; {:.1f} MB of weights per token",
       hp_.architecture, hp_.n_layer, hp_.n_embd, hp_.n_ff, hp_.n_head, hp_.n_head_kv, hp_.head_dim,
       hp_.n_vocab, hp_.rope.mode == cpu::RopeMode::kNeox ? "neox" : "normal", hp_.rope.freq_base,
       hp_.rope.freq_scale, hp_.tied_output ? "tied" : "separate", hp_.attn_bias ? ", qkv bias" : "",
+      hp_.layer_attn.empty()
+          ? std::string()
+          : fmt::format(
+                ", gemma3 (qk norm, post norms, geglu, sliding window {} on {} of {} layers)",
+                hp_.layer_attn.front().window,
+                std::count_if(hp_.layer_attn.begin(), hp_.layer_attn.end(),
+                              [](const auto& a) { return a.window > 0; }),
+                hp_.n_layer),
       static_cast<double>(weight_bytes_) / 1e6);
 }
 

@@ -95,6 +95,9 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
   float* up = up_.mutable_data_as<float>();      // [nt, n_ff]
 
   RINFER_RETURN_IF_ERROR(cpu::get_rows(tok_embd_, tokens, x));
+  if (hp_.embd_scale != 1.0f) {
+    for (int64_t i = 0; i < nt * e; ++i) x[i] *= hp_.embd_scale;
+  }
 
   cpu::AttentionShape as;
   as.n_tokens = nt;
@@ -103,7 +106,8 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
   as.n_head_kv = hp_.n_head_kv;
   as.head_dim = hd;
   as.kv_row_stride = kv_dim;
-  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  as.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  cpu::RopeParams rope = hp_.rope;
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& l = layers_[static_cast<size_t>(il)];
@@ -118,17 +122,38 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
     add_bias(ctx, q, l.bq, nt, q_dim);
     add_bias(ctx, k_new, l.bk, nt, kv_dim);
     add_bias(ctx, v_new, l.bv, nt, kv_dim);
-    cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, hp_.rope);
-    cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, hp_.rope);
+    if (hp_.qk_norm) {  // per head: [nt * n_head, head_dim]
+      cpu::rms_norm(ctx, q, l.q_norm.data_as<float>(), nt * hp_.n_head, hd, hp_.norm_eps, q);
+      cpu::rms_norm(ctx, k_new, l.k_norm.data_as<float>(), nt * hp_.n_head_kv, hd, hp_.norm_eps,
+                    k_new);
+    }
+    if (!hp_.layer_attn.empty()) {
+      const DecoderHParams::LayerAttn& la = hp_.layer_attn[static_cast<size_t>(il)];
+      rope.freq_base = la.rope_base;
+      rope.freq_scale = la.rope_scale;
+      as.window = la.window;
+    }
+    cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, rope);
+    cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, rope);
     RINFER_RETURN_IF_ERROR(cpu::attention(ctx, as, q, cache.k(il), cache.v(il), attn));
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn, nt, h));  // h: [nt, n_embd]
+    if (hp_.post_norms) {
+      cpu::rms_norm(ctx, h, l.post_attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    }
     cpu::add(ctx, x, h, nt * e, x);
 
     cpu::rms_norm(ctx, x, l.ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate));
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up));
-    cpu::swiglu(ctx, gate, up, nt * n_ff, gate);
+    if (hp_.gelu_ffn) {
+      cpu::geglu_tanh(ctx, gate, up, nt * n_ff, gate);
+    } else {
+      cpu::swiglu(ctx, gate, up, nt * n_ff, gate);
+    }
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_down, gate, nt, h));
+    if (hp_.post_norms) {
+      cpu::rms_norm(ctx, h, l.post_ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    }
     cpu::add(ctx, x, h, nt * e, x);
   }
 

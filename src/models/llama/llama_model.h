@@ -12,6 +12,12 @@
 // logits = rms_norm(x) * output_norm  Wout^T, Wout = output.weight or, when the file has none,
 // token_embd.weight (tied embeddings).
 //
+// Gemma 3 (gemma3) runs through the same code with options from the metadata (DecoderHParams):
+// x = embd * sqrt(n_embd); per-head RMSNorm of q and k after the projections; the attention and
+// MLP outputs are RMSNormed (post_attention_norm, post_ffw_norm) before the residual add; the
+// MLP is GeGLU (tanh GELU); RoPE is NeoX with a per-layer base, and local layers attend only to
+// the last sliding_window positions (the KV cache stays contiguous and full-length).
+//
 // Weights are zero-copy views of the memory-mapped file in their stored dtype (the matmul
 // kernels read every GGUF format); only norm weights and biases are converted to f32 at load.
 #pragma once
@@ -42,6 +48,9 @@ struct LayerWeights {
   Tensor w_gate;      // [n_ff, n_embd]
   Tensor w_up;        // [n_ff, n_embd]
   Tensor w_down;      // [n_embd, n_ff]
+  // Gemma 3 only (undefined otherwise):
+  Tensor q_norm, k_norm;                 // [head_dim] f32, per-head RMSNorm of Q and K
+  Tensor post_attn_norm, post_ffn_norm;  // [n_embd] f32, norms of the block outputs
 };
 
 class LlamaModel final : public DecoderModel {

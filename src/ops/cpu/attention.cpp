@@ -215,11 +215,13 @@ void AttendItem(const AttentionShape& s, const float* q, const float* k, const f
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = t0 + r / nh, h = h0 + r % nh;
       const int64_t j1 = std::min({j0 + kKvBlock, first_pos + t + 1, kv_hi});  // causal limit
-      if (j1 <= j0) continue;
-      const int64_t nj = j1 - j0;
+      // Sliding window: the row sees positions > its own - window.
+      const int64_t js = s.window > 0 ? std::max(j0, first_pos + t - s.window + 1) : j0;
+      if (j1 <= js) continue;
+      const int64_t nj = j1 - js;
       const float* qr = q + (t * s.n_head + h) * dh;  // [dh]
       const float mx =
-          ScoreBlock(qr, kh + j0 * s.kv_row_stride, s.kv_row_stride, nj, dh, s.scale, m[r], p);
+          ScoreBlock(qr, kh + js * s.kv_row_stride, s.kv_row_stride, nj, dh, s.scale, m[r], p);
       const float alpha = std::exp(m[r] - mx);  // 0 on the first block (m = -inf)
       const auto vmx = hn::Set(df, mx);
       auto vsum = hn::Zero(df);
@@ -236,7 +238,7 @@ void AttendItem(const AttentionShape& s, const float* q, const float* k, const f
       }
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
-      AccumulatePV(o + r * dh, alpha, p, vh + j0 * s.kv_row_stride, s.kv_row_stride, nj, dh);
+      AccumulatePV(o + r * dh, alpha, p, vh + js * s.kv_row_stride, s.kv_row_stride, nj, dh);
     }
   }
   if (part != nullptr) {
@@ -251,7 +253,7 @@ void AttendItem(const AttentionShape& s, const float* q, const float* k, const f
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = t0 + r / nh, h = h0 + r % nh;
     float* dst = out + (t * s.n_head + h) * dh;  // [dh]
-    const float inv = 1.0f / l[r];
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     for (int64_t d = 0; d < dh; ++d) dst[d] = o[r * dh + d] * inv;
   }
 }
@@ -281,6 +283,7 @@ Status check_attention(const AttentionShape& s, const float* q, const float* k, 
     return invalid_argument("attention: {} new tokens but only {} kv positions", s.n_tokens,
                             s.n_kv);
   }
+  if (s.window < 0) return invalid_argument("attention: negative window {}", s.window);
   if (s.kv_row_stride < s.n_head_kv * s.head_dim) {
     return invalid_argument("attention: kv_row_stride {} < n_head_kv * head_dim = {}",
                             s.kv_row_stride, s.n_head_kv * s.head_dim);
@@ -298,11 +301,12 @@ void attention_reference(const AttentionShape& s, const float* q, const float* k
   std::vector<double> acc(static_cast<size_t>(dh));    // [head_dim]
   for (int64_t t = 0; t < s.n_tokens; ++t) {
     const int64_t pos = s.n_kv - s.n_tokens + t;
+    const int64_t j_lo = s.window > 0 ? std::max<int64_t>(0, pos - s.window + 1) : 0;
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t hk = h / group;
       const float* qr = q + (t * s.n_head + h) * dh;  // [head_dim]
       double mx = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = j_lo; j <= pos; ++j) {
         const float* kj = k + j * s.kv_row_stride + hk * dh;  // [head_dim]
         double d = 0.0;
         for (int64_t i = 0; i < dh; ++i) d += static_cast<double>(qr[i]) * kj[i];
@@ -310,12 +314,12 @@ void attention_reference(const AttentionShape& s, const float* q, const float* k
         mx = std::max(mx, p[static_cast<size_t>(j)]);
       }
       double sum = 0.0;
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = j_lo; j <= pos; ++j) {
         p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx);
         sum += p[static_cast<size_t>(j)];
       }
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = j_lo; j <= pos; ++j) {
         const float* vj = v + j * s.kv_row_stride + hk * dh;  // [head_dim]
         const double w = p[static_cast<size_t>(j)] / sum;
         for (int64_t i = 0; i < dh; ++i) acc[static_cast<size_t>(i)] += w * vj[i];
@@ -341,21 +345,25 @@ Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, 
   if (s.n_tokens == 1) {
     // Decode: one item per (KV head, slice of ~128 positions), the group's query heads sharing
     // each K/V row; slices are merged afterwards (flash-decoding).
-    const int64_t n_split = std::clamp<int64_t>((s.n_kv + 127) / 128, 1, 64);
+    // With a sliding window only the last `window` positions are read.
+    const int64_t kv_lo0 = s.window > 0 ? std::max<int64_t>(0, s.n_kv - s.window) : 0;
+    const int64_t n_vis = s.n_kv - kv_lo0;
+    const int64_t n_split = std::clamp<int64_t>((n_vis + 127) / 128, 1, 64);
     const int64_t n_items = s.n_head_kv * n_split;
     std::vector<float> part;  // [n_head_kv, n_split, group, dh + 2]
     if (n_split > 1) part.resize(static_cast<size_t>(n_items * group * (dh + 2)));
     const auto fn = [&](int64_t i0, int64_t i1) {
       for (int64_t it = i0; it < i1; ++it) {
         const int64_t hk = it / n_split, sp = it % n_split;
-        const int64_t lo = s.n_kv * sp / n_split, hi = s.n_kv * (sp + 1) / n_split;
+        const int64_t lo = kv_lo0 + n_vis * sp / n_split;
+        const int64_t hi = kv_lo0 + n_vis * (sp + 1) / n_split;
         HWY_DYNAMIC_DISPATCH(AttendItem)
         (s, q, k, v, out, 0, 1, hk * group, (hk + 1) * group, hk, lo, hi,
          n_split > 1 ? part.data() + it * group * (dh + 2) : nullptr);
       }
     };
     // Contexts under 4 MB of K/V are cheaper than a pool round trip (up to ~50 us, see matmul).
-    const int64_t kv_bytes = 2 * s.n_kv * s.n_head_kv * dh * static_cast<int64_t>(sizeof(float));
+    const int64_t kv_bytes = 2 * n_vis * s.n_head_kv * dh * static_cast<int64_t>(sizeof(float));
     if (ctx.pool != nullptr && ctx.pool->size() > 1 && n_items > 1 && kv_bytes >= (4 << 20)) {
       ctx.pool->parallel_for(0, n_items, 1, fn);
     } else {
@@ -395,8 +403,11 @@ Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, 
       const int64_t hk = it % s.n_head_kv;
       const int64_t t0 = tb * attn::kTokBlock;
       const int64_t t1 = std::min(s.n_tokens, t0 + attn::kTokBlock);
+      // The block's first token sees nothing before its position - window + 1.
+      const int64_t kv_lo =
+          s.window > 0 ? std::max<int64_t>(0, s.n_kv - s.n_tokens + t0 - s.window + 1) : 0;
       HWY_DYNAMIC_DISPATCH(AttendItem)
-      (s, q, k, v, out, t0, t1, hk * group, (hk + 1) * group, hk, 0, s.n_kv, nullptr);
+      (s, q, k, v, out, t0, t1, hk * group, (hk + 1) * group, hk, kv_lo, s.n_kv, nullptr);
     }
   };
   if (ctx.pool != nullptr && ctx.pool->size() > 1 && n_items > 1) {

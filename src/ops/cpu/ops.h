@@ -94,6 +94,11 @@ void rope(const OpContext& ctx, float* x, int64_t n_tokens, int64_t n_heads, int
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
 void swiglu(const OpContext& ctx, const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU, Gemma), with
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). out may alias gate or up.
+// Reference: double precision. Fast: f32 as g / (1 + exp(-2u)) (scalar, not vectorized yet).
+void geglu_tanh(const OpContext& ctx, const float* gate, const float* up, int64_t n, float* out);
+
 // out[i] = a[i] + b[i] (out may alias a or b)
 void add(const OpContext& ctx, const float* a, const float* b, int64_t n, float* out);
 
@@ -109,6 +114,8 @@ void softmax(float* x, int64_t n);
 // out: [n_tokens, n_head, head_dim]
 // Token t (absolute position n_kv - n_tokens + t) attends to positions <= its own. Query head h
 // reads kv head h / (n_head / n_head_kv). scale is usually 1/sqrt(head_dim).
+// window > 0 (sliding-window attention, Gemma's local layers): token at position p sees only
+// positions j with p - window < j <= p.
 // Reference: per (token, head) scores in double, exact softmax, output accumulated in double.
 // Fast: flash-attention style tiles (online softmax) over blocks of kv positions, the query
 // heads of a GQA group and several tokens sharing each K/V tile; f32, relative error ~1e-6.
@@ -120,6 +127,7 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t kv_row_stride = 0;  // floats between positions in k and v (>= n_head_kv * head_dim)
   float scale = 1.0f;
+  int64_t window = 0;  // 0: full causal attention; > 0: only the last `window` positions
 };
 Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, const float* k,
                  const float* v, float* out);
