@@ -50,8 +50,12 @@ AllocatorStats PlainHostAllocator::stats() const {
   return stats_;
 }
 
-CachingHostAllocator::CachingHostAllocator(uint64_t max_cached_bytes)
-    : max_cached_bytes_(max_cached_bytes) {}
+CachingHostAllocator::Backing CachingHostAllocator::system_backing() {
+  return {system_alloc, std::free};
+}
+
+CachingHostAllocator::CachingHostAllocator(uint64_t max_cached_bytes, Backing backing)
+    : max_cached_bytes_(max_cached_bytes), backing_(backing) {}
 
 CachingHostAllocator::~CachingHostAllocator() { release_cached(); }
 
@@ -78,11 +82,11 @@ Result<void*> CachingHostAllocator::allocate(size_t bytes) {
       return p;
     }
   }
-  auto r = system_alloc(cls);
+  auto r = backing_.alloc(cls);
   if (!r.ok()) {
-    // Give the cache back to the system and try once more before failing.
+    // Give the cache back and try once more before failing.
     release_cached();
-    r = system_alloc(cls);
+    r = backing_.alloc(cls);
     if (!r.ok()) return r;
   }
   std::lock_guard lock(mu_);
@@ -107,7 +111,7 @@ void CachingHostAllocator::trim_locked(uint64_t limit) {
   for (auto it = free_.rbegin(); it != free_.rend() && stats_.cached_bytes > limit; ++it) {
     auto& blocks = it->second;
     while (!blocks.empty() && stats_.cached_bytes > limit) {
-      std::free(blocks.back());
+      backing_.free(blocks.back());
       blocks.pop_back();
       stats_.cached_bytes -= it->first;
     }

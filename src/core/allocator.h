@@ -51,10 +51,19 @@ class PlainHostAllocator final : public HostAllocator {
   AllocatorStats stats_;
 };
 
-class CachingHostAllocator final : public HostAllocator {
+class CachingHostAllocator : public HostAllocator {
  public:
-  // Cached (free) bytes above `max_cached_bytes` are returned to the system.
-  explicit CachingHostAllocator(uint64_t max_cached_bytes = uint64_t{1} << 30);
+  // Where blocks come from and go back to: 64-byte-aligned aligned_alloc/free by default;
+  // the pinned allocator (src/core/cuda/pinned.h) plugs in cudaHostAlloc/cudaFreeHost.
+  struct Backing {
+    Result<void*> (*alloc)(size_t bytes);
+    void (*free)(void* p);
+  };
+  static Backing system_backing();
+
+  // Cached (free) bytes above `max_cached_bytes` are returned to the backing.
+  explicit CachingHostAllocator(uint64_t max_cached_bytes = uint64_t{1} << 30,
+                                Backing backing = system_backing());
   ~CachingHostAllocator() override;
   CachingHostAllocator(const CachingHostAllocator&) = delete;
   CachingHostAllocator& operator=(const CachingHostAllocator&) = delete;
@@ -76,6 +85,7 @@ class CachingHostAllocator final : public HostAllocator {
 
   mutable std::mutex mu_;
   uint64_t max_cached_bytes_;
+  Backing backing_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
   AllocatorStats stats_;
 };
