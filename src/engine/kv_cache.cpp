@@ -22,6 +22,16 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t kv_dim) 
   return c;
 }
 
+KvCache KvCache::with_backend(int64_t n_layer, int64_t n_ctx, int64_t kv_dim,
+                              std::unique_ptr<KvBackendStorage> storage) {
+  KvCache c;
+  c.n_layer_ = n_layer;
+  c.n_ctx_ = n_ctx;
+  c.kv_dim_ = kv_dim;
+  c.backend_ = std::move(storage);
+  return c;
+}
+
 Status KvCache::truncate(int64_t n) {
   if (n < 0 || n > size_) {
     return out_of_range("KV cache: cannot truncate {} positions to {}", size_, n);

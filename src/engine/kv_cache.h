@@ -11,22 +11,37 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/tensor.h"
 #include "rinfer/status.h"
 
 namespace rinfer {
 
+// Storage a backend keeps for a cache outside host memory (a CUDA model's device K/V). The
+// cache owns it; the model that made it knows its concrete type.
+class KvBackendStorage {
+ public:
+  virtual ~KvBackendStorage() = default;
+  virtual uint64_t bytes() const = 0;
+};
+
 class KvCache {
  public:
   KvCache() = default;
   // Allocates 2 * n_layer * n_ctx * kv_dim floats (fails with kOutOfMemory, not a crash).
   static Result<KvCache> create(int64_t n_layer, int64_t n_ctx, int64_t kv_dim);
+  // A cache whose K/V live in `storage` (no host buffers): k()/v() must not be called.
+  static KvCache with_backend(int64_t n_layer, int64_t n_ctx, int64_t kv_dim,
+                              std::unique_ptr<KvBackendStorage> storage);
+  KvBackendStorage* backend() const { return backend_.get(); }
 
   int64_t n_layer() const { return n_layer_; }
   int64_t n_ctx() const { return n_ctx_; }
   int64_t kv_dim() const { return kv_dim_; }
-  uint64_t bytes() const { return 2 * static_cast<uint64_t>(layer_floats()) * n_layer_ * 4; }
+  uint64_t bytes() const {
+    return backend_ ? backend_->bytes() : 2 * static_cast<uint64_t>(layer_floats()) * n_layer_ * 4;
+  }
 
   // Positions filled: rows [0, size()) of every layer hold valid keys and values.
   int64_t size() const { return size_; }
@@ -54,6 +69,7 @@ class KvCache {
   int64_t size_ = 0;
   Tensor k_;  // [n_layer, n_ctx, kv_dim] f32
   Tensor v_;  // [n_layer, n_ctx, kv_dim] f32
+  std::unique_ptr<KvBackendStorage> backend_;
 };
 
 }  // namespace rinfer

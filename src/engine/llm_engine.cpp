@@ -42,7 +42,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
     spdlog::warn("{}: context_length {} is longer than the model's training context {}", r.path,
                  r.context_length, hp.n_ctx_train);
   }
-  auto cache = KvCache::create(hp.n_layer, r.context_length, hp.kv_dim());
+  auto cache = e->sample_->decoder().create_cache(r.context_length);
   if (!cache.ok()) return cache.status();
   e->cache_ = std::move(cache).value();
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/kv_cache.h"
 #include "formats/gguf.h"
 #include "models/llama/llama_model.h"
 
@@ -16,6 +17,11 @@ std::string_view model_task_name(ModelTask task) {
     case ModelTask::kClassification: return "classification";
   }
   return "unknown";
+}
+
+Result<KvCache> DecoderModel::create_cache(int64_t n_ctx) const {
+  const DecoderHParams& hp = hparams();
+  return KvCache::create(hp.n_layer, n_ctx, hp.kv_dim());
 }
 
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts) {

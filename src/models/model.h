@@ -19,11 +19,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
 #include "ops/cpu/ops.h"
 #include "rinfer/status.h"
 
@@ -38,11 +41,35 @@ enum class ModelTask : uint8_t {
 };
 std::string_view model_task_name(ModelTask task);
 
+// Operator fusions a sample may apply (strategies.fusion). Off is the unfused baseline: the
+// same math as separate kernels with intermediate tensors in memory.
+struct FusionOptions {
+  bool attention = true;      // one flash-attention kernel vs scores, softmax, weighted sum
+  bool residual_norm = true;  // residual add + RMSNorm in one kernel
+  bool swiglu = true;         // gate/up activation fused into one kernel pass
+  bool qkv = true;            // Q, K, V (and gate, up) read one quantized activation / launch
+};
+
+enum class AllocatorKind : uint8_t { kCaching, kPlain };
+
 // How to load and run a model. The thread pool is created once by the caller (the engine) and
 // must outlive the model.
 struct LoadOptions {
   cpu::OpContext ops;       // kernels (reference | fast) and the thread pool
   int64_t max_batch = 512;  // tokens per forward chunk: sizes the scratch buffers, allocated once
+  Device device;            // cpu or cuda:N (CUDA builds)
+  // Weight format at load (strategies.quantization.weights):
+  // nullopt keeps each tensor's stored dtype; otherwise matrices are converted (bf16, f16,
+  // q8_0, q4_0, q4_1, ...).
+  std::optional<DType> weight_format;
+  // Layers that keep their stored (higher) precision when weight_format converts: indices into
+  // the blocks; -1 means the last. Token embedding and output projection never convert unless
+  // convert_embeddings.
+  std::vector<int64_t> keep_precision_layers;
+  bool convert_embeddings = false;
+  FusionOptions fusion;
+  bool cuda_graphs = true;                       // decode steps replayed from a CUDA graph
+  AllocatorKind allocator = AllocatorKind::kCaching;
 };
 
 class ModelSample {
@@ -113,6 +140,13 @@ class DecoderModel : public ModelSample {
   // keys and values to `cache` and writes logits [n_out, n_vocab] (row r for batch row
   // logit_rows[r]). On error the cache is left as it was before the call.
   virtual Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) = 0;
+
+  // A KV cache for n_ctx positions that this model can run against (host f32 on CPU; device
+  // memory for a CUDA model; windowed layers may hold fewer rows).
+  virtual Result<KvCache> create_cache(int64_t n_ctx) const;
+
+  // Device memory in use (weights + scratch + caches), 0 on CPU; peak since load.
+  virtual uint64_t device_bytes_peak() const { return 0; }
 };
 
 // postprocess for text generation: token ids -> text, as they are produced (implemented over

@@ -67,6 +67,14 @@ class LlamaModel final : public DecoderModel {
 
   Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
 
+  // The bound host weights (views of the model file), for backends that upload them.
+  const Tensor& tok_embd() const { return tok_embd_; }
+  const Tensor& output_norm() const { return output_norm_; }
+  const Tensor& output() const { return output_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  // Keeps the memory the weights view alive (the mapped file) when the model goes.
+  std::shared_ptr<const void> weight_source() const { return file_; }
+
  private:
   LlamaModel() = default;
   Status bind_weights();
