@@ -21,15 +21,16 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda/cublas_lt.h"
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "ops/cuda/ops_cuda.h"
-#include "bench_util.h"
 
 namespace {
 
@@ -320,28 +321,41 @@ json bench_gemm(Ctx& c) {
   return rows;
 }
 
-json bench_attention(Ctx& c) {
-  json rows = json::array();
-  const int64_t n_head = 32, n_head_kv = 8, d = 128;  // Llama-3-8B
-  std::printf("\n== attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), bf16 KV cache\n");
+// One head configuration: decode over each n_kv of `decode_kv` (n_kv read from device memory
+// under the upper bound n_ctx = n_kv, as a graph-captured step runs) and prefill of each n of
+// `prefill_n`, bf16 cache; window > 0 makes the layers sliding-window (and the decode cache a
+// ring of `window` rows).
+void bench_attention_heads(Ctx& c, json& rows, const char* model, int64_t n_head, int64_t n_head_kv,
+                           int64_t d, int64_t window, std::initializer_list<int64_t> decode_kv,
+                           std::initializer_list<int64_t> prefill_n) {
+  std::printf("\n== attention, %s heads (%ld q / %ld kv, head_dim %ld), window %ld, bf16 KV\n",
+              model, static_cast<long>(n_head), static_cast<long>(n_head_kv), static_cast<long>(d),
+              static_cast<long>(window));
   std::printf("%-8s %8s %8s %10s %10s %10s %7s\n", "kind", "tokens", "n_kv", "us", "limit us",
               "rate", "of lim");
-  for (int64_t n_kv : {int64_t{4096}, int64_t{32768}}) {
+  for (int64_t n_kv : decode_kv) {
+    const int64_t rows_kv = window > 0 ? std::min(window, n_kv) : n_kv;  // cache rows read
     rinfer::cuda::AttentionParams p;
     p.n_tokens = 1;
     p.n_kv = n_kv;
     p.n_head = n_head;
-    p.kv = {DType::kBF16, n_head_kv, d, n_head_kv * d};
+    p.kv = {DType::kBF16, n_head_kv, d, n_head_kv * d, window > 0 ? window : 0};
     p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const int64_t cache = n_kv * n_head_kv * d;
+    p.window = window;
+    const int64_t cache = (window > 0 ? window : n_kv) * n_head_kv * d;
     const int copies = static_cast<int>(
-        std::clamp<int64_t>(static_cast<int64_t>(4 * c.l2_bytes) / (4 * cache) + 1, 1, 16));
+        std::clamp<int64_t>(static_cast<int64_t>(4 * c.l2_bytes) / (4 * cache) + 1, 1, 64));
     DeviceBuffer kv = take(DeviceBuffer::create(2 * cache * 2 * copies, 0, c.s), "alloc");
     check(rinfer::cuda::fill_random(kv.data(), DType::kBF16, 2 * cache * copies, -1, 1, 3, c.s),
           "fill");
     DeviceBuffer q = take(DeviceBuffer::create(n_head * d * 4, 0, c.s), "alloc");
     DeviceBuffer o = take(DeviceBuffer::create(n_head * d * 4, 0, c.s), "alloc");
     check(rinfer::cuda::fill_random(q.data(), DType::kF32, n_head * d, -1, 1, 4, c.s), "fill");
+    const int32_t n_kv32 = static_cast<int32_t>(n_kv);
+    DeviceBuffer dn = take(DeviceBuffer::create(256, 0, c.s), "alloc");
+    check_cuda(cudaMemcpyAsync(dn.data(), &n_kv32, 4, cudaMemcpyHostToDevice, c.s), "copy");
+    check_cuda(cudaStreamSynchronize(c.s), "sync");
+    p.n_kv_device = dn.as<int32_t>();
     const size_t wsb = rinfer::cuda::attention_decode_workspace_bytes(p);
     DeviceBuffer ws = take(DeviceBuffer::create(wsb + 256, 0, c.s), "alloc");
     const double us = time_graph(c.s, c.reps,
@@ -355,11 +369,14 @@ json bench_attention(Ctx& c) {
                                    }
                                  }) /
                       copies;
-    const double bytes = 4.0 * static_cast<double>(cache);
+    const double bytes = 4.0 * static_cast<double>(rows_kv * n_head_kv * d);
     const double limit = bytes / (c.copy_gbs * 1e3);
     std::printf("%-8s %8d %8ld %10.2f %10.2f %7.0f GB/s %5.1f%%\n", "decode", 1,
                 static_cast<long>(n_kv), us, limit, bytes / us / 1e3, 100.0 * limit / us);
-    rows.push_back({{"kind", "decode"},
+    rows.push_back({{"model", model},
+                    {"kind", "decode"},
+                    {"head_dim", d},
+                    {"window", window},
                     {"n_tokens", 1},
                     {"n_kv", n_kv},
                     {"bytes", bytes},
@@ -367,13 +384,14 @@ json bench_attention(Ctx& c) {
                     {"limit_us", limit},
                     {"fraction", limit / us}});
   }
-  for (int64_t n : {int64_t{512}, int64_t{2048}}) {
+  for (int64_t n : prefill_n) {
     rinfer::cuda::AttentionParams p;
     p.n_tokens = n;
     p.n_kv = n;
     p.n_head = n_head;
     p.kv = {DType::kBF16, n_head_kv, d, n_head_kv * d};
     p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    p.window = window;
     const int64_t cache = n * n_head_kv * d;
     DeviceBuffer kv = take(DeviceBuffer::create(2 * cache * 2, 0, c.s), "alloc");
     DeviceBuffer q = take(DeviceBuffer::create(n * n_head * d * 4, 0, c.s), "alloc");
@@ -385,14 +403,20 @@ json bench_attention(Ctx& c) {
                                             DType::kBF16, o.data(), nullptr, 0, c.s),
             "prefill");
     });
-    // Causal: token t attends to t + 1 positions; QK^T and PV are 2 * d FLOPs each per pair.
-    const double pairs = static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
+    // Token t attends to min(t + 1, window) positions; QK^T and PV are 2 * d FLOPs each per pair.
+    double pairs = 0.0;
+    for (int64_t t = 0; t < n; ++t) {
+      pairs += static_cast<double>(window > 0 ? std::min(t + 1, window) : t + 1);
+    }
     const double flops = 4.0 * static_cast<double>(d) * pairs * static_cast<double>(n_head);
     const double limit = flops / (c.peak_tflops * 1e6);
     std::printf("%-8s %8ld %8ld %10.2f %10.2f %5.0f TFLOP/s %5.1f%%\n", "prefill",
                 static_cast<long>(n), static_cast<long>(n), us, limit, flops / us / 1e6,
                 100.0 * limit / us);
-    rows.push_back({{"kind", "prefill"},
+    rows.push_back({{"model", model},
+                    {"kind", "prefill"},
+                    {"head_dim", d},
+                    {"window", window},
                     {"n_tokens", n},
                     {"n_kv", n},
                     {"flops", flops},
@@ -400,6 +424,14 @@ json bench_attention(Ctx& c) {
                     {"limit_us", limit},
                     {"fraction", limit / us}});
   }
+}
+
+json bench_attention(Ctx& c) {
+  json rows = json::array();
+  bench_attention_heads(c, rows, "Llama-3-8B", 32, 8, 128, 0, {4096, 32768}, {512, 2048});
+  // Gemma 3 270M: global layers (full causal) and local layers (512-position window).
+  bench_attention_heads(c, rows, "Gemma-3-270M", 4, 1, 256, 0, {4096, 32768}, {512, 2048});
+  bench_attention_heads(c, rows, "Gemma-3-270M", 4, 1, 256, 512, {4096, 32768}, {2048});
   return rows;
 }
 
@@ -458,16 +490,22 @@ int main(int argc, char** argv) {
   std::string out_path;
   int reps = 30;
   bool profile = false;
+  std::string only;  // one section: matvec, gemm or attention
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--profile") {
       profile = true;
     } else if (a == "--out" && i + 1 < argc) {
       out_path = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::max(3, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: cuda_ops_bench [--out FILE.json] [--reps N] [--profile]\n");
+      std::fprintf(
+          stderr,
+          "usage: cuda_ops_bench [--out FILE.json] [--reps N] [--only matvec|gemm|attention] "
+          "[--profile]\n");
       return 2;
     }
   }
@@ -503,9 +541,9 @@ int main(int argc, char** argv) {
   j["reps"] = reps;
   j["limits"] = {
       {"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.peak_tflops}, {"copy_detail", copy_detail}};
-  j["matvec"] = bench_matvec(c);
-  j["gemm"] = bench_gemm(c);
-  j["attention"] = bench_attention(c);
+  if (only.empty() || only == "matvec") j["matvec"] = bench_matvec(c);
+  if (only.empty() || only == "gemm") j["gemm"] = bench_gemm(c);
+  if (only.empty() || only == "attention") j["attention"] = bench_attention(c);
   if (!out_path.empty()) {
     std::ofstream f(out_path);
     f << j.dump(2) << "\n";

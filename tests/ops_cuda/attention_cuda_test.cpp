@@ -1,9 +1,14 @@
 // Decode (flash-decoding) and prefill (FlashAttention-2 tiles) attention against the CPU scalar
-// reference cpu::attention(kReference): GQA ratios 1, 3, 4 and 8, head dims 64 and 128, f32 and
-// bf16 caches with padded rows, contexts up to 32k for decode.
+// reference cpu::attention(kReference): GQA ratios 1, 3, 4 and 8, head dims 64, 128 and 256, f32
+// and bf16 caches with padded rows, contexts up to 32k for decode; sliding windows smaller and
+// larger than the context, ring caches that wrap, n_kv from device memory under a larger upper
+// bound, and a decode step captured once in a CUDA graph and replayed over a wrapping ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "ops/cpu/ops.h"
@@ -16,19 +21,31 @@ struct Case {
   int64_t n_tokens, n_kv, n_head, n_head_kv, head_dim;
 };
 
-std::string name(const Case& c, DType t) {
+// The optional features: a sliding window, a ring cache, n_kv read from device memory with the
+// launch sized for an upper bound (decode).
+struct Extra {
+  int64_t window = 0;
+  int64_t ring_rows = 0;
+  int64_t n_kv_upper = 0;  // > 0: p.n_kv = this, the real n_kv through p.n_kv_device
+};
+
+std::string name(const Case& c, DType t, const Extra& x = {}) {
   return std::string(dtype_name(t)) + " tokens " + std::to_string(c.n_tokens) + " kv " +
          std::to_string(c.n_kv) + " heads " + std::to_string(c.n_head) + "/" +
-         std::to_string(c.n_head_kv) + " d " + std::to_string(c.head_dim);
+         std::to_string(c.n_head_kv) + " d " + std::to_string(c.head_dim) + " window " +
+         std::to_string(x.window) + " ring " + std::to_string(x.ring_rows) + " upper " +
+         std::to_string(x.n_kv_upper);
 }
 
 class CudaAttention : public test::CudaTest {
  public:
   // Runs one case; returns the relative L2 error against the reference (negative on failure).
-  double run(const Case& c, DType kv_t, bool decode, uint64_t seed, DType out_t = DType::kF32) {
+  double run(const Case& c, DType kv_t, bool decode, uint64_t seed, DType out_t = DType::kF32,
+             const Extra& x = {}) {
     const int64_t width = c.n_head_kv * c.head_dim, row = width + 8;  // padded cache rows
     const size_t cache_n = static_cast<size_t>(c.n_kv * row);
-    // Cache values as the kernels will see them (bf16-rounded for a bf16 cache).
+    // Cache values as the kernels will see them (bf16-rounded for a bf16 cache), position p in
+    // row p: the reference's layout.
     std::vector<float> k = test::random_floats(cache_n, seed, -1.0f, 1.0f);
     std::vector<float> v = test::random_floats(cache_n, seed + 1, -1.0f, 1.0f);
     if (kv_t == DType::kBF16) {
@@ -43,7 +60,8 @@ class CudaAttention : public test::CudaTest {
                           c.n_head_kv,
                           c.head_dim,
                           row,
-                          1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+                          1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                          x.window};
     cpu::OpContext ctx;
     ctx.impl = cpu::Impl::kReference;
     // Prefill rounds q to bf16 on the way in: give the reference the same q.
@@ -52,26 +70,44 @@ class CudaAttention : public test::CudaTest {
     const Status rs = cpu::attention(ctx, s, q_ref.data(), k.data(), v.data(), ref.data());
     EXPECT_TRUE(rs.ok()) << rs.to_string();
 
+    // The device cache: a ring (position p in row p % ring_rows, written in position order so
+    // newer positions overwrite older ones) or n_ctx = max(n_kv, upper bound) rows. Rows no
+    // position was written to stay NaN: reading one unmasked shows in the output.
+    const int64_t dev_rows = x.ring_rows > 0 ? x.ring_rows : std::max(c.n_kv, x.n_kv_upper);
+    const size_t dev_n = static_cast<size_t>(dev_rows * row);
+    std::vector<float> kd(dev_n, std::nanf("")), vd(dev_n, std::nanf(""));
+    for (int64_t pos = 0; pos < c.n_kv; ++pos) {
+      const int64_t r = x.ring_rows > 0 ? pos % x.ring_rows : pos;
+      std::copy_n(k.begin() + pos * row, row, kd.begin() + r * row);
+      std::copy_n(v.begin() + pos * row, row, vd.begin() + r * row);
+    }
     cuda::DeviceBuffer dk, dv;
     if (kv_t == DType::kBF16) {
-      std::vector<uint16_t> kb(cache_n), vb(cache_n);
-      for (size_t i = 0; i < cache_n; ++i) {
-        kb[i] = f32_to_bf16(k[i]);
-        vb[i] = f32_to_bf16(v[i]);
+      std::vector<uint16_t> kb(dev_n), vb(dev_n);
+      for (size_t i = 0; i < dev_n; ++i) {
+        kb[i] = f32_to_bf16(kd[i]);
+        vb[i] = f32_to_bf16(vd[i]);
       }
       dk = upload(kb);
       dv = upload(vb);
     } else {
-      dk = upload(k);
-      dv = upload(v);
+      dk = upload(kd);
+      dv = upload(vd);
     }
     cuda::DeviceBuffer dq = upload(q);
     cuda::AttentionParams p;
     p.n_tokens = c.n_tokens;
     p.n_kv = c.n_kv;
     p.n_head = c.n_head;
-    p.kv = {kv_t, c.n_head_kv, c.head_dim, row};
+    p.kv = {kv_t, c.n_head_kv, c.head_dim, row, x.ring_rows};
     p.scale = s.scale;
+    p.window = x.window;
+    cuda::DeviceBuffer dn_kv;
+    if (x.n_kv_upper > 0) {
+      dn_kv = upload(std::vector<int32_t>{static_cast<int32_t>(c.n_kv)});
+      p.n_kv = x.n_kv_upper;
+      p.n_kv_device = dn_kv.as<int32_t>();
+    }
     std::vector<float> got;
     if (decode) {
       const size_t ws_bytes = cuda::attention_decode_workspace_bytes(p);
@@ -121,7 +157,10 @@ TEST_F(CudaAttention, DecodeMatchesTheReferenceForEveryGqaRatio) {
                 {1, 4099, 24, 8, 128},
                 {1, 4099, 32, 32, 64},
                 {1, 777, 36, 4, 128},
-                {1, 130, 16, 2, 64}},
+                {1, 130, 16, 2, 64},
+                {1, 1000, 4, 1, 256},
+                {1, 33, 3, 1, 256},
+                {1, 2049, 24, 8, 256}},
                1000);
 }
 
@@ -166,6 +205,154 @@ TEST_F(CudaAttention, PrefillMatchesTheReference) {
   EXPECT_LT(err, 1e-2);
 }
 
+struct ExtraCase {
+  Case c;
+  Extra x;
+};
+
+TEST_F(CudaAttention, DecodeWithWindowsRingsAndDeviceNkv) {
+  uint64_t seed = 7000;
+  const std::vector<ExtraCase> cases = {
+      {{1, 1000, 4, 1, 256}, {512, 0, 0}},          // Gemma 3 270M local layer
+      {{1, 300, 24, 8, 128}, {1000, 0, 0}},         // window past the context
+      {{1, 4099, 32, 4, 64}, {100, 0, 0}},          // GQA 8, narrow window
+      {{1, 33, 3, 1, 256}, {7, 0, 0}},              // odd sizes
+      {{1, 777, 8, 8, 256}, {300, 300, 0}},         // ring wrapped twice
+      {{1, 5000, 16, 2, 128}, {1024, 1030, 0}},     // ring a little larger than the window
+      {{1, 700, 4, 1, 256}, {0, 0, 4096}},          // device n_kv, grid for 4096
+      {{1, 50, 12, 4, 64}, {0, 0, 32768}},          // device n_kv far below the bound
+      {{1, 2000, 8, 1, 256}, {512, 512, 8192}},     // all three (graph decode of Gemma)
+      {{1, 9000, 24, 8, 128}, {4096, 4096, 32768}}  // GQA 3, long window, wrapped ring
+  };
+  for (const ExtraCase& e : cases) {
+    for (DType kv : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(name(e.c, kv, e.x));
+      const double err = run(e.c, kv, /*decode=*/true, seed += 10, DType::kF32, e.x);
+      EXPECT_GE(err, 0.0);
+      EXPECT_LT(err, 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaAttention, PrefillWithHeadDim256WindowsAndRings) {
+  uint64_t seed = 8000;
+  const std::vector<ExtraCase> cases = {
+      {{100, 100, 4, 1, 256}, {}},             // head_dim 256, one kv head
+      {{257, 300, 8, 1, 256}, {}},             // odd tiles
+      {{5, 5, 3, 3, 256}, {2, 0, 0}},          // tiny, window 2
+      {{300, 300, 4, 1, 256}, {64, 0, 0}},     // window inside a query tile
+      {{130, 1030, 24, 8, 128}, {200, 0, 0}},  // window across KV tiles, GQA 3
+      {{77, 500, 12, 4, 64}, {1000, 0, 0}},    // window past the context
+      {{64, 1000, 4, 1, 256}, {512, 575, 0}},  // Gemma: ring = window + batch - 1
+      {{200, 200, 6, 2, 128}, {50, 249, 0}},   // ring rows never written (NaN)
+      {{33, 2000, 32, 4, 64}, {100, 140, 0}},  // wrapped ring, GQA 8
+      {{512, 512, 4, 1, 256}, {}}};
+  for (const ExtraCase& e : cases) {
+    for (DType t : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(name(e.c, t, e.x));
+      const double err = run(e.c, t, /*decode=*/false, seed += 10, DType::kF32, e.x);
+      EXPECT_GE(err, 0.0);
+      EXPECT_LT(err, 1e-2);  // bf16 tensor-core inputs
+    }
+  }
+  SCOPED_TRACE("bf16 output, head_dim 256, window");
+  const double err = run({77, 200, 8, 1, 256}, DType::kBF16, false, 19, DType::kBF16, {60, 0, 0});
+  EXPECT_GE(err, 0.0);
+  EXPECT_LT(err, 1e-2);
+}
+
+// A decode step (kv_store at a device position, then attention over a device n_kv) captured once
+// in a CUDA graph and replayed for every token, over a sliding-window ring cache that wraps:
+// nothing per token may be baked into the launches.
+TEST_F(CudaAttention, GraphReplayedDecodeOverARingCache) {
+  for (DType kv_t : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(kv_t));
+    const int64_t n_head = 4, n_head_kv = 1, d = 256, window = 100, n_ctx = 1024;
+    const int64_t width = n_head_kv * d, row = width + 8, prompt = 90, steps = 45;
+    const int64_t total = prompt + steps;
+    // All keys/values by position (what kv_store will have stored), and the queries per step.
+    std::vector<float> k = test::random_floats(static_cast<size_t>(total * width), 11, -1, 1);
+    std::vector<float> v = test::random_floats(static_cast<size_t>(total * width), 12, -1, 1);
+    const std::vector<float> qs =
+        test::random_floats(static_cast<size_t>(steps * n_head * d), 13, -1, 1);
+    cuda::DeviceBuffer dk_src = upload(k), dv_src = upload(v);
+    if (kv_t == DType::kBF16) {
+      k = test::round_bf16(k);
+      v = test::round_bf16(v);
+    }
+    const int64_t elem = kv_t == DType::kBF16 ? 2 : 4;
+    cuda::DeviceBuffer kc = poisoned<uint8_t>(static_cast<size_t>(window * row * elem));
+    cuda::DeviceBuffer vc = poisoned<uint8_t>(static_cast<size_t>(window * row * elem));
+    const cuda::KvLayout lay{kv_t, n_head_kv, d, row, window};
+    // The prompt's keys and values, in one store (positions 0..89 of a 100-row ring).
+    CU_ASSERT_OK(cuda::kv_store(dk_src.as<float>(), dv_src.as<float>(), prompt, width, lay,
+                                kc.data(), vc.data(), 0, stream()));
+
+    // The step's inputs live at fixed device addresses: [pos0, n_kv], the new k/v row, q.
+    cuda::DeviceBuffer pos = upload(std::vector<int32_t>{0, 0});
+    cuda::DeviceBuffer knew = poisoned<float>(static_cast<size_t>(width));
+    cuda::DeviceBuffer vnew = poisoned<float>(static_cast<size_t>(width));
+    cuda::DeviceBuffer dq = poisoned<float>(static_cast<size_t>(n_head * d));
+    cuda::DeviceBuffer out = poisoned<float>(static_cast<size_t>(n_head * d));
+    cuda::AttentionParams p;
+    p.n_tokens = 1;
+    p.n_kv = n_ctx;  // the upper bound
+    p.n_head = n_head;
+    p.kv = lay;
+    p.scale = 1.0f / 16.0f;
+    p.window = window;
+    p.n_kv_device = pos.as<int32_t>() + 1;
+    const size_t ws_bytes = cuda::attention_decode_workspace_bytes(p);
+    ASSERT_GT(ws_bytes, 0u);
+    CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer ws, cuda::DeviceBuffer::create(ws_bytes, 0, stream()));
+    ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const Status s1 = cuda::kv_store(knew.as<float>(), vnew.as<float>(), 1, width, lay, kc.data(),
+                                     vc.data(), 0, stream(), pos.as<int32_t>());
+    const Status s2 = cuda::attention_decode(p, dq.as<float>(), kc.data(), vc.data(),
+                                             out.as<float>(), ws.data(), ws.bytes(), stream());
+    ASSERT_EQ(cudaStreamEndCapture(stream(), &graph), cudaSuccess);
+    ASSERT_TRUE(s1.ok()) << s1.to_string();
+    ASSERT_TRUE(s2.ok()) << s2.to_string();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+    cpu::OpContext ctx;
+    ctx.impl = cpu::Impl::kReference;
+    double worst = 0.0;
+    for (int64_t step = 0; step < steps; ++step) {
+      const int64_t p_new = prompt + step;
+      const std::vector<int32_t> hp = {static_cast<int32_t>(p_new),
+                                       static_cast<int32_t>(p_new + 1)};
+      const size_t kv_off = static_cast<size_t>(p_new * width);
+      const float* q_step = qs.data() + step * n_head * d;
+      ASSERT_EQ(cudaMemcpyAsync(pos.data(), hp.data(), 8, cudaMemcpyHostToDevice, stream()),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(knew.data(), dk_src.as<float>() + kv_off, width * 4,
+                                cudaMemcpyDeviceToDevice, stream()),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(vnew.data(), dv_src.as<float>() + kv_off, width * 4,
+                                cudaMemcpyDeviceToDevice, stream()),
+                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpyAsync(dq.data(), q_step, n_head * d * 4, cudaMemcpyHostToDevice, stream()),
+          cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream()), cudaSuccess);
+      const auto got = download<float>(out, static_cast<size_t>(n_head * d));
+      cpu::AttentionShape s{1, p_new + 1, n_head, n_head_kv, d, width, p.scale, window};
+      std::vector<float> ref(static_cast<size_t>(n_head * d));
+      ASSERT_TRUE(cpu::attention(ctx, s, q_step, k.data(), v.data(), ref.data()).ok());
+      EXPECT_EQ(test::count_non_finite(got), 0u) << "step " << step;
+      worst = std::max(worst, test::rel_l2(got, ref));
+    }
+    EXPECT_LT(worst, 1e-5);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 TEST_F(CudaAttention, RejectsBadShapes) {
   cuda::DeviceBuffer b = poisoned<float>(4096);
   cuda::AttentionParams p;
@@ -189,6 +376,26 @@ TEST_F(CudaAttention, RejectsBadShapes) {
   p.n_tokens = 5;  // more tokens than cache rows
   EXPECT_EQ(cuda::attention_prefill(p, b.as<float>(), b.data(), b.data(), DType::kF32, b.data(),
                                     nullptr, 0, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  // A ring too small for the window, a negative window, n_kv_device in prefill.
+  p.n_tokens = 1;
+  p.kv.ring_rows = 3;
+  p.window = 4;
+  EXPECT_EQ(cuda::attention_decode(p, b.as<float>(), b.data(), b.data(), b.as<float>(), nullptr, 0,
+                                   stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  p.kv.ring_rows = 0;
+  p.window = -1;
+  EXPECT_EQ(cuda::attention_decode(p, b.as<float>(), b.data(), b.data(), b.as<float>(), nullptr, 0,
+                                   stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  p.window = 0;
+  p.n_kv_device = b.as<int32_t>();
+  EXPECT_EQ(cuda::attention_prefill(p, b.as<float>(), b.data(), b.data(), DType::kF32, b.data(),
+                                    b.data(), 4096 * 4, stream())
                 .code(),
             StatusCode::kInvalidArgument);
 }

@@ -1,11 +1,17 @@
-// RMSNorm (plain and fused with the residual add), RoPE, SwiGLU, softmax, f32->bf16, KV store
-// and the embedding gather against the CPU references.
+// RMSNorm (plain and fused with the residual add), RoPE, SwiGLU, GeGLU (tanh), softmax,
+// f32->bf16, KV store (plain, ring, device position) and the embedding gather against the CPU
+// references.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "ops/cpu/ops.h"
+#include "ops/cuda/model_ops.h"
 #include "ops/cuda/ops_cuda.h"
 
 namespace rinfer {
@@ -164,6 +170,88 @@ TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
   EXPECT_EQ(mismatches, 0u);
 }
 
+// The fused decode kernel gives exactly what rope then kv_store give: the same qkv rows and the
+// same cache bytes (rows at device positions, a ring, partial rotation, both cache dtypes).
+TEST_F(CudaElementwise, RopeKvStoreMatchesRopeThenKvStore) {
+  uint64_t seed = 700;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (auto [n_rot, head_dim, ring] :
+         {std::tuple<int64_t, int64_t, int64_t>{64, 64, 0}, {96, 128, 0}, {128, 128, 13}}) {
+      for (cpu::RopeMode mode : {cpu::RopeMode::kNormal, cpu::RopeMode::kNeox}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " n_rot " + std::to_string(n_rot) + " head_dim " +
+                     std::to_string(head_dim) + " ring " + std::to_string(ring));
+        const int64_t n_head = 5, n_head_kv = 3, n_tokens = 3, n_ctx = 50;
+        const int64_t width = n_head_kv * head_dim, row = width + 8;
+        const int64_t stride = (n_head + 2 * n_head_kv) * head_dim + 4;
+        const int64_t elem = t == DType::kF32 ? 4 : 2;
+        const int64_t rows = ring > 0 ? ring : n_ctx;
+        const size_t cache_bytes = static_cast<size_t>(rows * row * elem);
+        const auto x = test::random_floats(static_cast<size_t>(n_tokens * stride), ++seed);
+        const std::vector<int32_t> pos = {40, 41, 42};
+        cpu::RopeParams p;
+        p.n_rot = n_rot;
+        p.freq_base = 10000.0f;
+        p.mode = mode;
+        cuda::KvLayout lay{t, n_head_kv, head_dim, row, ring};
+        cuda::DeviceBuffer dpos = upload(pos);
+        cuda::DeviceBuffer xa = upload(x), xb = upload(x);
+        cuda::DeviceBuffer ka = poisoned<uint8_t>(cache_bytes), va = poisoned<uint8_t>(cache_bytes);
+        cuda::DeviceBuffer kb = poisoned<uint8_t>(cache_bytes), vb = poisoned<uint8_t>(cache_bytes);
+        float* qa = xa.as<float>();
+        CU_ASSERT_OK(cuda::rope(qa, n_tokens, n_head + n_head_kv, head_dim, stride,
+                                dpos.as<int32_t>(), p, stream()));
+        CU_ASSERT_OK(cuda::kv_store(qa + n_head * head_dim, qa + (n_head + n_head_kv) * head_dim,
+                                    n_tokens, stride, lay, ka.data(), va.data(), 0, stream(),
+                                    dpos.as<int32_t>()));
+        CU_ASSERT_OK(cuda::rope_kv_store(xb.as<float>(), n_tokens, n_head, stride,
+                                         dpos.as<int32_t>(), p, lay, kb.data(), vb.data(),
+                                         stream()));
+        EXPECT_EQ(download<float>(xa, x.size()), download<float>(xb, x.size()));
+        EXPECT_EQ(download<uint8_t>(ka, cache_bytes), download<uint8_t>(kb, cache_bytes));
+        EXPECT_EQ(download<uint8_t>(va, cache_bytes), download<uint8_t>(vb, cache_bytes));
+      }
+    }
+  }
+  cuda::DeviceBuffer b = poisoned<float>(64);
+  cuda::KvLayout lay{DType::kBF16, 1, 8, 8, 0};
+  EXPECT_EQ(cuda::rope_kv_store(b.as<float>(), 1, 1, 16, nullptr, cpu::RopeParams{}, lay, b.data(),
+                                b.data(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The decode fusion residual add + RMSNorm + int16 quantization against the reference and
+// against quantize_activation of its own output (register and looping kernels).
+TEST_F(CudaElementwise, RmsNormQ16MatchesTheReference) {
+  uint64_t seed = 900;
+  for (int64_t n : {32, 576, 1024, 1056, 4096, 8192, 14336}) {
+    for (bool with_res : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + (with_res ? " residual" : ""));
+      const auto x = test::random_floats(static_cast<size_t>(n), ++seed, -3.0f, 3.0f);
+      const auto r0 = test::random_floats(static_cast<size_t>(n), ++seed, -2.0f, 2.0f);
+      const auto w = test::random_floats(static_cast<size_t>(n), ++seed, 0.5f, 1.5f);
+      std::vector<float> sum(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = with_res ? x[i] + r0[i] : x[i];
+      cpu::rms_norm(ref_ctx(), sum.data(), w.data(), 1, n, 1e-5f, ref.data());
+      cuda::DeviceBuffer dx = upload(x), dr = upload(r0), dw = upload(w);
+      cuda::DeviceBuffer out = poisoned<float>(static_cast<size_t>(n));
+      const size_t qb = cuda::quantized_activation_bytes(n);
+      cuda::DeviceBuffer ws1 = poisoned<uint8_t>(qb), ws2 = poisoned<uint8_t>(qb);
+      auto qa1 = cuda::quantized_activation_in(ws1.data(), qb, n);
+      auto qa2 = cuda::quantized_activation_in(ws2.data(), qb, n);
+      ASSERT_TRUE(qa1.ok() && qa2.ok());
+      CU_ASSERT_OK(cuda::rms_norm_q16(dx.as<float>(), with_res ? dr.as<float>() : nullptr,
+                                      dw.as<float>(), n, 1e-5f, out.as<float>(), *qa1, stream()));
+      const auto y = download<float>(out, static_cast<size_t>(n));
+      EXPECT_EQ(test::count_non_finite(y), 0u);
+      EXPECT_LT(test::rel_l2(y, ref), 1e-5);
+      if (with_res) EXPECT_LT(test::rel_l2(download<float>(dr, sum.size()), sum), 1e-7);
+      CU_ASSERT_OK(cuda::quantize_activation(out.as<float>(), *qa2, stream()));
+      EXPECT_EQ(download<uint8_t>(ws1, qb), download<uint8_t>(ws2, qb));
+    }
+  }
+}
+
 TEST_F(CudaElementwise, KvStoreWritesRowsAtAnOffset) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     const int64_t n_ctx = 50, n_head_kv = 3, head_dim = 64, n_tokens = 7, pos0 = 40;
@@ -204,6 +292,107 @@ TEST_F(CudaElementwise, KvStoreWritesRowsAtAnOffset) {
     }
     EXPECT_EQ(kb[0], 0xff);  // rows before pos0 untouched
   }
+}
+
+TEST_F(CudaElementwise, GegluTanhMatchesTheReference) {
+  uint64_t seed = 90;
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {9, 1001}, {3, 2048}, {17, 333}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(n));
+    // The halves of a fused [rows, 2n] gate|up buffer; gates far into both tails too.
+    auto gu = test::random_floats(static_cast<size_t>(rows * 2 * n), ++seed, -6.0f, 6.0f);
+    gu[0] = -30.0f;
+    if (n > 2) gu[2] = 25.0f;
+    std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
+        up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
+      }
+    }
+    cpu::geglu_tanh(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
+    cuda::DeviceBuffer dgu = upload(gu);
+    cuda::DeviceBuffer out = poisoned<float>(ref.size());
+    CU_ASSERT_OK(cuda::geglu_tanh(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kF32,
+                                  out.data(), stream()));
+    const auto y = download<float>(out, ref.size());
+    EXPECT_EQ(test::count_non_finite(y), 0u);
+    EXPECT_LT(test::rel_l2(y, ref), 1e-6);
+    // Separate buffers (in_stride n), bf16 output.
+    cuda::DeviceBuffer dg = upload(gate), du = upload(up);
+    cuda::DeviceBuffer outb = poisoned<uint16_t>(ref.size());
+    CU_ASSERT_OK(cuda::geglu_tanh(dg.as<float>(), du.as<float>(), rows, n, n, DType::kBF16,
+                                  outb.data(), stream()));
+    const auto yb = test::bf16_to_f32(download<uint16_t>(outb, ref.size()));
+    EXPECT_EQ(test::count_non_finite(yb), 0u);
+    EXPECT_LT(test::rel_l2(yb, ref), 1e-2);
+  }
+  cuda::DeviceBuffer b = poisoned<float>(8);
+  EXPECT_EQ(cuda::geglu_tanh(b.as<float>(), b.as<float>(), 1, 8, 4, DType::kF32, b.data(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::geglu_tanh(b.as<float>(), nullptr, 1, 8, 8, DType::kF32, b.data(), stream()).code(),
+      StatusCode::kInvalidArgument);
+}
+
+// A ring cache (position p in row p % ring_rows) written across its end, with pos0 read from
+// device memory (what a CUDA-graph decode step does).
+TEST_F(CudaElementwise, KvStoreWrapsARingAndReadsPos0FromTheDevice) {
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (bool dev_pos : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (dev_pos ? " device pos0" : " host pos0"));
+      const int64_t ring = 13, n_head_kv = 2, head_dim = 256, n_tokens = 6, pos0 = 50;
+      const int64_t width = n_head_kv * head_dim, row = width + 8, elem = t == DType::kF32 ? 4 : 2;
+      const auto kv = test::random_floats(static_cast<size_t>(n_tokens * 2 * width), 21);
+      cuda::DeviceBuffer src = upload(kv);
+      const size_t bytes = static_cast<size_t>(ring * row * elem);
+      cuda::DeviceBuffer kc = poisoned<uint8_t>(bytes), vc = poisoned<uint8_t>(bytes);
+      cuda::DeviceBuffer dpos = upload(std::vector<int32_t>{static_cast<int32_t>(pos0)});
+      const cuda::KvLayout lay{t, n_head_kv, head_dim, row, ring};
+      CU_ASSERT_OK(cuda::kv_store(src.as<float>(), src.as<float>() + width, n_tokens, 2 * width,
+                                  lay, kc.data(), vc.data(), dev_pos ? 0 : pos0, stream(),
+                                  dev_pos ? dpos.as<int32_t>() : nullptr));
+      const auto kb = download<uint8_t>(kc, bytes);
+      const auto vb = download<uint8_t>(vc, bytes);
+      auto read = [&](const std::vector<uint8_t>& b, size_t at) {
+        if (t == DType::kF32) {
+          float f;
+          std::memcpy(&f, &b[at], 4);
+          return f;
+        }
+        uint16_t h;
+        std::memcpy(&h, &b[at], 2);
+        return bf16_to_f32(h);
+      };
+      std::vector<bool> written(static_cast<size_t>(ring), false);
+      for (int64_t tk = 0; tk < n_tokens; ++tk) {
+        const int64_t r = (pos0 + tk) % ring;  // 11, 12, 0, 1, 2, 3
+        written[static_cast<size_t>(r)] = true;
+        for (int64_t e = 0; e < width; ++e) {
+          const size_t at = static_cast<size_t>((r * row + e) * elem);
+          float ek = kv[static_cast<size_t>(tk * 2 * width + e)];
+          float ev = kv[static_cast<size_t>(tk * 2 * width + width + e)];
+          if (t == DType::kBF16) {
+            ek = bf16_to_f32(f32_to_bf16(ek));
+            ev = bf16_to_f32(f32_to_bf16(ev));
+          }
+          ASSERT_EQ(read(kb, at), ek) << "token " << tk << " element " << e;
+          ASSERT_EQ(read(vb, at), ev) << "token " << tk << " element " << e;
+        }
+      }
+      for (int64_t r = 0; r < ring; ++r) {  // rows no position maps to are untouched
+        if (!written[static_cast<size_t>(r)]) {
+          EXPECT_EQ(kb[static_cast<size_t>(r * row * elem)], 0xff) << "row " << r;
+        }
+      }
+    }
+  }
+  cuda::DeviceBuffer b = poisoned<float>(4096);
+  const cuda::KvLayout lay{DType::kF32, 1, 64, 64, 4};
+  EXPECT_EQ(
+      cuda::kv_store(b.as<float>(), b.as<float>(), 5, 64, lay, b.data(), b.data(), 0, stream())
+          .code(),
+      StatusCode::kInvalidArgument);  // 5 tokens do not fit 4 ring rows
 }
 
 TEST_F(CudaElementwise, GetRowsGathersEveryLayout) {

@@ -8,6 +8,12 @@
 // max m, sum l, unnormalized output acc) per query head, and are merged through shared memory at
 // the end; a second kernel merges the splits: out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s -
 // M). Scores are in the log2 domain (q pre-scaled by scale * log2(e)); all arithmetic is f32.
+//
+// The splits cut only the positions a query sees: [n_kv - window, n_kv) with a sliding window,
+// else [0, n_kv); a ring cache keeps position j in row j % ring_rows. The kernels derive the
+// split boundaries themselves from n_kv, which may be read from device memory (n_kv_dev): the
+// grid and workspace are sized for the upper bound a.n_kv, blocks past the real range exit at
+// once and the merge skips them, so one captured launch serves every decode step of a graph.
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -22,11 +28,40 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <bool kBf16, int kD>
 struct DecCfg {
-  static constexpr int kEpt = kBf16 ? 8 : 4;  // elements per 16-byte load
-  static constexpr int kTpr = kD / kEpt;      // lanes per KV row
-  static constexpr int kRpw = kWarp / kTpr;   // rows a warp holds at once
+  static constexpr int kVec = kBf16 ? 8 : 4;                  // elements per 16-byte load
+  static constexpr int kVecs = kD / kVec;                     // 16-byte pieces per row
+  static constexpr int kTpr = kVecs < kWarp ? kVecs : kWarp;  // lanes per KV row
+  static constexpr int kChunks = kVecs / kTpr;                // 16-byte loads per lane and row
+  static constexpr int kEpt = kChunks * kVec;                 // elements per lane
+  static constexpr int kRpw = kWarp / kTpr;                   // rows a warp holds at once
   static constexpr int kSubgroups = kWarps * kRpw;
+  // Element e of a lane's share: load e / kVec is lane-interleaved so each load instruction of a
+  // warp reads contiguous bytes.
+  static __device__ __forceinline__ int elem(int li, int e) {
+    return ((e / kVec) * kTpr + li) * kVec + e % kVec;
+  }
 };
+
+// Fewest positions per split (below this the merge costs more than the split saves).
+constexpr int64_t kMinChunk = 32;
+
+// The positions of one decode step and their cut into splits, derived on the device from n_kv
+// (read from n_kv_dev when set, clamped to [1, a.n_kv]) and the grid's split count.
+struct DecRange {
+  int64_t lo, end, chunk;
+  int n_active;
+};
+__device__ __forceinline__ DecRange dec_range(const AttnArgs& a, int n_splits) {
+  int64_t n_kv = a.n_kv;
+  if (a.n_kv_dev != nullptr) n_kv = max(int64_t{1}, min(static_cast<int64_t>(*a.n_kv_dev), a.n_kv));
+  DecRange r;
+  r.lo = a.window > 0 ? max(int64_t{0}, n_kv - a.window) : 0;
+  r.end = n_kv;
+  const int64_t len = n_kv - r.lo;
+  r.chunk = max(kMinChunk, (len + n_splits - 1) / n_splits);
+  r.n_active = static_cast<int>((len + r.chunk - 1) / r.chunk);
+  return r;
+}
 
 // KV rows per sub-group per step, all loaded before the first use (more rows: more bytes in
 // flight; the wide GQA groups keep fewer for registers).
@@ -35,28 +70,44 @@ __host__ __device__ constexpr int rows_in_flight() {
   return kG <= 4 ? 4 : 2;
 }
 
-template <bool kBf16, int kEpt>
-__device__ __forceinline__ void load_row(const void* base, int64_t elem, float (&out)[kEpt]) {
-  const uint4 v = ld_stream16(static_cast<const uint8_t*>(base) + elem * (kBf16 ? 2 : 4));
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  if constexpr (kBf16) {
+// Blocks per SM the register budget must allow: the splits aim at 4 per SM (at most 128
+// registers a thread), which holds when a thread's q and accumulators (2 kG kEpt floats) fit in
+// 64 registers with one 16-byte load per row; wider groups run fewer blocks without spilling.
+template <int kG, int kEpt, int kChunks>
+__host__ __device__ constexpr int min_blocks() {
+  return kG * kEpt <= 32 && kChunks == 1 ? 4 : 1;
+}
+
+// Loads a lane's kEpt elements of one row; `elem` is the row's first element + li * kVec.
+template <bool kBf16, int kD>
+__device__ __forceinline__ void load_row(const void* base, int64_t elem,
+                                         float (&out)[DecCfg<kBf16, kD>::kEpt]) {
+  using C = DecCfg<kBf16, kD>;
+  const auto* b = static_cast<const uint8_t*>(base);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      out[2 * i] = bf16_lo(w[i]);
-      out[2 * i + 1] = bf16_hi(w[i]);
+  for (int c = 0; c < C::kChunks; ++c) {
+    const uint4 v = ld_stream16(b + (elem + c * C::kTpr * C::kVec) * (kBf16 ? 2 : 4));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (kBf16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[c * 8 + 2 * i] = bf16_lo(w[i]);
+        out[c * 8 + 2 * i + 1] = bf16_hi(w[i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[c * 4 + i] = __uint_as_float(w[i]);
     }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(w[i]);
   }
 }
 
 // grid: (n_splits, n_head_kv * n_groups); a group is up to kG query heads of one kv head.
 template <bool kBf16, int kD, int kG>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(
+    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks>()))
     attn_decode_kernel(AttnArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
-                       int64_t chunk, int n_groups) {
+                       int n_groups) {
   using C = DecCfg<kBf16, kD>;
   constexpr int E = C::kEpt;
   constexpr int SG = C::kSubgroups;
@@ -65,17 +116,22 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_l[SG][kG];
   __shared__ float s_acc[SG][kG][kD];
 
+  pdl_begin();
+  const DecRange range = dec_range(a, static_cast<int>(gridDim.x));
+  const int split = blockIdx.x;
+  if (split >= range.n_active) return;  // past the real positions (the merge skips it)
+
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int sg = warp * C::kRpw + lane / C::kTpr;
   const int li = lane % C::kTpr;  // position in the row
-  const int split = blockIdx.x;
   const int hk = blockIdx.y / n_groups;
   const int64_t ratio = a.n_head / a.n_head_kv;
   const int64_t h0 = hk * ratio + static_cast<int64_t>(blockIdx.y % n_groups) * kG;
   const int64_t left = hk * ratio + ratio - h0;  // query heads of this kv head from h0 on
   const int ng = static_cast<int>(left < kG ? left : kG);
-  const int64_t j_begin = split * chunk;
-  const int64_t j_end = min(a.n_kv, j_begin + chunk);
+  const int64_t j_begin = range.lo + split * range.chunk;
+  const int64_t j_end = min(range.end, j_begin + range.chunk);
+  const auto ring = static_cast<uint32_t>(a.ring_rows);
 
   float qr[kG][E];
   const float qs = a.scale * kLog2e;
@@ -83,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int g = 0; g < kG; ++g) {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      qr[g][e] = g < ng ? q[(h0 + g) * kD + li * E + e] * qs : 0.0f;
+      qr[g][e] = g < ng ? q[(h0 + g) * kD + C::elem(li, e)] * qs : 0.0f;
     }
   }
   float m[kG], l[kG], acc[kG][E];
@@ -95,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
 
-  const int64_t head_off = static_cast<int64_t>(hk) * kD + li * E;
+  const int64_t head_off = static_cast<int64_t>(hk) * kD + li * C::kVec;
   // The trip count is the same for every thread (the shuffles below need whole warps).
   for (int64_t base = j_begin; base < j_end; base += SG * kRowsInFlight) {
     float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
@@ -104,9 +160,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int t = 0; t < kRowsInFlight; ++t) {
       const int64_t j = base + t * SG + sg;
       valid[t] = j < j_end;
-      const int64_t off = (valid[t] ? j : j_begin) * a.kv_row_stride + head_off;
-      load_row<kBf16, E>(k, off, kr[t]);
-      load_row<kBf16, E>(v, off, vr[t]);
+      int64_t row = valid[t] ? j : j_begin;
+      if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
+      const int64_t off = row * a.kv_row_stride + head_off;
+      load_row<kBf16, kD>(k, off, kr[t]);
+      load_row<kBf16, kD>(v, off, vr[t]);
     }
     float s[kRowsInFlight][kG];
 #pragma unroll
@@ -150,10 +208,9 @@ __global__ void __launch_bounds__(kThreads)
       s_l[sg][g] = l[g];
     }
 #pragma unroll
-    for (int e = 0; e < E; ++e) s_acc[sg][g][li * E + e] = acc[g][e];
+    for (int e = 0; e < E; ++e) s_acc[sg][g][C::elem(li, e)] = acc[g][e];
   }
   __syncthreads();
-  const int n_splits = gridDim.x;
   for (int idx = threadIdx.x; idx < ng * kD; idx += kThreads) {
     const int g = idx / kD, d = idx % kD;
     float mx = -INFINITY;
@@ -165,7 +222,7 @@ __global__ void __launch_bounds__(kThreads)
       o = fmaf(s_acc[i][g][d], w, o);
     }
     const int64_t h = h0 + g;
-    if (n_splits == 1) {
+    if (range.n_active == 1) {
       out[h * kD + d] = o / lsum;
     } else {
       ws_o[(static_cast<int64_t>(split) * a.n_head + h) * kD + d] = o;
@@ -177,26 +234,32 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges the splits: one block per head, head_dim x kCombineGroups threads. The per-split
-// (m, l) pairs are read in parallel into shared memory; thread (g, d) sums output element d over
-// splits g, g + kCombineGroups, ... (a few independent loads each instead of a long chain), and
-// the groups are added through shared memory.
+// Merges the splits: one block per head, head_dim x n_cg threads (n_cg = 1024 / head_dim, at
+// most kCombineGroups). The per-split (m, l) pairs are read in parallel into shared memory;
+// thread (g, d) sums output element d over splits g, g + n_cg, ... (a few independent loads each
+// instead of a long chain), and the groups are added through shared memory. Only the splits
+// that hold positions (dec_range) are read; with one, the decode kernel wrote out itself.
 constexpr int kMaxSplits = 256;
 constexpr int kCombineGroups = 8;
 
-__global__ void attn_combine_kernel(const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
-                                    int n_splits, int64_t n_head, int64_t head_dim, float* out) {
+__global__ void attn_combine_kernel(AttnArgs a, const float* __restrict__ ws_o,
+                                    const float* __restrict__ ws_ml, int n_splits, float* out) {
   __shared__ float s_w[kMaxSplits];
-  __shared__ float s_part[kCombineGroups][128];
+  __shared__ float s_part[1024];
   __shared__ float scratch[32];
+  pdl_begin();
+  const int n_active = dec_range(a, n_splits).n_active;
+  if (n_active <= 1) return;
+  const int64_t n_head = a.n_head, head_dim = a.head_dim;
   const int64_t h = blockIdx.x;
   const int tid = threadIdx.x;
+  const int n_cg = static_cast<int>(blockDim.x / head_dim);
   const int d = tid % static_cast<int>(head_dim), g = tid / static_cast<int>(head_dim);
   float mx = -INFINITY;
-  for (int s = tid; s < n_splits; s += blockDim.x) mx = fmaxf(mx, ws_ml[(s * n_head + h) * 2]);
+  for (int s = tid; s < n_active; s += blockDim.x) mx = fmaxf(mx, ws_ml[(s * n_head + h) * 2]);
   mx = block_max(mx, scratch);
   float lsum = 0.0f;
-  for (int s = tid; s < n_splits; s += blockDim.x) {
+  for (int s = tid; s < n_active; s += blockDim.x) {
     const float ms = ws_ml[(s * n_head + h) * 2];
     const float w = ms == -INFINITY ? 0.0f : exp2f(ms - mx);
     s_w[s] = w;
@@ -205,13 +268,13 @@ __global__ void attn_combine_kernel(const float* __restrict__ ws_o, const float*
   lsum = block_sum(lsum, scratch);  // its barriers also publish s_w
   float o = 0.0f;
 #pragma unroll 4
-  for (int s = g; s < n_splits; s += kCombineGroups) {
+  for (int s = g; s < n_active; s += n_cg) {
     o = fmaf(ws_o[(s * n_head + h) * head_dim + d], s_w[s], o);
   }
-  s_part[g][d] = o;
+  s_part[g * head_dim + d] = o;
   __syncthreads();
   if (g == 0) {
-    for (int i = 1; i < kCombineGroups; ++i) o += s_part[i][d];
+    for (int i = 1; i < n_cg; ++i) o += s_part[i * head_dim + d];
     out[h * head_dim + d] = o / lsum;
   }
 }
@@ -237,28 +300,36 @@ int sm_count() {
 
 template <bool kBf16, int kD, int kG>
 cudaError_t launch_t(const AttnArgs& a, const float* q, const void* k, const void* v, float* out,
-                     float* ws_o, float* ws_ml, int n_splits, int64_t chunk, int n_groups,
-                     cudaStream_t stream) {
+                     float* ws_o, float* ws_ml, int n_splits, int n_groups, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(a.n_head_kv * n_groups));
-  attn_decode_kernel<kBf16, kD, kG>
-      <<<grid, kThreads, 0, stream>>>(a, q, k, v, out, ws_o, ws_ml, chunk, n_groups);
-  return cudaGetLastError();
+  return launch_pdl(attn_decode_kernel<kBf16, kD, kG>, grid, dim3(kThreads), 0, stream, a, q, k, v,
+                    out, ws_o, ws_ml, n_groups);
 }
 
 template <bool kBf16, int kD>
 cudaError_t launch_d(const AttnArgs& a, int g, const float* q, const void* k, const void* v,
-                     float* out, float* ws_o, float* ws_ml, int n_splits, int64_t chunk,
-                     int n_groups, cudaStream_t stream) {
+                     float* out, float* ws_o, float* ws_ml, int n_splits, int n_groups,
+                     cudaStream_t stream) {
   switch (g) {
-    case 1:
-      return launch_t<kBf16, kD, 1>(a, q, k, v, out, ws_o, ws_ml, n_splits, chunk, n_groups,
-                                    stream);
-    case 4:
-      return launch_t<kBf16, kD, 4>(a, q, k, v, out, ws_o, ws_ml, n_splits, chunk, n_groups,
-                                    stream);
+    case 1: return launch_t<kBf16, kD, 1>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    case 4: return launch_t<kBf16, kD, 4>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
     default:
-      return launch_t<kBf16, kD, 8>(a, q, k, v, out, ws_o, ws_ml, n_splits, chunk, n_groups,
-                                    stream);
+      return launch_t<kBf16, kD, 8>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+  }
+}
+
+template <bool kBf16>
+cudaError_t launch_b(const AttnArgs& a, int g, const float* q, const void* k, const void* v,
+                     float* out, float* ws_o, float* ws_ml, int n_splits, int n_groups,
+                     cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      return launch_d<kBf16, 64>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    case 128:
+      return launch_d<kBf16, 128>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    case 256:
+      return launch_d<kBf16, 256>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 
@@ -268,9 +339,11 @@ int attn_decode_splits(const AttnArgs& a) {
   const int g = group_heads(a);
   const int64_t n_groups = (a.n_head / a.n_head_kv + g - 1) / g;
   const int64_t blocks = a.n_head_kv * n_groups;
+  // The most positions a step reads (a.n_kv is the upper bound when n_kv comes from the device).
+  const int64_t len = a.window > 0 ? std::min(a.window, a.n_kv) : a.n_kv;
   // About 4 blocks per SM, and at least 64 rows per split.
   const int64_t target = std::max<int64_t>(1, (4 * sm_count() + blocks - 1) / blocks);
-  const int64_t max_by_len = std::max<int64_t>(1, (a.n_kv + 63) / 64);
+  const int64_t max_by_len = std::max<int64_t>(1, (len + 63) / 64);
   return static_cast<int>(std::min<int64_t>({target, max_by_len, kMaxSplits}));
 }
 
@@ -284,30 +357,19 @@ cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k,
                                float* out, void* workspace, cudaStream_t stream) {
   const int g = group_heads(a);
   const int n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
-  int n_splits = attn_decode_splits(a);
-  const int64_t chunk = (a.n_kv + n_splits - 1) / n_splits;
-  n_splits = static_cast<int>((a.n_kv + chunk - 1) / chunk);
+  const int n_splits = attn_decode_splits(a);
   auto* ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]
   float* ws_ml = ws_o == nullptr ? nullptr
                                  : ws_o + static_cast<int64_t>(n_splits) * a.n_head *
                                               a.head_dim;  // [n_splits, n_head, 2]
-  cudaError_t err = cudaErrorInvalidValue;
-  if (a.kv_bf16) {
-    err = a.head_dim == 64 ? launch_d<true, 64>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, chunk,
-                                                n_groups, stream)
-                           : launch_d<true, 128>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, chunk,
-                                                 n_groups, stream);
-  } else {
-    err = a.head_dim == 64 ? launch_d<false, 64>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, chunk,
-                                                 n_groups, stream)
-                           : launch_d<false, 128>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, chunk,
-                                                  n_groups, stream);
-  }
+  const cudaError_t err =
+      a.kv_bf16 ? launch_b<true>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream)
+                : launch_b<false>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
   if (err != cudaSuccess || n_splits == 1) return err;
-  attn_combine_kernel<<<static_cast<unsigned>(a.n_head),
-                        static_cast<unsigned>(a.head_dim * kCombineGroups), 0, stream>>>(
-      ws_o, ws_ml, n_splits, a.n_head, a.head_dim, out);
-  return cudaGetLastError();
+  const int64_t n_cg = std::min<int64_t>(kCombineGroups, 1024 / a.head_dim);
+  return launch_pdl(attn_combine_kernel, dim3(static_cast<unsigned>(a.n_head)),
+                    dim3(static_cast<unsigned>(a.head_dim * n_cg)), 0, stream, a, ws_o, ws_ml,
+                    n_splits, out);
 }
 
 }  // namespace rinfer::cuda::kern

@@ -1,17 +1,21 @@
 // Prefill attention: FlashAttention-2 style tiling with an online softmax, causal, GQA.
 //
 // Block (query tile of 64 tokens, query head) with 4 warps, 16 query rows per warp. K and V
-// tiles of 64 positions are brought into shared memory with cp.async, double-buffered (the next
+// tiles of kBc positions (64; 32 for head_dim 256, where the output accumulator alone takes 128
+// registers a thread) are brought into shared memory with cp.async, double-buffered (the next
 // tile loads while this one computes). S = Q K^T and O += P V run on the tensor cores
 // (mma.sync m16n8k16, bf16 inputs, f32 accumulators); the softmax stays in registers: the S
 // accumulator layout of two 8-column tiles is exactly the A-operand layout of a 16-wide k-step,
-// so P never touches shared memory. Rows are padded by 16 bytes in shared memory, which makes
+// so P never touches shared memory. Q fragments stay in registers for head_dim <= 128 and are
+// re-read from shared memory for 256. Rows are padded by 16 bytes in shared memory, which makes
 // the ldmatrix row addresses fall in distinct banks.
 //
 // Inputs: q f32 [n_tokens, n_head, D] (rounded to bf16 on load), k/v bf16 rows kv_row_stride
-// elements apart ([n_kv, n_head_kv, D]); the new tokens are the last n_tokens positions, token t
-// at position n_kv - n_tokens + t sees positions <= its own. Out f32 or bf16
-// [n_tokens, n_head, D]. Query tiles are scheduled longest first (causal work grows with t).
+// elements apart ([n_kv, n_head_kv, D]; position j in row j % ring_rows for a ring cache); the
+// new tokens are the last n_tokens positions, token t at position p = n_kv - n_tokens + t sees
+// positions <= p (and > p - window with a sliding window: tiles before the block's first
+// visible position are skipped, the rest masked). Out f32 or bf16 [n_tokens, n_head, D]. Query
+// tiles are scheduled longest first (causal work grows with t).
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/launch.h"
 
@@ -19,7 +23,6 @@ namespace rinfer::cuda::kern {
 namespace {
 
 constexpr int kBr = 64;  // query rows per block
-constexpr int kBc = 64;  // KV positions per tile
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -60,9 +63,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 
 template <int kD>
 struct PfCfg {
+  static constexpr int kBc = kD <= 128 ? 64 : 32;   // KV positions per tile
+  static constexpr bool kQInRegs = kD <= 128;       // Q fragments in registers, else re-read
   static constexpr int kStride = kD + 8;            // bf16 elements per shared-memory row
+  static constexpr int kQElems = kBr * kStride;     // the Q tile
   static constexpr int kTileElems = kBc * kStride;  // one K or V tile
-  static constexpr size_t kSmemBytes = 5 * kTileElems * sizeof(uint16_t);  // Q, 2 K, 2 V
+  static constexpr size_t kSmemBytes =
+      (kQElems + 4 * kTileElems) * sizeof(uint16_t);  // Q, 2 K, 2 V
 };
 
 template <int kD>
@@ -71,9 +78,10 @@ __global__ void __launch_bounds__(kThreads)
                         const uint16_t* __restrict__ v, bool out_bf16, void* out) {
   using C = PfCfg<kD>;
   constexpr int S = C::kStride;
+  constexpr int kBc = C::kBc;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* sQ = smem;                    // [kBr][S]
-  uint16_t* sK = smem + C::kTileElems;    // [2][kBc][S]
+  uint16_t* sK = smem + C::kQElems;       // [2][kBc][S]
   uint16_t* sV = sK + 2 * C::kTileElems;  // [2][kBc][S]
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -84,7 +92,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q0 = q_tile * kBr;
   const int64_t pos0 = a.n_kv - a.n_tokens;  // position of token 0
   const int64_t kv_end = min(a.n_kv, pos0 + q0 + kBr);
-  const int n_tiles = static_cast<int>((kv_end + kBc - 1) / kBc);
+  // The first position any row of this block sees.
+  const int64_t kv_lo = a.window > 0 ? max(int64_t{0}, pos0 + q0 - a.window + 1) : 0;
+  const int tile_lo = static_cast<int>(kv_lo / kBc);
+  const int tile_end = static_cast<int>((kv_end + kBc - 1) / kBc);
+  const auto ring = static_cast<uint32_t>(a.ring_rows);
 
   auto load_kv = [&](int tile, int buf) {
     constexpr int kChunks = kBc * kD / 8;  // 16-byte chunks per tile
@@ -92,8 +104,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = tid; i < kChunks; i += kThreads) {
       const int r = i / (kD / 8), c = i % (kD / 8);
       const int64_t pos = kv0 + r;
-      const bool ok = pos < a.n_kv;
-      const int64_t src = (ok ? pos : 0) * a.kv_row_stride + hk * kD + c * 8;
+      const bool ok = pos < a.n_kv && pos >= kv_lo;  // else zeros (masked, but never NaN)
+      int64_t row = ok ? pos : 0;
+      if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
+      const int64_t src = row * a.kv_row_stride + hk * kD + c * 8;
       const int dst = buf * C::kTileElems + r * S + c * 8;
       cp_async16(smem_addr(sK + dst), k + src, ok);
       cp_async16(smem_addr(sV + dst), v + src, ok);
@@ -101,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
   };
 
-  load_kv(0, 0);
+  load_kv(tile_lo, 0);
   // Q tile: f32 -> bf16 into shared memory (rows past n_tokens are zeros).
   for (int i = tid; i < kBr * kD / 4; i += kThreads) {
     const int r = i / (kD / 4), c = i % (kD / 4);
@@ -114,11 +128,13 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<uint2*>(sQ + r * S + c * 4) = p;
   }
   __syncthreads();
-  uint32_t qf[kD / 16][4];  // A fragments of this warp's 16 rows
+  // A fragment k-step ks of this warp's 16 rows.
+  const uint32_t q_frag_addr = smem_addr(sQ + (warp * 16 + (lane % 16)) * S + (lane / 16) * 8);
+  constexpr int kQRegs = C::kQInRegs ? kD / 16 : 1;
+  uint32_t qf[kQRegs][4];
+  if constexpr (C::kQInRegs) {
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    const int r = warp * 16 + (lane % 16), c = ks * 16 + (lane / 16) * 8;
-    ldmatrix_x4(qf[ks], smem_addr(sQ + r * S + c));
+    for (int ks = 0; ks < kD / 16; ++ks) ldmatrix_x4(qf[ks], q_frag_addr + ks * 32);
   }
 
   float o[kD / 8][4];
@@ -129,10 +145,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_tok[2] = {q0 + warp * 16 + gid, q0 + warp * 16 + gid + 8};
   const int64_t row_pos[2] = {pos0 + row_tok[0], pos0 + row_tok[1]};
   const int64_t warp_min_pos = pos0 + q0 + warp * 16;
+  const int64_t warp_max_pos = warp_min_pos + 15;
 
-  for (int tile = 0; tile < n_tiles; ++tile) {
-    const int buf = tile & 1;
-    if (tile + 1 < n_tiles) {
+  for (int tile = tile_lo; tile < tile_end; ++tile) {
+    const int buf = (tile - tile_lo) & 1;
+    if (tile + 1 < tile_end) {
       load_kv(tile + 1, buf ^ 1);
       cp_async_wait<1>();
     } else {
@@ -143,26 +160,34 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* tv = sV + buf * C::kTileElems;
     const int64_t kv0 = static_cast<int64_t>(tile) * kBc;
 
-    // S = Q K^T: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys.
+    // S = Q K^T: 16 rows x kBc keys per warp, n-tiles of 8 keys.
     float s[kBc / 8][4];
 #pragma unroll
     for (int i = 0; i < kBc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
-    for (int np = 0; np < kBc / 16; ++np) {
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t qs[4];
+      if constexpr (C::kQInRegs) {
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
+        for (int i = 0; i < 4; ++i) qs[i] = qf[ks][i];
+      } else {
+        ldmatrix_x4(qs, q_frag_addr + ks * 32);
+      }
+#pragma unroll
+      for (int np = 0; np < kBc / 16; ++np) {
         const int mi = lane / 8;
         const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
         const int col = ks * 16 + (mi % 2) * 8;
         uint32_t b[4];
         ldmatrix_x4(b, smem_addr(tk + key * S + col));
-        mma_bf16(s[2 * np], qf[ks], b[0], b[1]);
-        mma_bf16(s[2 * np + 1], qf[ks], b[2], b[3]);
+        mma_bf16(s[2 * np], qs, b[0], b[1]);
+        mma_bf16(s[2 * np + 1], qs, b[2], b[3]);
       }
     }
 
-    // Mask (causal and past n_kv) only on tiles that reach past some row's position.
-    const bool need_mask = kv0 + kBc - 1 > warp_min_pos || kv0 + kBc > a.n_kv;
+    // Mask (causal, window and past n_kv) only on tiles that reach past some row's range.
+    const bool need_mask = kv0 + kBc - 1 > warp_min_pos || kv0 + kBc > a.n_kv ||
+                           (a.window > 0 && kv0 <= warp_max_pos - a.window);
 #pragma unroll
     for (int nt = 0; nt < kBc / 8; ++nt) {
 #pragma unroll
@@ -170,7 +195,8 @@ __global__ void __launch_bounds__(kThreads)
         float x = s[nt][e] * sl2;
         if (need_mask) {
           const int64_t key = kv0 + nt * 8 + tig * 2 + (e & 1);
-          if (key > row_pos[e / 2] || key >= a.n_kv) x = -INFINITY;
+          const int64_t rp = row_pos[e / 2];
+          if (key > rp || key >= a.n_kv || (a.window > 0 && key <= rp - a.window)) x = -INFINITY;
         }
         s[nt][e] = x;
       }
@@ -274,6 +300,7 @@ cudaError_t launch_attn_prefill(const AttnArgs& a, const float* q, const uint16_
   if (a.n_tokens <= 0) return cudaSuccess;
   if (a.head_dim == 64) return launch_d<64>(a, q, k, v, out_bf16, out, stream);
   if (a.head_dim == 128) return launch_d<128>(a, q, k, v, out_bf16, out, stream);
+  if (a.head_dim == 256) return launch_d<256>(a, q, k, v, out_bf16, out, stream);
   return cudaErrorInvalidValue;
 }
 

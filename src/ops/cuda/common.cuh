@@ -6,10 +6,47 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
+
+#include "ops/cuda/launch.h"  // pdl_enabled
 
 namespace rinfer::cuda::kern {
 
 inline constexpr int kWarp = 32;
+
+// Programmatic dependent launch (PDL, sm_90+). Kernels of the decode path are launched with
+// launch_pdl below, which lets the next kernel of the stream (or of a captured graph) be launched
+// before this one finishes. Every such kernel starts with pdl_begin(): griddepcontrol.wait blocks
+// until the previous kernel has completed and its writes are visible (a no-op when the kernel
+// was launched without the attribute), then launch_dependents lets the next kernel's blocks be
+// scheduled into the free SM slots, so its launch latency overlaps this kernel's work and tail.
+// Waiting before the trigger keeps at most two kernels in flight. Nothing global may be read or
+// written before pdl_begin().
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
+// attribute when pdl_enabled(); the kernel must begin with pdl_begin().
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
 
 // 16-byte load of data read once (weights, KV): bypasses L1 so it keeps the reused activations.
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {

@@ -10,6 +10,7 @@ template <int F>
 __global__ void get_rows_kernel(WeightView w, const int32_t* __restrict__ ids, bool out_bf16,
                                 void* out) {
   constexpr int E = WFmt<F>::kEpc;
+  pdl_begin();
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   const int64_t nc = w_chunks<F>(w);
@@ -43,7 +44,8 @@ template <int F>
 cudaError_t launch_f(const WeightView& w, const int32_t* ids, int64_t n_ids, bool out_bf16,
                      void* out, cudaStream_t stream) {
   if (n_ids > 0) {
-    get_rows_kernel<F><<<static_cast<unsigned>(n_ids), 128, 0, stream>>>(w, ids, out_bf16, out);
+    return launch_pdl(get_rows_kernel<F>, dim3(static_cast<unsigned>(n_ids)), dim3(128), 0, stream,
+                      w, ids, out_bf16, out);
   }
   return cudaGetLastError();
 }

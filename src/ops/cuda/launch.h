@@ -11,6 +11,12 @@
 
 namespace rinfer::cuda::kern {
 
+// Programmatic dependent launch of the decode kernels (common.cuh, launch_pdl): on by default on
+// sm_90+, off with RINFER_CUDA_PDL=0 in the environment or set_pdl(false) (the baseline; graphs
+// captured before keep what they were captured with).
+void set_pdl(bool on);
+bool pdl_enabled();
+
 // Weight formats of the device layout (see DeviceWeight in ops_cuda.h).
 enum WFormat : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_1, kWQ4_K, kWFormatCount };
 
@@ -61,26 +67,47 @@ struct RopeArgs {
   bool neox;
 };
 cudaError_t launch_rope(float* x, const int32_t* positions, const RopeArgs& a, cudaStream_t stream);
+// RoPE of q and k heads in a fused qkv token row [q heads | k heads | v heads] (a.n_heads = q + k
+// heads) plus the KV store: the rotated k heads and the v heads go to the cache rows of their
+// positions (positions[t], or positions[t] % ring_rows when ring_rows > 0).
+struct RopeKvArgs {
+  int64_t n_head_q = 0;  // heads [n_head_q, n_heads) are k heads
+  bool cache_bf16 = true;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t kv_row_stride = 0;
+  int64_t ring_rows = 0;
+};
+cudaError_t launch_rope_kv_store(float* x, const int32_t* positions, const RopeArgs& a,
+                                 const RopeKvArgs& kv, cudaStream_t stream);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i]; gate/up rows `in_stride` apart, out [n_rows, n].
 cudaError_t launch_swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n,
                           int64_t in_stride, bool out_bf16, void* out, cudaStream_t stream);
+// out[r, i] = gelu_tanh(gate[r, i]) * up[r, i], same layout as launch_swiglu.
+cudaError_t launch_geglu_tanh(const float* gate, const float* up, int64_t n_rows, int64_t n,
+                              int64_t in_stride, bool out_bf16, void* out, cudaStream_t stream);
 
 cudaError_t launch_softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 
 cudaError_t launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
 
-// Writes new keys/values into the cache rows [pos0, pos0 + n_tokens).
+// Writes new keys/values into the cache rows of positions [pos0, pos0 + n_tokens) (position p
+// at row p, or p % ring_rows when ring_rows > 0; pos0 read from *pos0_dev when it is not null).
 // k, v: [n_tokens, kv_dim] f32, rows src_stride floats apart; caches: rows kv_row_stride
 // elements apart, f32 or bf16.
 cudaError_t launch_kv_store(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
                             int64_t src_stride, bool cache_bf16, void* k_cache, void* v_cache,
-                            int64_t pos0, int64_t kv_row_stride, cudaStream_t stream);
+                            int64_t pos0, int64_t kv_row_stride, cudaStream_t stream,
+                            int64_t ring_rows = 0, const int32_t* pos0_dev = nullptr);
 
 struct AttnArgs {
   int64_t n_tokens, n_kv, n_head, n_head_kv, head_dim, kv_row_stride;
   float scale;
   bool kv_bf16;
+  int64_t window = 0;                 // > 0: position p sees (p - window, p]
+  int64_t ring_rows = 0;              // > 0: position p lives in row p % ring_rows
+  const int32_t* n_kv_dev = nullptr;  // decode: the real n_kv (n_kv is then its upper bound)
 };
 
 // Decode (n_tokens == 1): q [n_head, head_dim] f32 -> out [n_head, head_dim] f32.

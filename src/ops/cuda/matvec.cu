@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp) * R;
-  if (row0 >= w.n_out) return;
+  if (row0 >= w.n_out) {
+    pdl_begin();
+    return;
+  }
   const int64_t rb = w_row_bytes<F>(w);
   const int64_t nc = w_chunks<F>(w);
   const int64_t nb = w.n_in / 32;  // blocks of 32 per row (Q8_0 / Q4_0 / Q4_1 scales)
@@ -95,6 +98,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    // The first step's weight loads are in flight before waiting for the previous kernel (PDL).
+    if (c0 == lane) pdl_begin();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
@@ -173,6 +178,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  pdl_begin();  // lanes without chunks (a repeat for the others returns at once)
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
   if (lane < R && row0 + lane < w.n_out) {
@@ -190,8 +196,8 @@ cudaError_t launch_f(const WeightView& w, const float* x, const float* add, floa
                      cudaStream_t stream) {
   constexpr int rows_per_block = (kThreads / kWarp) * MvCfg<F>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  matvec_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(w, x, add, y);
-  return cudaGetLastError();
+  return launch_pdl(matvec_kernel<F>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                    stream, w, x, add, y);
 }
 
 }  // namespace

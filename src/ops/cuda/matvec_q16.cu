@@ -91,7 +91,10 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarp;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp) * kRows;
-  if (row0 >= w.n_out) return;
+  if (row0 >= w.n_out) {
+    pdl_begin();
+    return;
+  }
   const int64_t rb = w_row_bytes<F>(w);
   const int64_t nc = w_chunks<F>(w);
   const int64_t nb = w.n_in / 32;
@@ -130,6 +133,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    // The weights do not depend on the previous kernel: the first step's loads are in flight
+    // before waiting for it (PDL); x is read only after.
+    if (c0 == lane) pdl_begin();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
@@ -177,6 +183,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  pdl_begin();  // lanes without chunks (and a repeat for the others: returns at once)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
   if (lane < kRows && row0 + lane < w.n_out) {
@@ -194,8 +201,8 @@ cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, fl
                      cudaStream_t stream) {
   constexpr int rows_per_block = (kThreads / kWarp) * Q16Cfg<F>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  matvec_q16_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(w, x, add, y);
-  return cudaGetLastError();
+  return launch_pdl(matvec_q16_kernel<F>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                    stream, w, x, add, y);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The Status API of ops_cuda.h: argument checks, then the launchers of launch.h.
 #include "ops/cuda/ops_cuda.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
@@ -206,6 +207,17 @@ Status swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, int
       "swiglu launch");
 }
 
+Status geglu_tanh(const float* gate, const float* up, int64_t n_rows, int64_t n, int64_t in_stride,
+                  DType out_dtype, void* out, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "geglu_tanh"));
+  RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, gate, out, "geglu_tanh"));
+  if (up == nullptr) return invalid_argument("geglu_tanh: null pointer");
+  if (in_stride < n) return invalid_argument("geglu_tanh: in_stride {} < n {}", in_stride, n);
+  return launched(kern::launch_geglu_tanh(gate, up, n_rows, n, in_stride, out_dtype == DType::kBF16,
+                                          out, stream),
+                  "geglu_tanh launch");
+}
+
 Status softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_rows(n_rows, n, x, x, "softmax"));
   return launched(kern::launch_softmax(x, n_rows, n, stream), "softmax launch");
@@ -230,6 +242,9 @@ Status check_kv(const KvLayout& kv, const void* k, const void* v, const char* op
     return invalid_argument("{}: bad KV layout (n_head_kv {}, head_dim {}, row stride {})", op,
                             kv.n_head_kv, kv.head_dim, kv.kv_row_stride);
   }
+  if (kv.ring_rows < 0 || kv.ring_rows > INT32_MAX / 2) {
+    return invalid_argument("{}: ring_rows {} out of range", op, kv.ring_rows);
+  }
   if (k == nullptr || v == nullptr) return invalid_argument("{}: null KV cache", op);
   return ok_status();
 }
@@ -238,13 +253,25 @@ Result<kern::AttnArgs> attn_args(const AttentionParams& p, const void* q, const 
                                  const void* v, const void* out, const char* op) {
   RINFER_RETURN_IF_ERROR(check_kv(p.kv, k, v, op));
   const int64_t d = p.kv.head_dim;
-  if (d != 64 && d != 128) return unsupported("{}: head_dim {} (64 or 128)", op, d);
+  if (d != 64 && d != 128 && d != 256)
+    return unsupported("{}: head_dim {} (64, 128 or 256)", op, d);
   if (p.n_tokens <= 0 || p.n_kv < p.n_tokens) {
     return invalid_argument("{}: n_tokens {} must be in [1, n_kv {}]", op, p.n_tokens, p.n_kv);
   }
   if (p.n_head <= 0 || p.n_head % p.kv.n_head_kv != 0) {
     return invalid_argument("{}: n_head {} is not a multiple of n_head_kv {}", op, p.n_head,
                             p.kv.n_head_kv);
+  }
+  if (p.window < 0) return invalid_argument("{}: negative window {}", op, p.window);
+  if (p.kv.ring_rows > 0) {
+    // Every position some query sees, the oldest to the newest, needs its own row.
+    const int64_t span = p.window > 0 ? std::min(p.n_kv, p.window + p.n_tokens - 1) : p.n_kv;
+    if (p.kv.ring_rows < span) {
+      return invalid_argument(
+          "{}: a ring of {} rows cannot hold the {} positions the queries see (window {}, "
+          "n_tokens {}, n_kv {})",
+          op, p.kv.ring_rows, span, p.window, p.n_tokens, p.n_kv);
+    }
   }
   const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : 4;
   if ((p.kv.kv_row_stride * elem) % 16 != 0 || !aligned16(k) || !aligned16(v) || !aligned16(q)) {
@@ -254,42 +281,95 @@ Result<kern::AttnArgs> attn_args(const AttentionParams& p, const void* q, const 
   if (p.n_kv > INT32_MAX / 2 || p.n_head > 65535) {
     return invalid_argument("{}: n_kv {} / n_head {} too large", op, p.n_kv, p.n_head);
   }
-  return kern::AttnArgs{p.n_tokens, p.n_kv,
-                        p.n_head,   p.kv.n_head_kv,
-                        d,          p.kv.kv_row_stride,
-                        p.scale,    p.kv.dtype == DType::kBF16};
+  kern::AttnArgs a{p.n_tokens, p.n_kv,
+                   p.n_head,   p.kv.n_head_kv,
+                   d,          p.kv.kv_row_stride,
+                   p.scale,    p.kv.dtype == DType::kBF16};
+  a.window = p.window;
+  a.ring_rows = p.kv.ring_rows;
+  a.n_kv_dev = p.n_kv_device;
+  return a;
+}
+
+// Cache rows an f32 prefill converts to bf16: every row that holds a position < n_kv.
+int64_t prefill_rows(const AttentionParams& p) {
+  return p.kv.ring_rows > 0 ? std::min(p.n_kv, p.kv.ring_rows) : p.n_kv;
 }
 
 }  // namespace
 
 Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_stride,
-                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0,
-                cudaStream_t stream) {
+                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0, cudaStream_t stream,
+                const int32_t* pos0_device) {
   RINFER_RETURN_IF_ERROR(check_kv(kv, k_cache, v_cache, "kv_store"));
   const int64_t kv_dim = kv.n_head_kv * kv.head_dim;
   if (n_tokens < 0 || pos0 < 0 || src_stride < kv_dim) {
     return invalid_argument("kv_store: bad n_tokens {}, pos0 {} or src_stride {}", n_tokens, pos0,
                             src_stride);
   }
+  if (kv.ring_rows > 0 && n_tokens > kv.ring_rows) {
+    return invalid_argument("kv_store: {} tokens do not fit a ring of {} rows", n_tokens,
+                            kv.ring_rows);
+  }
   if (n_tokens > 0 && (k == nullptr || v == nullptr)) {
     return invalid_argument("kv_store: null pointer");
   }
   return launched(
       kern::launch_kv_store(k, v, n_tokens, kv_dim, src_stride, kv.dtype == DType::kBF16, k_cache,
-                            v_cache, pos0, kv.kv_row_stride, stream),
+                            v_cache, pos0, kv.kv_row_stride, stream, kv.ring_rows, pos0_device),
       "kv_store launch");
+}
+
+Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token_stride,
+                     const int32_t* positions, const cpu::RopeParams& p, const KvLayout& kv,
+                     void* k_cache, void* v_cache, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(check_kv(kv, k_cache, v_cache, "rope_kv_store"));
+  const int64_t hd = kv.head_dim;
+  const int64_t n_heads = n_head + kv.n_head_kv;
+  if (n_tokens < 0 || n_head <= 0 || token_stride < (n_heads + kv.n_head_kv) * hd) {
+    return invalid_argument("rope_kv_store: bad shape: {} tokens, {} + {} heads of {}, stride {}",
+                            n_tokens, n_head, kv.n_head_kv, hd, token_stride);
+  }
+  if (p.n_rot <= 0 || p.n_rot > hd || p.n_rot % 2 != 0) {
+    return invalid_argument("rope_kv_store: n_rot {} must be even and in (0, head_dim {}]", p.n_rot,
+                            hd);
+  }
+  if (kv.ring_rows > 0 && n_tokens > kv.ring_rows) {
+    return invalid_argument("rope_kv_store: {} tokens do not fit a ring of {} rows", n_tokens,
+                            kv.ring_rows);
+  }
+  if (n_tokens > 0 && (qkv == nullptr || positions == nullptr)) {
+    return invalid_argument("rope_kv_store: null pointer");
+  }
+  const kern::RopeArgs a{n_tokens,
+                         n_heads,
+                         hd,
+                         token_stride,
+                         p.n_rot,
+                         static_cast<double>(p.freq_base),
+                         static_cast<double>(p.freq_scale),
+                         p.mode == cpu::RopeMode::kNeox};
+  kern::RopeKvArgs k;
+  k.n_head_q = n_head;
+  k.cache_bf16 = kv.dtype == DType::kBF16;
+  k.k_cache = k_cache;
+  k.v_cache = v_cache;
+  k.kv_row_stride = kv.kv_row_stride;
+  k.ring_rows = kv.ring_rows;
+  return launched(kern::launch_rope_kv_store(qkv, positions, a, k, stream), "rope_kv_store launch");
 }
 
 size_t attention_decode_workspace_bytes(const AttentionParams& p) {
   if (p.kv.n_head_kv <= 0 || p.n_head <= 0 || p.n_kv <= 0) return 0;
-  const kern::AttnArgs a{1,
-                         p.n_kv,
-                         p.n_head,
-                         p.kv.n_head_kv,
-                         p.kv.head_dim,
-                         p.kv.kv_row_stride,
-                         p.scale,
-                         p.kv.dtype == DType::kBF16};
+  kern::AttnArgs a{1,
+                   p.n_kv,
+                   p.n_head,
+                   p.kv.n_head_kv,
+                   p.kv.head_dim,
+                   p.kv.kv_row_stride,
+                   p.scale,
+                   p.kv.dtype == DType::kBF16};
+  a.window = p.window;
   return kern::attn_decode_workspace_bytes(a);
 }
 
@@ -312,7 +392,7 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 
 size_t attention_prefill_workspace_bytes(const AttentionParams& p) {
   if (p.kv.dtype != DType::kF32 || p.n_kv <= 0) return 0;
-  return 2 * static_cast<size_t>(p.n_kv) * static_cast<size_t>(p.kv.n_head_kv) *
+  return 2 * static_cast<size_t>(prefill_rows(p)) * static_cast<size_t>(p.kv.n_head_kv) *
          static_cast<size_t>(p.kv.head_dim) * 2;
 }
 
@@ -320,6 +400,9 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
                          const void* v_cache, DType out_dtype, void* out, void* workspace,
                          size_t workspace_bytes, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "attention_prefill"));
+  if (p.n_kv_device != nullptr) {
+    return invalid_argument("attention_prefill: n_kv_device is for decode only");
+  }
   RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a,
                           attn_args(p, q, k_cache, v_cache, out, "attention_prefill"));
   const bool out_bf16 = out_dtype == DType::kBF16;
@@ -335,14 +418,15 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
                             need, workspace_bytes);
   }
   const int64_t width = p.kv.n_head_kv * p.kv.head_dim;
-  auto* kb = static_cast<uint16_t*>(workspace);  // [n_kv, n_head_kv * head_dim] bf16
-  uint16_t* vb = kb + p.n_kv * width;            // [n_kv, n_head_kv * head_dim] bf16
+  const int64_t rows = prefill_rows(p);
+  auto* kb = static_cast<uint16_t*>(workspace);  // [rows, n_head_kv * head_dim] bf16
+  uint16_t* vb = kb + rows * width;              // [rows, n_head_kv * head_dim] bf16
   RINFER_RETURN_IF_ERROR(
-      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(k_cache), p.n_kv, width,
+      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(k_cache), rows, width,
                                              p.kv.kv_row_stride, kb, stream),
                "attention_prefill K conversion"));
   RINFER_RETURN_IF_ERROR(
-      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(v_cache), p.n_kv, width,
+      launched(kern::launch_rows_f32_to_bf16(static_cast<const float*>(v_cache), rows, width,
                                              p.kv.kv_row_stride, vb, stream),
                "attention_prefill V conversion"));
   a.kv_row_stride = width;
@@ -378,5 +462,8 @@ Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, con
   const kern::SampleArgs a{n_vocab, static_cast<int>(k), s.temperature, s.top_p, s.min_p};
   return launched(kern::launch_sample_top_k(logits, a, uniform, out_id, stream), "sample launch");
 }
+
+void set_programmatic_dependent_launch(bool on) { kern::set_pdl(on); }
+bool programmatic_dependent_launch() { return kern::pdl_enabled(); }
 
 }  // namespace rinfer::cuda

@@ -129,41 +129,67 @@ Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64
 Status swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, int64_t in_stride,
               DType out_dtype, void* out, cudaStream_t stream);
 
+// out[r, i] = gelu_tanh(gate[r, i]) * up[r, i] (GeGLU, Gemma's MLP), gelu_tanh(g) =
+// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) as cpu::geglu_tanh; layout as swiglu.
+Status geglu_tanh(const float* gate, const float* up, int64_t n_rows, int64_t n, int64_t in_stride,
+                  DType out_dtype, void* out, cudaStream_t stream);
+
 // Softmax of each row of x [n_rows, n] f32, in place.
 Status softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 
 // out[i] = bf16(x[i]), round to nearest even. x: [n] f32; out: [n] bf16.
 Status convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
 
-// The KV cache of one layer: K and V [n_ctx, n_head_kv, head_dim], rows kv_row_stride elements
-// apart (>= n_head_kv * head_dim; rows 16-byte aligned), f32 or bf16.
+// The KV cache of one layer: K and V [n_rows, n_head_kv, head_dim], rows kv_row_stride elements
+// apart (>= n_head_kv * head_dim; rows 16-byte aligned), f32 or bf16. Position p lives in row p
+// (n_rows = n_ctx), or in row p % ring_rows for a ring cache (ring_rows > 0: a sliding-window
+// layer keeps only window + max_batch - 1 rows; attention then needs ring_rows >= window +
+// n_tokens - 1, so that no row a query sees is overwritten by a newer token of the batch).
 struct KvLayout {
   DType dtype = DType::kBF16;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   int64_t kv_row_stride = 0;
+  int64_t ring_rows = 0;  // 0: position p at row p; > 0: at row p % ring_rows
 };
 
-// Writes k, v [n_tokens, n_head_kv * head_dim] f32 (rows src_stride floats apart) into cache
-// rows [pos0, pos0 + n_tokens).
+// Writes k, v [n_tokens, n_head_kv * head_dim] f32 (rows src_stride floats apart) into the cache
+// rows of positions [pos0, pos0 + n_tokens) (n_tokens <= ring_rows for a ring). pos0_device
+// (device int32, optional) overrides pos0 at run time, so a decode step captured in a CUDA graph
+// writes each replay's position; pos0 is then ignored.
 Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_stride,
-                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0,
-                cudaStream_t stream);
+                const KvLayout& kv, void* k_cache, void* v_cache, int64_t pos0, cudaStream_t stream,
+                const int32_t* pos0_device = nullptr);
 
-// Causal GQA attention over the cache rows [0, n_kv); the n_tokens new tokens are the last
-// n_tokens positions (token t at n_kv - n_tokens + t attends to positions <= its own); query
-// head h reads kv head h / (n_head / n_head_kv). head_dim 64 or 128.
+// RoPE and kv_store in one kernel, for a fused qkv buffer: token t's row at qkv + t * token_stride
+// holds [q: n_head heads | k: kv.n_head_kv heads | v: kv.n_head_kv heads] of kv.head_dim. q and
+// k are rotated in place (as rope over n_head + n_head_kv heads), and the rotated k and the v
+// are written to the cache rows of positions[t] (device int32; the row is positions[t] %
+// ring_rows for a ring), so a captured decode step stores at each replay's position. Same
+// results as rope followed by kv_store.
+Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token_stride,
+                     const int32_t* positions, const cpu::RopeParams& p, const KvLayout& kv,
+                     void* k_cache, void* v_cache, cudaStream_t stream);
+
+// Causal GQA attention over the positions [0, n_kv); the n_tokens new tokens are the last
+// n_tokens positions (token t at p = n_kv - n_tokens + t attends to positions <= p, and only to
+// positions > p - window when window > 0, as cpu::AttentionShape::window); query head h reads kv
+// head h / (n_head / n_head_kv). head_dim 64, 128 or 256.
 struct AttentionParams {
   int64_t n_tokens = 0;
   int64_t n_kv = 0;
   int64_t n_head = 0;
   KvLayout kv;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  int64_t window = 0;  // 0: full causal; > 0: position p sees (p - window, p]
+  // Decode only (graph replay): the real n_kv read from this device int32 at run time, clamped
+  // to [1, n_kv]; n_kv is then the upper bound that sizes the grid and the workspace.
+  const int32_t* n_kv_device = nullptr;
 };
 
 // Decode (n_tokens == 1), flash-decoding: q [n_head, head_dim] f32 -> out [n_head, head_dim]
 // f32. f32 arithmetic throughout (an f32 cache gives ~1e-6 relative error). The workspace for
-// n_kv = n_ctx serves every smaller n_kv.
+// n_kv = n_ctx serves every smaller n_kv (with n_kv_device: the workspace of the upper bound).
 size_t attention_decode_workspace_bytes(const AttentionParams& p);
 Status attention_decode(const AttentionParams& p, const float* q, const void* k_cache,
                         const void* v_cache, float* out, void* workspace, size_t workspace_bytes,
@@ -172,7 +198,8 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 // Prefill (any n_tokens >= 1), FlashAttention-2 tiles on the tensor cores: q [n_tokens, n_head,
 // head_dim] f32 (16-byte aligned) -> out [n_tokens, n_head, head_dim] f32 or bf16. Q, K, V and
 // the probabilities are rounded to bf16 (f32 accumulation): bf16-level error for either cache
-// dtype. An f32 cache is converted into the workspace first (0 bytes for bf16).
+// dtype. An f32 cache is converted into the workspace first (0 bytes for bf16). n_kv_device
+// must be null (prefill is not replayed from a graph).
 size_t attention_prefill_workspace_bytes(const AttentionParams& p);
 Status attention_prefill(const AttentionParams& p, const float* q, const void* k_cache,
                          const void* v_cache, DType out_dtype, void* out, void* workspace,
@@ -194,6 +221,14 @@ struct DeviceSampling {
 inline constexpr int32_t kMaxDeviceTopK = 1024;
 Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, const float* uniform,
               int32_t* out_id, cudaStream_t stream);
+
+// Programmatic dependent launch (sm_90+): the decode-path kernels (matvec, norms, rope, KV
+// store, attention decode, quantization, GLU, get_rows) are launched so that each one's launch
+// and prologue (a matvec's first weight loads) overlap the previous kernel's tail, in streams and
+// in captured CUDA graphs. On by default; RINFER_CUDA_PDL=0 or this switch turns it off (the
+// baseline). Graphs keep the setting they were captured with.
+void set_programmatic_dependent_launch(bool on);
+bool programmatic_dependent_launch();
 
 // Random device data for tests and benchmarks (never zeros, deterministic per seed): n values
 // of dtype f32, f16 or bf16 uniform in [lo, hi).

@@ -9,6 +9,7 @@ namespace {
 
 __global__ void quantize_q16_kernel(const float* __restrict__ x, int64_t n, int16_t* q,
                                     float* scale, float* sum16) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = threadIdx.x % kWarp;
   const float v = i < n ? x[i] : 0.0f;
@@ -31,8 +32,8 @@ cudaError_t launch_quantize_q16(const float* x, int64_t n, int16_t* q, float* sc
                                 cudaStream_t stream) {
   const int threads = 256;
   if (n > 0) {
-    quantize_q16_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(
-        x, n, q, scale, sum16);
+    return launch_pdl(quantize_q16_kernel, dim3(static_cast<unsigned>((n + threads - 1) / threads)),
+                      dim3(threads), 0, stream, x, n, q, scale, sum16);
   }
   return cudaGetLastError();
 }

@@ -13,6 +13,7 @@ namespace {
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* residual,
                                 int64_t n, float eps, bool out_bf16, void* out) {
   __shared__ float scratch[32];
+  pdl_begin();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * n;  // [n]
   float* rr = residual != nullptr ? residual + row * n : nullptr;
@@ -42,8 +43,8 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* residual, int
                             int64_t n, float eps, bool out_bf16, void* out, cudaStream_t stream) {
   const int threads = n >= 4096 ? 1024 : (n >= 1024 ? 256 : 128);
   if (n_rows > 0) {
-    rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, w, residual, n, eps,
-                                                                           out_bf16, out);
+    return launch_pdl(rms_norm_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(threads), 0,
+                      stream, x, w, residual, n, eps, out_bf16, out);
   }
   return cudaGetLastError();
 }

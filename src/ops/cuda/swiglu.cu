@@ -9,6 +9,7 @@ namespace {
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n_rows, int64_t n,
                               int64_t in_stride, bool out_bf16, void* out) {
+  pdl_begin();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_rows * n) return;
   const int64_t r = idx / n, i = idx % n;
@@ -24,8 +25,8 @@ cudaError_t launch_swiglu(const float* gate, const float* up, int64_t n_rows, in
   const int64_t total = n_rows * n;
   const int threads = 256;
   if (total > 0) {
-    swiglu_kernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
-        gate, up, n_rows, n, in_stride, out_bf16, out);
+    return launch_pdl(swiglu_kernel, dim3(static_cast<unsigned>((total + threads - 1) / threads)),
+                      dim3(threads), 0, stream, gate, up, n_rows, n, in_stride, out_bf16, out);
   }
   return cudaGetLastError();
 }
