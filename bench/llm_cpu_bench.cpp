@@ -119,8 +119,8 @@ Result<Measured> measure(const std::string& path, const Config& c,
   RINFER_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, load_decoder_model(path, opts));
   const DecoderHParams& hp = model->hparams();
   const auto n_pp = static_cast<int64_t>(prompt.size());
-  RINFER_ASSIGN_OR_RETURN(
-      KvCache cache, KvCache::create(hp.n_layer, std::max(n_pp, c.tg_tokens + 1), hp.kv_dim()));
+  // The model's own cache (Gemma 3: rings for the sliding-window layers), as the engine uses.
+  RINFER_ASSIGN_OR_RETURN(KvCache cache, model->create_cache(std::max(n_pp, c.tg_tokens + 1)));
   Measured m;
 
   // Prompt processing: one pass over the prompt, logits of the last row only.

@@ -117,7 +117,11 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     const size_t limit = std::min(tokens_.size(), prompt.size() - 1);
     while (keep < limit && tokens_[keep] == prompt[keep]) ++keep;
     if (cache_.size() < static_cast<int64_t>(keep)) keep = static_cast<size_t>(cache_.size());
-    RINFER_RETURN_IF_ERROR(cache_.truncate(static_cast<int64_t>(keep)));
+    // A ring (sliding-window) cache cannot rewind past what its rows still hold: recompute.
+    if (!cache_.truncate(static_cast<int64_t>(keep)).ok()) {
+      cache_.clear();
+      keep = 0;
+    }
   }
   tokens_.assign(prompt.begin(), prompt.end());
   tm.reused_tokens = static_cast<int64_t>(keep);

@@ -1,7 +1,8 @@
 // attention: the fast flash-attention path vs the double-precision reference, for GQA ratios
 // 1, 3 and 4, head dims that are and are not multiples of the vector width, decode and prefill,
-// n_kv up to 1024, a padded KV row stride, 1..3 threads and every SIMD target. Plus hand-checked
-// values and argument errors.
+// n_kv up to 1024, a padded KV row stride, 1..3 threads and every SIMD target; sliding windows,
+// and ring-addressed K/V (kv_rows) against the linear layout. Plus hand-checked values and
+// argument errors.
 
 #include <gtest/gtest.h>
 
@@ -139,6 +140,75 @@ TEST(Attention, SlidingWindow) {
   }
 }
 
+// Ring addressing (a sliding-window layer's KV cache holding kv_rows rows, position j in row
+// j % kv_rows): the same K/V copied into a ring gives the same output as the linear layout, for
+// both implementations, decode and prefill, chunks and windows that cross the ring's wrap point
+// (and ones that start exactly on it), rings of exactly the rows needed and larger ones.
+TEST(Attention, RingMatchesLinear) {
+  ThreadPool pool2(2);
+  uint64_t seed = 901;
+  struct Case {
+    int64_t window, n_tokens, n_kv, kv_rows;
+  };
+  const Case cases[] = {
+      {5, 1, 5, 5},        // decode, ring exactly full, no wrap yet
+      {5, 1, 13, 5},       // decode, the window [8, 13) wraps (rows 3, 4, 0, 1, 2)
+      {5, 3, 13, 7},       // prefill of 3 with kv_rows = window + 3 - 1
+      {64, 1, 200, 64},    // decode over more than one kKvBlock, wrapping mid-block
+      {64, 10, 300, 73},   // prefill, window of 64, chunk of 10
+      {64, 10, 300, 100},  // a larger ring than needed
+      {300, 33, 1000, 332},
+      {300, 1, 1000, 300},          // decode over 300 positions: several flash-decoding slices
+      {16, 7, 23, 22},              // positions [1, 23) in 22 rows: the chunk's last rows wrap to 0
+      {16, 8, 32, 16 + 8 - 1 + 1},  // the chunk starts exactly on the wrap (24 % 24 == 0)
+      {4, 12, 12, 15},              // first chunk, n_kv < kv_rows: nothing wraps
+      {1, 4, 40, 4},                // window 1: each token sees only itself
+  };
+  for (const Case& c : cases) {
+    for (int64_t pad : {0, 8}) {
+      AttentionShape lin = shape(c.n_tokens, c.n_kv, 4, 1, 32, pad);
+      lin.window = c.window;
+      const Inputs in = make_inputs(lin, seed++);
+      // The ring: rows of positions [n_kv - kv_rows, n_kv) (the ones it holds) at j % kv_rows;
+      // the other rows never read (NaN would poison a wrong read).
+      Inputs ring = in;
+      ring.k.assign(static_cast<size_t>(c.kv_rows * lin.kv_row_stride), NAN);
+      ring.v.assign(ring.k.size(), NAN);
+      for (int64_t j = std::max<int64_t>(0, c.n_kv - c.kv_rows); j < c.n_kv; ++j) {
+        const auto src = static_cast<std::ptrdiff_t>(j * lin.kv_row_stride);
+        const auto dst = static_cast<std::ptrdiff_t>((j % c.kv_rows) * lin.kv_row_stride);
+        std::copy(in.k.begin() + src, in.k.begin() + src + lin.kv_row_stride, ring.k.begin() + dst);
+        std::copy(in.v.begin() + src, in.v.begin() + src + lin.kv_row_stride, ring.v.begin() + dst);
+      }
+      AttentionShape rs = lin;
+      rs.kv_rows = c.kv_rows;
+      const auto ref = run({Impl::kReference}, lin, in);
+      EXPECT_LE(test::rel_l2(run({Impl::kReference}, rs, ring), ref), 1e-12)
+          << "reference, window " << c.window << " tokens " << c.n_tokens << " n_kv " << c.n_kv
+          << " kv_rows " << c.kv_rows;
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+        const auto fast_lin = run({Impl::kFast, pool}, lin, in);
+        const auto fast_ring = run({Impl::kFast, pool}, rs, ring);
+        EXPECT_LE(test::rel_l2(fast_ring, fast_lin), 1e-6)
+            << "fast, window " << c.window << " tokens " << c.n_tokens << " n_kv " << c.n_kv
+            << " kv_rows " << c.kv_rows;
+        EXPECT_LE(test::rel_l2(fast_ring, ref), 1e-5);
+      }
+    }
+  }
+}
+
+// A global layer may also be given as a "ring" that holds every position (kv_rows >= n_kv).
+TEST(Attention, RingWithoutWindowHoldingEverything) {
+  AttentionShape lin = shape(3, 20, 4, 2, 16);
+  const Inputs in = make_inputs(lin, 1234);
+  AttentionShape rs = lin;
+  rs.kv_rows = 20;
+  for (Impl impl : {Impl::kReference, Impl::kFast}) {
+    EXPECT_LE(test::rel_l2(run({impl}, rs, in), run({impl}, lin, in)), 1e-7);
+  }
+}
+
 // One KV position: the output is that position's value row, whatever the scores.
 // Two positions with equal keys: the average of the two values. Causality: token 0 of a
 // 2-token prefill sees only position 0.
@@ -178,6 +248,20 @@ TEST(Attention, Errors) {
   EXPECT_EQ(attention({}, s, p, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
   s = shape(1, 4, 2, 2, 8);
   EXPECT_EQ(attention({}, s, nullptr, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
+  // Rings too small for what the tokens see.
+  s = shape(3, 30, 2, 2, 8);
+  s.window = 5;
+  s.kv_rows = 6;  // 3 tokens with window 5 see 7 positions
+  st = attention({}, s, p, p, p, buf.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("ring of 6 kv rows"), std::string::npos) << st.message();
+  s.kv_rows = 7;
+  std::vector<float> out(48);
+  EXPECT_TRUE(attention({}, s, p, p, p, out.data()).ok());
+  s.window = 0;  // full attention over 30 positions in 7 rows
+  EXPECT_EQ(attention({}, s, p, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
+  s.kv_rows = -1;
+  EXPECT_EQ(attention({}, s, p, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -19,10 +19,14 @@ art, food"):
   tests/data/gemma3/gemma3_logits.json      ids, per-position top-20 ids and logits, metadata
   tests/data/gemma3/gemma3_last_logits.f32  the full logits of the last position (little-endian)
 
+With --layers: the residual stream after the embedding scale and after every layer for the
+first 64 tokens of the GPL-3 text (LAYER_IDS), in tests/data/gemma3/gemma3_layers.{json,f24}.
+
 With --make-tiny: a tiny synthetic gemma3 model (window 4, crossed by its 14 ids) and its full
 logits in tests/data/gemma3/tiny_gemma3*, so CI checks the sample without the real model.
 
 Usage: python3 tests/tools/ref_gemma3.py [--model PATH] [--check-norm-offset] [--make-tiny]
+       [--layers]
 """
 
 from __future__ import annotations
@@ -62,7 +66,18 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(g: Gguf, ids: list[int], norm_offset: float = 0.0) -> np.ndarray:
+def embed_rows(g: Gguf, ids: list[int]) -> np.ndarray:
+    """Rows `ids` of token_embd.weight, dequantizing only those rows: [len(ids), n_embd]."""
+    from gguf import quants
+    t = g.tensors["token_embd.weight"]
+    return quants.dequantize(t.data[np.array(ids)], t.tensor_type).astype(np.float64)
+
+
+def forward(g: Gguf, ids: list[int], norm_offset: float = 0.0,
+            hidden: list[np.ndarray] | None = None, logits: bool = True) -> np.ndarray | None:
+    """Logits [n, n_vocab] of every position. hidden: when a list, receives the residual stream
+    [n, n_embd] after the embedding scale and after every layer. logits=False stops after the
+    last layer (returns None) without dequantizing the whole embedding matrix."""
     a = "gemma3"
     n_layer = int(g.field(f"{a}.block_count"))
     n_embd = int(g.field(f"{a}.embedding_length"))
@@ -78,8 +93,10 @@ def forward(g: Gguf, ids: list[int], norm_offset: float = 0.0) -> np.ndarray:
 
     n = len(ids)
     pos = np.arange(n)
-    emb = g.tensor("token_embd.weight")  # [n_vocab, n_embd]
-    x = emb[np.array(ids)] * np.sqrt(n_embd)  # [n, n_embd]
+    emb = g.tensor("token_embd.weight") if logits else None  # [n_vocab, n_embd]
+    x = (emb[np.array(ids)] if logits else embed_rows(g, ids)) * np.sqrt(n_embd)  # [n, n_embd]
+    if hidden is not None:
+        hidden.append(x.copy())
     group = n_head // n_head_kv
     dist = pos[:, None] - pos[None, :]  # [n, n] query - key
     for il in range(n_layer):
@@ -110,11 +127,66 @@ def forward(g: Gguf, ids: list[int], norm_offset: float = 0.0) -> np.ndarray:
         up = h @ g.tensor(p + "ffn_up.weight").T
         f = (gelu_tanh(gate) * up) @ g.tensor(p + "ffn_down.weight").T
         x = x + rms_norm(f, nw(p + "post_ffw_norm.weight"), eps)
+        if hidden is not None:
+            hidden.append(x.copy())
+    if not logits:
+        return None
     x = rms_norm(x, nw("output_norm.weight"), eps)
     return x @ emb.T  # tied output [n, n_vocab]
 
 
 TINY_IDS = [2, 17, 42, 5, 88, 23, 23, 60, 3, 71, 9, 50, 11, 64]
+
+# The first 64 ids of the first 420 bytes of /usr/share/common-licenses/GPL-3 ("GNU GENERAL
+# PUBLIC LICENSE / Version 3, 29 June 2007 / Copyright (C) 2007 Free Software Foundation ..."),
+# from our tokenizer: `rinfer tokenize gemma3-270m-q4_k_m --ids -` (BOS first).
+LAYER_IDS = [
+    2, 156, 204930, 53642, 43956, 86749, 107, 159, 9038, 236743, 236800, 236764, 236743, 236778,
+    236819, 5142, 236743, 236778, 236771, 236771, 236832, 108, 16247, 568, 236780, 236768, 236743,
+    236778, 236771, 236771, 236832, 9617, 15435, 11032, 236764, 5295, 236761, 655, 2574, 1411,
+    8097, 236760, 236761, 2187, 5336, 107, 26335, 563, 18345, 531, 4865, 532, 30016, 188495,
+    16258, 107, 529, 672, 10945, 2354, 236764, 840, 9199, 625]
+
+
+def f24_round(x: np.ndarray) -> np.ndarray:
+    """x as f32 rounded to nearest (ties away) at 16 significant bits: uint32 with low byte 0."""
+    u = np.ascontiguousarray(x, dtype="<f4").view("<u4").astype(np.uint64)
+    u = (u + 0x80) & 0xFFFFFF00  # the exponent carries over correctly; no inf/nan here
+    return u.astype("<u4")
+
+
+def write_layers(g: Gguf) -> None:
+    """tests/data/gemma3/gemma3_layers.{json,f24}: the residual stream after the embedding scale
+    and after each of the n_layer blocks, for the 64 LAYER_IDS: [n_layer + 1, 64, n_embd], each
+    value an f32 rounded to its top 3 bytes (sign, exponent, 15 mantissa bits: relative error
+    <= 2^-16), stored as those 3 little-endian bytes."""
+    hidden: list[np.ndarray] = []
+    forward(g, LAYER_IDS, hidden=hidden, logits=False)
+    h = np.stack(hidden)  # [n_layer + 1, n, n_embd] float64
+    u = f24_round(h.astype(np.float32))
+    raw = u.view(np.uint8).reshape(-1, 4)[:, 1:4]  # little-endian: drop byte 0
+    (OUT_DIR / "gemma3_layers.f24").write_bytes(raw.tobytes())
+    stored = u.view("<f4").astype(np.float64)
+    def rel(a, b):
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    meta = {
+        "model": "gemma3-270m-q4_k_m.gguf",
+        "generator": "tests/tools/ref_gemma3.py --layers (numpy float64, gguf-py dequantization)",
+        "ids": LAYER_IDS,
+        "n_states": int(h.shape[0]),
+        "n_tokens": int(h.shape[1]),
+        "n_embd": int(h.shape[2]),
+        "states": "state 0: embeddings * sqrt(n_embd); state l + 1: after block l",
+        "file": "gemma3_layers.f24",
+        "encoding": "f32 rounded to nearest at 16 significant bits, stored as its 3 high "
+                    "little-endian bytes (byte 0, always 0, dropped), [n_states, n_tokens, n_embd]",
+        "storage_rel_l2": [rel(stored[i], h[i]) for i in range(h.shape[0])],
+        "rms": [float(np.sqrt(np.mean(h[i] ** 2))) for i in range(h.shape[0])],
+        "max_abs": [float(np.abs(h[i]).max()) for i in range(h.shape[0])],
+    }
+    (OUT_DIR / "gemma3_layers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"gemma3_layers.f24: {raw.size} bytes; storage rel L2 max "
+          f"{max(meta['storage_rel_l2']):.2g}; max |x| per state {meta['max_abs']}")
 
 
 def make_tiny() -> None:
@@ -198,6 +270,8 @@ def main() -> None:
     ap.add_argument("--check-norm-offset", action="store_true")
     ap.add_argument("--make-tiny", action="store_true",
                     help="write the tiny synthetic gemma3 model and its logits, then exit")
+    ap.add_argument("--layers", action="store_true",
+                    help="write the per-layer hidden states of the 64 LAYER_IDS, then exit")
     args = ap.parse_args()
     if args.make_tiny:
         make_tiny()
@@ -205,6 +279,9 @@ def main() -> None:
     if not os.path.exists(args.model):
         sys.exit(f"model not found: {args.model} (run scripts/fetch-models.sh)")
     g = Gguf(args.model)
+    if args.layers:
+        write_layers(g)
+        return
     vocab = g.vocab()
     ids = [vocab.index(t) for t in PROMPT_TOKENS]
     if args.check_norm_offset:

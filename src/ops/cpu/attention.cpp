@@ -1,5 +1,5 @@
 // attention: causal multi-head attention with grouped-query heads, reading the f32 KV cache in
-// place (shapes in ops.h).
+// place (shapes in ops.h), linear or as a ring (kv_rows > 0: position j in row j % kv_rows).
 //
 // Reference: for each (token, head): scores in double, exact softmax (double), output
 // accumulated in double.
@@ -8,7 +8,8 @@
 // tokens (decode: one item per query head). The item walks the KV positions in blocks of
 // kKvBlock, so each K/V block is read from memory once and reused from L1 by all the item's
 // query rows; every row keeps an online softmax (running max m, running sum l, output
-// accumulator rescaled by exp(m_old - m_new)). Scores are f32 vector dot products, exp is
+// accumulator rescaled by exp(m_old - m_new)). In a ring, blocks also end where the ring
+// wraps, so each block's rows stay contiguous. Scores are f32 vector dot products, exp is
 // Highway's vector Exp. Items are spread over the pool.
 
 #undef HWY_TARGET_INCLUDE
@@ -209,19 +210,23 @@ void AttendItem(const AttentionShape& s, const float* q, const float* k, const f
   const int64_t first_pos = s.n_kv - s.n_tokens;  // absolute position of token 0
   // Positions [kv_lo, kv_end) are visible to some row.
   const int64_t kv_end = std::min(first_pos + t1, kv_hi);
-  const float* kh = k + hk * dh;  // [n_kv, kv_row_stride] at head hk
+  const float* kh = k + hk * dh;  // [n_kv or kv_rows, kv_row_stride] at head hk
   const float* vh = v + hk * dh;
-  for (int64_t j0 = kv_lo; j0 < kv_end; j0 += kKvBlock) {
+  for (int64_t j0 = kv_lo, jb; j0 < kv_end; j0 = jb) {
+    jb = std::min(j0 + kKvBlock, kv_end);
+    // In a ring a block ends at the wrap, so its rows are contiguous.
+    if (s.kv_rows > 0) jb = std::min(jb, (j0 / s.kv_rows + 1) * s.kv_rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = t0 + r / nh, h = h0 + r % nh;
-      const int64_t j1 = std::min({j0 + kKvBlock, first_pos + t + 1, kv_hi});  // causal limit
+      const int64_t j1 = std::min(jb, first_pos + t + 1);  // causal limit
       // Sliding window: the row sees positions > its own - window.
       const int64_t js = s.window > 0 ? std::max(j0, first_pos + t - s.window + 1) : j0;
       if (j1 <= js) continue;
       const int64_t nj = j1 - js;
-      const float* qr = q + (t * s.n_head + h) * dh;  // [dh]
+      const int64_t row0 = s.kv_rows > 0 ? js % s.kv_rows : js;  // row of position js
+      const float* qr = q + (t * s.n_head + h) * dh;             // [dh]
       const float mx =
-          ScoreBlock(qr, kh + js * s.kv_row_stride, s.kv_row_stride, nj, dh, s.scale, m[r], p);
+          ScoreBlock(qr, kh + row0 * s.kv_row_stride, s.kv_row_stride, nj, dh, s.scale, m[r], p);
       const float alpha = std::exp(m[r] - mx);  // 0 on the first block (m = -inf)
       const auto vmx = hn::Set(df, mx);
       auto vsum = hn::Zero(df);
@@ -238,7 +243,7 @@ void AttendItem(const AttentionShape& s, const float* q, const float* k, const f
       }
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
-      AccumulatePV(o + r * dh, alpha, p, vh + js * s.kv_row_stride, s.kv_row_stride, nj, dh);
+      AccumulatePV(o + r * dh, alpha, p, vh + row0 * s.kv_row_stride, s.kv_row_stride, nj, dh);
     }
   }
   if (part != nullptr) {
@@ -284,6 +289,17 @@ Status check_attention(const AttentionShape& s, const float* q, const float* k, 
                             s.n_kv);
   }
   if (s.window < 0) return invalid_argument("attention: negative window {}", s.window);
+  if (s.kv_rows < 0) return invalid_argument("attention: negative kv_rows {}", s.kv_rows);
+  if (s.kv_rows > 0) {
+    // Every position some token sees must have its own row.
+    const int64_t seen = s.window > 0 ? std::min(s.n_kv, s.n_tokens + s.window - 1) : s.n_kv;
+    if (s.kv_rows < seen) {
+      return invalid_argument(
+          "attention: a ring of {} kv rows cannot hold the {} positions that {} tokens with "
+          "window {} see",
+          s.kv_rows, seen, s.n_tokens, s.window);
+    }
+  }
   if (s.kv_row_stride < s.n_head_kv * s.head_dim) {
     return invalid_argument("attention: kv_row_stride {} < n_head_kv * head_dim = {}",
                             s.kv_row_stride, s.n_head_kv * s.head_dim);
@@ -307,7 +323,8 @@ void attention_reference(const AttentionShape& s, const float* q, const float* k
       const float* qr = q + (t * s.n_head + h) * dh;  // [head_dim]
       double mx = -INFINITY;
       for (int64_t j = j_lo; j <= pos; ++j) {
-        const float* kj = k + j * s.kv_row_stride + hk * dh;  // [head_dim]
+        const int64_t row = s.kv_rows > 0 ? j % s.kv_rows : j;
+        const float* kj = k + row * s.kv_row_stride + hk * dh;  // [head_dim]
         double d = 0.0;
         for (int64_t i = 0; i < dh; ++i) d += static_cast<double>(qr[i]) * kj[i];
         p[static_cast<size_t>(j)] = d * static_cast<double>(s.scale);
@@ -320,7 +337,8 @@ void attention_reference(const AttentionShape& s, const float* q, const float* k
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = j_lo; j <= pos; ++j) {
-        const float* vj = v + j * s.kv_row_stride + hk * dh;  // [head_dim]
+        const int64_t row = s.kv_rows > 0 ? j % s.kv_rows : j;
+        const float* vj = v + row * s.kv_row_stride + hk * dh;  // [head_dim]
         const double w = p[static_cast<size_t>(j)] / sum;
         for (int64_t i = 0; i < dh; ++i) acc[static_cast<size_t>(i)] += w * vj[i];
       }

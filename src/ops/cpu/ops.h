@@ -116,6 +116,9 @@ void softmax(float* x, int64_t n);
 // reads kv head h / (n_head / n_head_kv). scale is usually 1/sqrt(head_dim).
 // window > 0 (sliding-window attention, Gemma's local layers): token at position p sees only
 // positions j with p - window < j <= p.
+// kv_rows > 0: k and v are a ring of kv_rows rows (a sliding-window layer's KV cache), position
+// j in row j % kv_rows; the rows must hold every position the tokens see:
+// kv_rows >= min(n_kv, n_tokens + window - 1) (window > 0), kv_rows >= n_kv (window 0).
 // Reference: per (token, head) scores in double, exact softmax, output accumulated in double.
 // Fast: flash-attention style tiles (online softmax) over blocks of kv positions, the query
 // heads of a GQA group and several tokens sharing each K/V tile; f32, relative error ~1e-6.
@@ -127,7 +130,8 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t kv_row_stride = 0;  // floats between positions in k and v (>= n_head_kv * head_dim)
   float scale = 1.0f;
-  int64_t window = 0;  // 0: full causal attention; > 0: only the last `window` positions
+  int64_t window = 0;   // 0: full causal attention; > 0: only the last `window` positions
+  int64_t kv_rows = 0;  // 0: position j in row j; > 0: a ring, position j in row j % kv_rows
 };
 Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, const float* k,
                  const float* v, float* out);
