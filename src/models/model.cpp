@@ -7,6 +7,9 @@
 #include "engine/kv_cache.h"
 #include "formats/gguf.h"
 #include "models/llama/llama_model.h"
+#if RINFER_WITH_CUDA
+#include "models/llama/cuda/llama_cuda_model.h"
+#endif
 
 namespace rinfer {
 
@@ -24,10 +27,42 @@ Result<KvCache> DecoderModel::create_cache(int64_t n_ctx) const {
   return KvCache::create(hp.n_layer, n_ctx, hp.kv_dim());
 }
 
+namespace {
+
+// A host model stays on the CPU or moves its weights to opts.device.
+Result<std::unique_ptr<ModelSample>> place_on_device(std::unique_ptr<llama::LlamaModel> m,
+                                                     const LoadOptions& opts,
+                                                     const std::string& path) {
+  if (opts.device.is_cpu()) return std::unique_ptr<ModelSample>(std::move(m));
+#if RINFER_WITH_CUDA
+  auto g = llama::make_cuda_model(std::move(m), opts);
+  if (!g.ok()) return g.status().with_context(path + " on " + opts.device.to_string());
+  return std::unique_ptr<ModelSample>(std::move(g).value());
+#else
+  return unsupported("{}: device {}: this build has no CUDA backend (build the cuda preset)", path,
+                     opts.device.to_string());
+#endif
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts) {
+  // A Hugging Face checkpoint: a directory with config.json + safetensors, or a .safetensors
+  // (or sharded .safetensors.index.json) file with config.json next to it.
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return unsupported("{}: safetensors models cannot be run yet (GGUF only)", path);
+  const bool is_dir = fs::is_directory(path, ec);
+  if (is_dir || path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json")) {
+    if (is_dir && !fs::exists(fs::path(path) / "model.safetensors", ec) &&
+        !fs::exists(fs::path(path) / "model.safetensors.index.json", ec)) {
+      return not_found(
+          "{}: the directory holds no model.safetensors or model.safetensors.index.json "
+          "(a model directory needs config.json and safetensors weights)",
+          path);
+    }
+    auto m = llama::LlamaModel::load_hf(path, opts);
+    if (!m.ok()) return m.status();
+    return place_on_device(std::move(m).value(), opts, path);
   }
   auto file = GgufFile::open(path);
   if (!file.ok()) return file.status();
@@ -36,7 +71,7 @@ Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const L
   if (llama::supports_architecture(arch)) {
     auto m = llama::LlamaModel::load(gguf, opts);
     if (!m.ok()) return m.status();
-    return std::unique_ptr<ModelSample>(std::move(m).value());
+    return place_on_device(std::move(m).value(), opts, path);
   }
   return unsupported(
       "{}: no model sample for architecture '{}' yet (supported: llama, mistral, "

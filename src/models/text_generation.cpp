@@ -1,5 +1,10 @@
 #include "models/text_generation.h"
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "tokenizer/streaming_decoder.h"
@@ -22,23 +27,66 @@ class StreamingText final : public TokenTextStream {
   StreamingDecoder decoder_;
 };
 
+// A Hugging Face checkpoint (a directory, or a .safetensors / index file in one): the folder
+// that holds config.json, tokenizer.json and tokenizer_config.json; empty for a GGUF file.
+std::string hf_model_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return path;
+  if (path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json")) {
+    const fs::path parent = fs::path(path).parent_path();
+    return parent.empty() ? std::string(".") : parent.string();
+  }
+  return {};
+}
+
+// tokenizer_config.json's "chat_template" (a string), or empty when absent or unreadable.
+std::string hf_chat_template_text(const std::string& dir) {
+  std::ifstream f(std::filesystem::path(dir) / "tokenizer_config.json", std::ios::binary);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return {};
+  auto it = j.find("chat_template");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TextGenerationSample>> TextGenerationSample::load_model(
     const std::string& path, const LoadOptions& opts, std::string_view chat_template) {
   std::unique_ptr<TextGenerationSample> s(new TextGenerationSample());
   RINFER_ASSIGN_OR_RETURN(s->decoder_, load_decoder_model(path, opts));
-  auto tok = Tokenizer::load(path);
+  const std::string hf_dir = hf_model_dir(path);
+  const std::string hf_json =
+      hf_dir.empty() ? std::string() : (std::filesystem::path(hf_dir) / "tokenizer.json").string();
+  std::error_code ec;
+  if (!hf_dir.empty() && !std::filesystem::exists(hf_json, ec)) {
+    return not_found(
+        "{}: no tokenizer.json in '{}': text generation needs the model's tokenizer (the "
+        "decoder alone loads, e.g. for `rinfer parity` on token ids)",
+        path, hf_dir);
+  }
+  auto tok = hf_dir.empty() ? Tokenizer::load(path) : Tokenizer::from_hf_json(hf_json);
   if (!tok.ok()) return tok.status().with_context("loading the tokenizer");
   s->tokenizer_ = std::move(tok).value();
   if (s->tokenizer_->vocab_size() > s->decoder_->hparams().n_vocab) {
     return data_loss("{}: the tokenizer has {} tokens but the model's vocabulary is {}", path,
                      s->tokenizer_->vocab_size(), s->decoder_->hparams().n_vocab);
   }
-  // The template: the override, else the file's (tokenizer.chat_template), else none.
-  auto file = GgufFile::open(path);
-  if (!file.ok()) return file.status();
-  auto chat = ChatTemplate::for_model(file.value(), chat_template, &s->chat_note_);
+  // The template: the override, else the file's (tokenizer.chat_template; for a Hugging Face
+  // model tokenizer_config.json's chat_template), else none.
+  Result<ChatTemplate> chat = invalid_argument("no chat_template in tokenizer_config.json");
+  if (hf_dir.empty()) {
+    auto file = GgufFile::open(path);
+    if (!file.ok()) return file.status();
+    chat = ChatTemplate::for_model(file.value(), chat_template, &s->chat_note_);
+  } else if (!chat_template.empty()) {
+    chat = ChatTemplate::from_name(chat_template);
+  } else if (const std::string text = hf_chat_template_text(hf_dir); !text.empty()) {
+    chat = ChatTemplate::detect(text);
+  }
   if (chat.ok()) {
     s->chat_ = std::move(chat).value();
     if (s->chat_note_.empty()) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/quantize.h"
 #include "models/llama/llama_model.h"
 
 namespace rinfer::llama {
@@ -236,8 +237,8 @@ class Binder {
 
 }  // namespace
 
-Status LlamaModel::bind_weights() {
-  Binder b(file_);
+Status LlamaModel::bind_weights(const std::shared_ptr<const GgufFile>& file) {
+  Binder b(file);
   const int64_t e = hp_.n_embd, q_dim = hp_.n_head * hp_.head_dim, kv = hp_.kv_dim();
   RINFER_ASSIGN_OR_RETURN(tok_embd_, b.weight("token_embd.weight", {hp_.n_vocab, e}));
   RINFER_ASSIGN_OR_RETURN(output_norm_, b.vector_f32("output_norm.weight", e));
@@ -284,12 +285,60 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufF
     return invalid_argument("max_batch {} is out of range [1, 65536]", opts.max_batch);
   }
   std::unique_ptr<LlamaModel> m(new LlamaModel());
-  m->file_ = std::move(file);
+  m->file_ = file;
   m->opts_ = opts;
-  RINFER_ASSIGN_OR_RETURN(m->hp_, read_hparams(*m->file_));
-  RINFER_RETURN_IF_ERROR(m->bind_weights());
+  RINFER_ASSIGN_OR_RETURN(m->hp_, read_hparams(*file));
+  RINFER_RETURN_IF_ERROR(m->bind_weights(file));
+  RINFER_RETURN_IF_ERROR(m->convert_weights());
   RINFER_RETURN_IF_ERROR(m->allocate_scratch());
   return m;
+}
+
+Status LlamaModel::convert_weights() {
+  if (!opts_.weight_format) return ok_status();
+  const DType to = *opts_.weight_format;
+  std::vector<bool> keep(static_cast<size_t>(hp_.n_layer), false);
+  for (int64_t k : opts_.keep_precision_layers) {
+    const int64_t il = k < 0 ? hp_.n_layer + k : k;
+    if (il < 0 || il >= hp_.n_layer) {
+      return invalid_argument("quantization: keep layer {} is outside [-{}, {})", k, hp_.n_layer,
+                              hp_.n_layer);
+    }
+    keep[static_cast<size_t>(il)] = true;
+  }
+  auto conv = [&](Tensor& w, const std::string& what, bool whole) -> Status {
+    if (!w.defined() || w.dtype() == to) return ok_status();
+    auto c = convert_weight(w, to, opts_.ops.pool);
+    if (!c.ok()) return c.status().with_context(fmt::format("converting {} to {}", what, dtype_name(to)));
+    const uint64_t before = w.nbytes(), after = c->nbytes();
+    if (whole) weight_bytes_ = weight_bytes_ - before + after;
+    w = std::move(c).value();
+    return ok_status();
+  };
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (keep[static_cast<size_t>(il)]) continue;
+    LayerWeights& l = layers_[static_cast<size_t>(il)];
+    const std::string p = fmt::format("layer {} ", il);
+    RINFER_RETURN_IF_ERROR(conv(l.wq, p + "q", true));
+    RINFER_RETURN_IF_ERROR(conv(l.wk, p + "k", true));
+    RINFER_RETURN_IF_ERROR(conv(l.wv, p + "v", true));
+    RINFER_RETURN_IF_ERROR(conv(l.wo, p + "output projection", true));
+    RINFER_RETURN_IF_ERROR(conv(l.w_gate, p + "gate", true));
+    RINFER_RETURN_IF_ERROR(conv(l.w_up, p + "up", true));
+    RINFER_RETURN_IF_ERROR(conv(l.w_down, p + "down", true));
+  }
+  if (opts_.convert_embeddings) {
+    const uint64_t row_before = tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
+    RINFER_RETURN_IF_ERROR(conv(tok_embd_, "token_embd", false));
+    weight_bytes_ = weight_bytes_ - row_before + tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
+    if (hp_.tied_output) {
+      weight_bytes_ = weight_bytes_ - output_.nbytes() + tok_embd_.nbytes();
+      output_ = tok_embd_;
+    } else {
+      RINFER_RETURN_IF_ERROR(conv(output_, "output", true));
+    }
+  }
+  return ok_status();
 }
 
 Status LlamaModel::allocate_scratch() {

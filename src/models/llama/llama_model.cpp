@@ -19,7 +19,23 @@ void add_bias(const cpu::OpContext& ctx, float* x, const Tensor& bias, int64_t n
   for (int64_t r = 0; r < n_rows; ++r) cpu::add(ctx, x + r * n, b, n, x + r * n);
 }
 
+// Copies nt rows [nt, kv_dim] into a ring of `rows` rows starting at row r0, wrapping once.
+void copy_to_ring(const float* src, int64_t nt, int64_t kv_dim, float* ring, int64_t rows,
+                  int64_t r0) {
+  const int64_t n1 = std::min(nt, rows - r0);  // rows before the wrap
+  std::memcpy(ring + r0 * kv_dim, src, static_cast<size_t>(n1 * kv_dim) * sizeof(float));
+  std::memcpy(ring, src + n1 * kv_dim, static_cast<size_t>((nt - n1) * kv_dim) * sizeof(float));
+}
+
 }  // namespace
+
+Result<KvCache> LlamaModel::create_cache(int64_t n_ctx) const {
+  if (hp_.layer_attn.empty()) return KvCache::create(hp_.n_layer, n_ctx, hp_.kv_dim());
+  std::vector<int64_t> windows;
+  windows.reserve(hp_.layer_attn.size());
+  for (const DecoderHParams::LayerAttn& la : hp_.layer_attn) windows.push_back(la.window);
+  return KvCache::create(KvCacheSpec::windowed(windows, n_ctx, hp_.kv_dim(), opts_.max_batch));
+}
 
 Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
   const auto n = static_cast<int64_t>(batch.tokens.size());
@@ -30,6 +46,18 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
   if (cache.n_layer() != hp_.n_layer || cache.kv_dim() != hp_.kv_dim()) {
     return invalid_argument("infer: KV cache is [{} layers, kv_dim {}], model needs [{}, {}]",
                             cache.n_layer(), cache.kv_dim(), hp_.n_layer, hp_.kv_dim());
+  }
+  if (cache.backend() != nullptr) {
+    return invalid_argument("infer: the KV cache lives on a device; this model runs on the CPU");
+  }
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const int64_t w = hp_.layer_attn.empty() ? 0 : hp_.layer_attn[static_cast<size_t>(il)].window;
+    if (cache.is_ring(il) && (w == 0 || cache.window(il) != w)) {
+      return invalid_argument(
+          "infer: KV cache layer {} is a ring of {} rows for window {}, but the layer's window is "
+          "{}",
+          il, cache.rows(il), cache.window(il), w);
+    }
   }
   const int64_t n_past = cache.size();
   if (n > cache.free_positions()) {
@@ -54,9 +82,11 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
     return invalid_argument("infer: logits requested but no output buffer");
   }
 
+  // A ring layer's cache limits the chunk (its first token must still see its window).
+  const int64_t chunk = std::min(opts_.max_batch, cache.max_chunk());
   size_t out = 0;  // logit rows written so far
-  for (int64_t c0 = 0; c0 < n; c0 += opts_.max_batch) {
-    const int64_t nc = std::min(opts_.max_batch, n - c0);
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t nc = std::min(chunk, n - c0);
     // This chunk's requested rows, made chunk-relative in a small fixed buffer.
     const size_t first = out;
     while (out < batch.logit_rows.size() && batch.logit_rows[out] < c0 + nc) ++out;
@@ -71,7 +101,12 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
                       rows_, cache, chunk_logits);
     if (st.ok()) st = cache.commit(nc);
     if (!st.ok()) {
-      cache.truncate(n_past).ignore();
+      // A ring may already have overwritten positions before n_past (an earlier chunk of this
+      // batch): then nothing is kept.
+      if (!cache.truncate(n_past).ok()) {
+        cache.clear();
+        return st.with_context("the KV cache was cleared");
+      }
       return st;
     }
   }
@@ -98,6 +133,9 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
   if (hp_.embd_scale != 1.0f) {
     for (int64_t i = 0; i < nt * e; ++i) x[i] *= hp_.embd_scale;
   }
+  if (observer_) observer_(-1, n_past, x, nt, e);
+  // Ring rows about to be overwritten may hold positions a later truncate() would need.
+  cache.note_written(n_past + nt);
 
   cpu::AttentionShape as;
   as.n_tokens = nt;
@@ -111,9 +149,18 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& l = layers_[static_cast<size_t>(il)];
-    // The new keys and values go straight into their cache rows: [nt, n_head_kv, head_dim].
-    float* k_new = cache.k(il) + n_past * kv_dim;
-    float* v_new = cache.v(il) + n_past * kv_dim;
+    // The new keys and values go straight into their cache rows: [nt, n_head_kv, head_dim]
+    // (a ring layer: from row n_past % rows). When they would cross a ring's end they are made
+    // in scratch (attn_ and gate_ are free until the attention) and copied in two pieces.
+    const int64_t kv_rows = cache.rows(il);
+    const int64_t row0 = cache.row_of(il, n_past);
+    const bool wraps = row0 + nt > kv_rows;
+    float* k_new = wraps ? attn : cache.k(il) + row0 * kv_dim;
+    float* v_new = wraps ? gate : cache.v(il) + row0 * kv_dim;
+    if (wraps && kv_dim > n_ff) {
+      return internal_error("forward: no scratch for a wrapping chunk (kv_dim {} > n_ff {})",
+                            kv_dim, n_ff);
+    }
 
     cpu::rms_norm(ctx, x, l.attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q));
@@ -135,6 +182,11 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
     }
     cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, rope);
     cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, rope);
+    if (wraps) {
+      copy_to_ring(k_new, nt, kv_dim, cache.k(il), kv_rows, row0);
+      copy_to_ring(v_new, nt, kv_dim, cache.v(il), kv_rows, row0);
+    }
+    as.kv_rows = cache.is_ring(il) ? kv_rows : 0;
     RINFER_RETURN_IF_ERROR(cpu::attention(ctx, as, q, cache.k(il), cache.v(il), attn));
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn, nt, h));  // h: [nt, n_embd]
     if (hp_.post_norms) {
@@ -155,6 +207,7 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
       cpu::rms_norm(ctx, h, l.post_ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     }
     cpu::add(ctx, x, h, nt * e, x);
+    if (observer_) observer_(il, n_past, x, nt, e);
   }
 
   if (rows.empty()) return ok_status();

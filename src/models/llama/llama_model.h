@@ -16,18 +16,24 @@
 // x = embd * sqrt(n_embd); per-head RMSNorm of q and k after the projections; the attention and
 // MLP outputs are RMSNormed (post_attention_norm, post_ffw_norm) before the residual add; the
 // MLP is GeGLU (tanh GELU); RoPE is NeoX with a per-layer base, and local layers attend only to
-// the last sliding_window positions (the KV cache stays contiguous and full-length).
+// the last sliding_window positions. create_cache() gives those local layers a ring of
+// window + max_batch - 1 rows (see engine/kv_cache.h); global layers keep the whole context.
 //
 // Weights are zero-copy views of the memory-mapped file in their stored dtype (the matmul
 // kernels read every GGUF format); only norm weights and biases are converted to f32 at load.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/tensor.h"
 #include "formats/gguf.h"
 #include "models/model.h"
+
+namespace rinfer {
+class SafetensorsModel;
+}  // namespace rinfer
 
 namespace rinfer::llama {
 
@@ -59,6 +65,12 @@ class LlamaModel final : public DecoderModel {
   // tensor, the expected and the actual shape) and allocates the scratch buffers.
   static Result<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file,
                                                   const LoadOptions& opts);
+  // A Hugging Face checkpoint (llama_loader_hf.cpp): `path` is a directory with config.json and
+  // model.safetensors (or a sharded model.safetensors.index.json), or a .safetensors / index
+  // file with config.json next to it. config.json `architectures`: LlamaForCausalLM,
+  // MistralForCausalLM, Qwen2ForCausalLM. HF keeps Wq/Wk unpermuted: RoPE is NeoX.
+  static Result<std::unique_ptr<LlamaModel>> load_hf(const std::string& path,
+                                                     const LoadOptions& opts);
 
   std::string_view architecture() const override { return hp_.architecture; }
   std::string describe() const override;
@@ -66,6 +78,17 @@ class LlamaModel final : public DecoderModel {
   const DecoderHParams& hparams() const override { return hp_; }
 
   Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
+
+  // Sliding-window layers as rings of min(n_ctx, window + max_batch - 1) rows, global layers
+  // n_ctx rows (a uniform cache for models without windows).
+  Result<KvCache> create_cache(int64_t n_ctx) const override;
+
+  // Sees the residual stream of every forward chunk: after the embedding (and its scale) with
+  // layer -1, then after each block il. x is [n_tokens, n_embd], rows for positions pos0 ...
+  // pos0 + n_tokens - 1; valid during the call only. Unset (the default): no cost.
+  using LayerObserver = std::function<void(int64_t layer, int64_t pos0, const float* x,
+                                           int64_t n_tokens, int64_t n_embd)>;
+  void set_layer_observer(LayerObserver observer) { observer_ = std::move(observer); }
 
   // The bound host weights (views of the model file), for backends that upload them.
   const Tensor& tok_embd() const { return tok_embd_; }
@@ -77,14 +100,18 @@ class LlamaModel final : public DecoderModel {
 
  private:
   LlamaModel() = default;
-  Status bind_weights();
+  Status bind_weights(const std::shared_ptr<const GgufFile>& file);
+  Status bind_hf_weights(const std::shared_ptr<const SafetensorsModel>& st);
+  // LoadOptions::weight_format: converts the layer matrices (all but keep_precision_layers) and,
+  // with convert_embeddings, the embedding table and output projection (owned copies).
+  Status convert_weights();
   Status allocate_scratch();
   // One chunk of at most max_batch tokens at positions cache.size() ...; writes the logits of
   // the chunk rows `rows` (ascending, chunk-relative) to logits [rows.size(), n_vocab].
   Status forward_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                        std::span<const int32_t> rows, KvCache& cache, float* logits);
 
-  std::shared_ptr<const GgufFile> file_;
+  std::shared_ptr<const void> file_;  // what the weights view: a GgufFile or a SafetensorsModel
   LoadOptions opts_;
   DecoderHParams hp_;
   uint64_t weight_bytes_ = 0;
@@ -102,6 +129,7 @@ class LlamaModel final : public DecoderModel {
   Tensor gate_;                // [max_batch, n_ff]
   Tensor up_;                  // [max_batch, n_ff]
   std::vector<int32_t> rows_;  // [<= max_batch] a chunk's logit rows (capacity reserved once)
+  LayerObserver observer_;
 };
 
 }  // namespace rinfer::llama
