@@ -4,16 +4,15 @@
 #include "engine/perplexity.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 
+#include "core/progress.h"
 #include "engine/llm_engine.h"
 #include "recipe/recipe.h"
 #include "tools/tools.h"
@@ -58,19 +57,12 @@ int run_perplexity(const PplArgs& a) {
                a.text_file.c_str(), ids->size(), static_cast<long long>(total),
                static_cast<long long>(opts.n_ctx), e.recipe().strategies_summary().c_str());
 
-  const bool tty = ::isatty(2) != 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto progress = [&](int64_t done, int64_t n, double ppl) {
-    if (!tty) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double eta = s / static_cast<double>(done) * static_cast<double>(n - done);
-    std::fprintf(stderr, "\r[%lld/%lld] perplexity %.4f  %.1f s/window, ETA %.0f s   ",
-                 static_cast<long long>(done), static_cast<long long>(n), ppl,
-                 s / static_cast<double>(done), eta);
-    std::fflush(stderr);
+  Progress bar("perplexity", total, "window");
+  auto progress = [&](int64_t done, int64_t, double ppl) {
+    bar.update(done, fmt::format("ppl {:.4f}", ppl));
   };
   auto r = compute_perplexity(e.decoder(), e.kv_cache(), *ids, opts, progress);
-  if (tty) std::fprintf(stderr, "\n");
+  bar.finish();
   if (!r.ok()) return report_error(r.status().message());
   std::printf("perplexity %.4f +/- %.4f over %lld windows of %lld tokens (%lld scored), %.1f s\n",
               r->ppl, r->ppl_stderr, static_cast<long long>(r->windows),

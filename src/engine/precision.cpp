@@ -1,0 +1,102 @@
+#include "engine/precision.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+std::string PrecisionThresholds::to_string() const {
+  std::vector<std::string> parts;
+  if (min_top1) parts.push_back(fmt::format("top-1 >= {:g}", *min_top1));
+  if (max_mean_kl) parts.push_back(fmt::format("mean KL <= {:g}", *max_mean_kl));
+  if (max_ppl_change)
+    parts.push_back(fmt::format("|ppl change| <= {:g}%", 100.0 * *max_ppl_change));
+  if (parts.empty()) return "none";
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s;
+}
+
+Result<std::vector<float>> teacher_forced_logits(DecoderModel& model, KvCache& cache,
+                                                 std::span<const int32_t> tokens, int64_t chunk) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return invalid_argument("teacher-forced logits: the token sequence is empty");
+  if (n > cache.n_ctx()) {
+    return out_of_range("teacher-forced logits: {} tokens do not fit the KV cache of {} positions",
+                        n, cache.n_ctx());
+  }
+  const int64_t n_vocab = model.hparams().n_vocab;
+  if (cache.max_chunk() > 0) chunk = std::min(chunk, cache.max_chunk());
+  chunk = std::max<int64_t>(1, chunk);
+  std::vector<float> logits(static_cast<size_t>(n * n_vocab));  // [n, n_vocab]
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::vector<int32_t> rows(static_cast<size_t>(chunk));
+  for (int64_t i = 0; i < chunk; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  cache.clear();
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int64_t nc = std::min(chunk, n - c0);
+    DecoderBatch b;
+    b.tokens = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
+    b.positions = std::span<const int32_t>(positions).subspan(static_cast<size_t>(c0),
+                                                              static_cast<size_t>(nc));
+    b.logit_rows = std::span<const int32_t>(rows).first(static_cast<size_t>(nc));
+    const Status s = model.infer(b, cache, logits.data() + c0 * n_vocab);
+    if (!s.ok())
+      return s.with_context(fmt::format("teacher-forced logits, tokens [{}, {})", c0, c0 + nc));
+  }
+  return logits;
+}
+
+double perplexity_of_logits(std::span<const float> logits, std::span<const int32_t> tokens,
+                            int64_t n_vocab) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n < 2 || n_vocab <= 0) return 0;
+  double sum = 0;
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const float* l = logits.data() + i * n_vocab;  // [n_vocab]
+    float max_l = l[0];
+    for (int64_t v = 1; v < n_vocab; ++v) max_l = std::max(max_l, l[v]);
+    double z = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) z += std::exp(static_cast<double>(l[v] - max_l));
+    sum += std::log(z) - static_cast<double>(l[tokens[static_cast<size_t>(i + 1)]] - max_l);
+  }
+  return std::exp(sum / static_cast<double>(n - 1));
+}
+
+void apply_gate(PrecisionReport& r, const PrecisionThresholds& gate) {
+  std::vector<std::string> f;
+  // Written so that NaN fails every check.
+  if (gate.min_top1 && !(r.logits.top1_agreement >= *gate.min_top1)) {
+    f.push_back(fmt::format("top-1 {:.4f} < {:g}", r.logits.top1_agreement, *gate.min_top1));
+  }
+  if (gate.max_mean_kl && !(r.logits.mean_kl <= *gate.max_mean_kl)) {
+    f.push_back(fmt::format("mean KL {:.4g} > {:g}", r.logits.mean_kl, *gate.max_mean_kl));
+  }
+  if (gate.max_ppl_change && !(std::fabs(r.ppl_change) <= *gate.max_ppl_change)) {
+    f.push_back(fmt::format("ppl change {:+.2f}% beyond {:g}%", 100.0 * r.ppl_change,
+                            100.0 * *gate.max_ppl_change));
+  }
+  r.passed = f.empty();
+  r.failures.clear();
+  for (size_t i = 0; i < f.size(); ++i) r.failures += (i ? "; " : "") + f[i];
+}
+
+PrecisionReport compare_precision(std::span<const float> baseline, std::span<const float> variant,
+                                  std::span<const int32_t> tokens, int64_t n_vocab,
+                                  const PrecisionThresholds& gate) {
+  PrecisionReport r;
+  r.positions = static_cast<int64_t>(tokens.size());
+  r.logits = compare_logits(baseline.data(), variant.data(), r.positions, n_vocab);
+  r.ppl_baseline = perplexity_of_logits(baseline, tokens, n_vocab);
+  r.ppl_variant = perplexity_of_logits(variant, tokens, n_vocab);
+  r.ppl_change = r.ppl_baseline > 0 ? r.ppl_variant / r.ppl_baseline - 1.0 : 0.0;
+  apply_gate(r, gate);
+  return r;
+}
+
+}  // namespace rinfer

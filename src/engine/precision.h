@@ -1,0 +1,68 @@
+// Precision of an optimized variant against the baseline, on one token sequence, teacher-forced:
+// both models read the same tokens and give the logits of every position; then
+//
+//   top-1 agreement  fraction of positions whose argmax matches the baseline's
+//   mean KL          mean over positions of KL(p_baseline || p_variant), nats
+//   ppl change       ppl_variant / ppl_baseline - 1, where ppl = exp(mean -log p(next token))
+//                    over positions 0..n-2 (relative: +0.01 is 1% worse)
+//
+// The gate (a recipe's `precision:` settings, or the defaults below) passes when top-1 >=
+// min_top1, mean KL <= max_mean_kl and |ppl change| <= max_ppl_change. `rinfer bench` marks a
+// failing variant and never picks it as the best (the rollback rule).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/logit_metrics.h"
+#include "models/model.h"
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+// The thresholds checked (nullopt: not checked). The defaults are used when a recipe has no
+// `precision:` section (RecipeConfig::precision, recipe/recipe.h, whose absent fields are not
+// checked).
+struct PrecisionThresholds {
+  std::optional<double> min_top1 = 0.95;
+  std::optional<double> max_mean_kl = 0.05;
+  std::optional<double> max_ppl_change = 0.02;  // |ppl_variant / ppl_baseline - 1|
+  // "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%"
+  std::string to_string() const;
+};
+
+struct PrecisionReport {
+  int64_t positions = 0;
+  LogitComparison logits;  // top1_agreement, mean_kl, max_kl, rel_l2, max_abs
+  double ppl_baseline = 0;
+  double ppl_variant = 0;
+  double ppl_change = 0;  // ppl_variant / ppl_baseline - 1
+  bool passed = true;
+  std::string failures;  // "top-1 0.912 < 0.95; ..." ("" when passed)
+};
+
+// Teacher-forced logits of every position of `tokens`: [n, n_vocab] row-major. Clears `cache`
+// first and leaves it holding `tokens`; runs in chunks of at most `chunk` tokens. Errors: an
+// empty sequence, more tokens than the cache holds, a model failure.
+Result<std::vector<float>> teacher_forced_logits(DecoderModel& model, KvCache& cache,
+                                                 std::span<const int32_t> tokens,
+                                                 int64_t chunk = 256);
+
+// exp(mean over i in [0, n-1) of -log softmax(logits[i])[tokens[i + 1]]), in double.
+double perplexity_of_logits(std::span<const float> logits, std::span<const int32_t> tokens,
+                            int64_t n_vocab);
+
+// Compares a variant's logits with the baseline's (both from teacher_forced_logits on `tokens`)
+// and applies the gate.
+PrecisionReport compare_precision(std::span<const float> baseline, std::span<const float> variant,
+                                  std::span<const int32_t> tokens, int64_t n_vocab,
+                                  const PrecisionThresholds& gate);
+
+// Applies the gate to a report's numbers (sets passed and failures).
+void apply_gate(PrecisionReport& r, const PrecisionThresholds& gate);
+
+}  // namespace rinfer

@@ -1,0 +1,70 @@
+// Benchmark reports: provenance (git sha, date, machine), medians and spreads, and the outputs
+// `rinfer bench` makes from its JSON: the Markdown table (printed, and the one between
+// `<!-- bench:begin -->` and `<!-- bench:end -->` in a recipe folder's README.md) and an SVG
+// bar chart. The table and the chart are functions of the JSON only, so a README table can
+// always be regenerated from bench/results/<machine>/*.json and is never typed by hand.
+// Also used by the programs in bench/ (bench_util.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "rinfer/status.h"
+
+namespace rinfer::bench {
+
+double median(std::vector<double> v);
+
+struct Spread {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+};
+Spread spread(const std::vector<double>& v);
+
+// stdout of a shell command, trailing newlines and spaces removed ("" when it fails).
+std::string run_cmd(const std::string& cmd);
+
+// "model name" from /proc/cpuinfo, or "unknown".
+std::string cpu_model();
+
+// HEAD of the source tree, and whether `paths` (relative to it) have uncommitted changes.
+std::string git_sha(const std::string& source_dir);
+bool git_dirty(const std::string& source_dir, const std::string& paths = "src");
+
+// Current UTC time as 2026-11-30T07:24:04Z.
+std::string utc_date();
+
+// {"name", "cpu", "hardware_threads", "load_average_1min", "os"}.
+nlohmann::ordered_json machine_json(const std::string& name);
+
+// The bench/results/<machine> folder name: "cpu-<n>core" on the CPU, the GPU's short name
+// ("h200") for a CUDA device (`gpu_name` as the driver reports it, e.g. "NVIDIA H200").
+std::string machine_short_name(bool cuda, const std::string& gpu_name);
+
+// Writes `j` (pretty) to `path`, creating its folder; prints "wrote PATH" or the failure on
+// stderr. Exit code 0/1.
+int write_json(const std::string& path, const nlohmann::ordered_json& j);
+
+// ---- rinfer bench outputs, from its JSON report ----
+
+// The Markdown results table with a line of settings under it.
+std::string markdown_table(const nlohmann::ordered_json& report);
+
+// A bar chart of decode and prefill tokens/s per variant (two panels, each with its own scale).
+std::string svg_chart(const nlohmann::ordered_json& report);
+
+// Replaces the text between the `<!-- bench:begin TAG -->` and `<!-- bench:end TAG -->` lines
+// of `readme` with `table` (TAG: the machine, e.g. cpu-2core or h200, so each machine keeps its
+// own table; an empty tag gives `<!-- bench:begin -->`). Appends a "## Measured on TAG"
+// section with the markers when the file has none. Errors name the file.
+Status replace_readme_table(const std::string& readme, const std::string& table,
+                            const std::string& tag = "");
+
+// Text with the table between the markers replaced (for tests; what replace_readme_table
+// writes).
+std::string replace_between_markers(const std::string& text, const std::string& table,
+                                    const std::string& tag = "");
+
+}  // namespace rinfer::bench

@@ -1,0 +1,151 @@
+// Precision against a baseline (engine/precision.h): teacher-forced logits equal those of the
+// same prefix run alone, perplexity and the gate by hand, and the tiny synthetic model against
+// itself (exact) and against its own q8_0-activation run (close, not equal).
+#include "engine/precision.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "models/model.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+struct Loaded {
+  std::unique_ptr<DecoderModel> model;
+  KvCache cache;
+};
+
+Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch = 512) {
+  LoadOptions opts;
+  opts.ops.impl = cpu::Impl::kFast;
+  opts.ops.pool = &pool;
+  opts.ops.quantize_activations = quantize_activations;
+  opts.max_batch = max_batch;
+  auto m = load_decoder_model(test::test_data_path("llama/tiny_llama.gguf"), opts);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return {};
+  auto c = (*m)->create_cache(64);
+  EXPECT_TRUE(c.ok());
+  return {std::move(m).value(), std::move(c).value()};
+}
+
+std::vector<int32_t> some_tokens(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + 5) % 96);
+  return t;
+}
+
+TEST(Precision, TeacherForcedRowsMatchPrefixRuns) {
+  ThreadPool pool(2);
+  Loaded l = load_tiny(pool, false, /*max_batch=*/7);  // chunks of 7: several passes
+  ASSERT_TRUE(l.model);
+  const auto toks = some_tokens(20);
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  auto all = teacher_forced_logits(*l.model, l.cache, toks, 5);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_EQ(all->size(), static_cast<size_t>(20 * n_vocab));
+  EXPECT_EQ(l.cache.size(), 20);
+  for (int k : {0, 6, 13, 19}) {
+    // The prefix tokens[0..k] alone, last row only.
+    const std::vector<int32_t> prefix(toks.begin(), toks.begin() + k + 1);
+    auto one = teacher_forced_logits(*l.model, l.cache, prefix, 64);
+    ASSERT_TRUE(one.ok());
+    const std::vector<float> want(one->end() - n_vocab, one->end());
+    const std::vector<float> got(all->begin() + k * n_vocab, all->begin() + (k + 1) * n_vocab);
+    EXPECT_LT(test::rel_l2(got, want), 1e-5) << "row " << k;
+  }
+}
+
+TEST(Precision, PerplexityAndGateByHand) {
+  // Two positions, vocabulary 2. Row 0: logits (0, 0), next token 1: p = 1/2. Row 1 is not
+  // scored (no next token). ppl = exp(log 2) = 2.
+  const std::vector<int32_t> toks = {0, 1};
+  const std::vector<float> base = {0.0f, 0.0f, 1.0f, 0.0f};
+  EXPECT_NEAR(perplexity_of_logits(base, toks, 2), 2.0, 1e-12);
+  // Variant row 0: (0, ln 3): p(1) = 3/4, ppl = 4/3, change = 4/3 / 2 - 1 = -1/3; its argmax
+  // is 1 (the baseline's tie goes to the lowest id, 0). Row 1 flips the argmax too: top-1
+  // agreement 0.
+  const std::vector<float> var = {0.0f, std::log(3.0f), 0.0f, 1.0f};
+  PrecisionThresholds gate;  // defaults: 0.95, 0.05, 0.02
+  PrecisionReport r = compare_precision(base, var, toks, 2, gate);
+  EXPECT_EQ(r.positions, 2);
+  EXPECT_NEAR(r.ppl_baseline, 2.0, 1e-9);
+  EXPECT_NEAR(r.ppl_variant, 4.0 / 3.0, 1e-6);
+  EXPECT_NEAR(r.ppl_change, -1.0 / 3.0, 1e-6);
+  EXPECT_DOUBLE_EQ(r.logits.top1_agreement, 0.0);
+  // KL row 0: p = (1/2, 1/2), q = (1/4, 3/4): 1/2 ln 2 + 1/2 ln(2/3).
+  const double kl0 = 0.5 * std::log(2.0) + 0.5 * std::log(2.0 / 3.0);
+  const double a = 1.0 / (1.0 + std::exp(-1.0));  // softmax(1, 0)[0]
+  const double kl1 = a * std::log(a / (1 - a)) + (1 - a) * std::log((1 - a) / a);
+  EXPECT_NEAR(r.logits.mean_kl, 0.5 * (kl0 + kl1), 1e-6);
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.failures.find("top-1 0.0000 < 0.95"), std::string::npos) << r.failures;
+  EXPECT_NE(r.failures.find("mean KL"), std::string::npos) << r.failures;
+  EXPECT_NE(r.failures.find("ppl change -33.33%"), std::string::npos) << r.failures;
+
+  // Only the checks a recipe sets are applied.
+  PrecisionThresholds loose;
+  loose.min_top1 = 0.0;
+  loose.max_mean_kl.reset();
+  loose.max_ppl_change = 0.5;
+  apply_gate(r, loose);
+  EXPECT_TRUE(r.passed) << r.failures;
+  EXPECT_EQ(loose.to_string(), "top-1 >= 0, |ppl change| <= 50%");
+  EXPECT_EQ(PrecisionThresholds{}.to_string(),
+            "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%");
+
+  // NaN fails every check.
+  PrecisionReport nan;
+  nan.logits.top1_agreement = std::nan("");
+  nan.logits.mean_kl = std::nan("");
+  nan.ppl_change = std::nan("");
+  apply_gate(nan, gate);
+  EXPECT_FALSE(nan.passed);
+}
+
+TEST(Precision, TinyModelAgainstItselfAndInt8Activations) {
+  ThreadPool pool(2);
+  Loaded exact = load_tiny(pool, false);
+  Loaded q8 = load_tiny(pool, true);
+  ASSERT_TRUE(exact.model && q8.model);
+  const auto toks = some_tokens(48);
+  const int64_t n_vocab = exact.model->hparams().n_vocab;
+  auto a = teacher_forced_logits(*exact.model, exact.cache, toks);
+  auto b = teacher_forced_logits(*exact.model, exact.cache, toks);
+  auto c = teacher_forced_logits(*q8.model, q8.cache, toks);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const PrecisionReport same = compare_precision(*a, *b, toks, n_vocab, {});
+  EXPECT_TRUE(same.passed) << same.failures;
+  EXPECT_DOUBLE_EQ(same.logits.top1_agreement, 1.0);
+  EXPECT_NEAR(same.logits.mean_kl, 0.0, 1e-12);
+  EXPECT_NEAR(same.ppl_change, 0.0, 1e-12);
+  EXPECT_GT(same.ppl_baseline, 1.0);
+  const PrecisionReport close = compare_precision(*a, *c, toks, n_vocab, {});
+  EXPECT_GT(close.logits.mean_kl, 0.0);  // int8 activations change the logits a little
+  EXPECT_LT(close.logits.mean_kl, 0.05);
+  EXPECT_GT(close.logits.rel_l2, 0.0);
+  EXPECT_LT(std::fabs(close.ppl_change), 0.05);
+}
+
+TEST(Precision, Errors) {
+  ThreadPool pool(1);
+  Loaded l = load_tiny(pool, false);
+  ASSERT_TRUE(l.model);
+  auto empty = teacher_forced_logits(*l.model, l.cache, {});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
+  const auto long_seq = some_tokens(65);  // the cache holds 64
+  auto too_long = teacher_forced_logits(*l.model, l.cache, long_seq);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("65 tokens"), std::string::npos)
+      << too_long.status().message();
+}
+
+}  // namespace
+}  // namespace rinfer

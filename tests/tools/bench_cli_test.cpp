@@ -1,0 +1,188 @@
+// `rinfer bench` on the tiny synthetic llama given a small SentencePiece vocabulary (so the
+// engine can tokenize): the JSON fields, the table's shape, the README block, the SVG, the
+// baseline choice and the errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
+#include "test_util.h"
+#include "tools/bench_report.h"
+
+namespace rinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// tiny_llama.gguf plus a 96-token SPM vocabulary: <unk>, <s>, </s>, "▁" and 92 ASCII characters.
+std::string tiny_model_with_tokenizer(const std::string& dir) {
+  auto in = GgufFile::open(test::test_data_path("llama/tiny_llama.gguf"));
+  EXPECT_TRUE(in.ok());
+  GgufWriter w;
+  for (const auto& [k, v] : in->metadata()) w.set(std::string(k), GgufWriter::Value::copy_of(v));
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81"};
+  for (char c = '!'; tokens.size() < 96; ++c) tokens.emplace_back(1, c);
+  std::vector<float> scores(96, 0.0f);
+  std::vector<int32_t> types(96, 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  w.set("tokenizer.ggml.model", GgufWriter::Value::string("llama"));
+  w.set("tokenizer.ggml.tokens", GgufWriter::Value::strings_array(tokens));
+  w.set("tokenizer.ggml.scores", GgufWriter::Value::array(scores));
+  w.set("tokenizer.ggml.token_type", GgufWriter::Value::array(types));
+  w.set("tokenizer.ggml.bos_token_id", GgufWriter::Value::of<uint32_t>(1));
+  w.set("tokenizer.ggml.eos_token_id", GgufWriter::Value::of<uint32_t>(2));
+  w.set("tokenizer.ggml.unknown_token_id", GgufWriter::Value::of<uint32_t>(0));
+  for (const GgufTensorInfo& t : in->tensors()) {
+    EXPECT_TRUE(w.add_tensor(std::string(t.name), t.dtype, t.shape,
+                             std::string(reinterpret_cast<const char*>(t.data), t.nbytes))
+                    .ok());
+  }
+  const std::string path = dir + "/tiny_tok.gguf";
+  EXPECT_TRUE(w.write(path).ok());
+  return path;
+}
+
+std::string recipe(const std::string& model, const std::string& strategies) {
+  return "model: " + model +
+         "\ndevice: cpu\nscenario: llm-chat\ncontext_length: 128\nstrategies:\n" + strategies;
+}
+
+TEST(BenchCli, TinyModelJsonTableReadme) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench").string();
+  fs::create_directories(dir);
+  const std::string model = tiny_model_with_tokenizer(dir);
+  std::ofstream(dir + "/baseline.yaml")
+      << recipe(model, "  kv_cache: {enabled: false}\n  threads: {count: 1}\n");
+  std::ofstream(dir + "/kv.yaml") << recipe(model,
+                                            "  kv_cache: {enabled: true}\n  threads: {count: 1}\n");
+  std::ofstream(dir + "/README.md") << "# tiny\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n"
+                                       "after\n";
+  const std::string json = dir + "/out/tiny.json";
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
+                             "' --repeat 2 --warmup 1 --prompt-tokens 12 --gen-tokens 6 "
+                             "--precision-tokens 24 --readme --json '" +
+                             json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);  // no progress line off a terminal
+
+  const auto j = nlohmann::ordered_json::parse(read(json));
+  for (const char* k : {"git_sha", "date", "machine", "device", "settings", "variants", "best"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["device"]["kind"], "cpu");
+  EXPECT_EQ(j["settings"]["repeat"], 2);
+  EXPECT_EQ(j["settings"]["gen_tokens"], 6);
+  EXPECT_EQ(j["baseline"], "baseline");
+  ASSERT_EQ(j["variants"].size(), 2u);
+  const auto& b = j["variants"][0];
+  const auto& v = j["variants"][1];
+  EXPECT_EQ(b["name"], "baseline");
+  EXPECT_TRUE(b["baseline"].get<bool>());
+  EXPECT_EQ(v["name"], "kv");
+  EXPECT_EQ(v["change"], "kv_cache on");
+  for (const auto* x : {&b, &v}) {
+    ASSERT_EQ((*x)["samples"]["decode_tps"].size(), 2u);
+    EXPECT_GT((*x)["median"]["decode_tps"].get<double>(), 0.0);
+    EXPECT_GT((*x)["median"]["prefill_tps"].get<double>(), 0.0);
+    EXPECT_GT((*x)["median"]["ttft_ms"].get<double>(), 0.0);
+    EXPECT_LE((*x)["min"]["token_ms"].get<double>(), (*x)["max"]["token_ms"].get<double>());
+    EXPECT_GT((*x)["host_peak_bytes"].get<uint64_t>(), 0u);
+  }
+  // The same weights and kernels with and without the cache: the same logits.
+  EXPECT_DOUBLE_EQ(v["precision"]["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(v["precision"]["mean_kl"].get<double>(), 1e-9);
+  EXPECT_TRUE(v["gate_passed"].get<bool>());
+  EXPECT_EQ(j["best"], "kv");
+  EXPECT_TRUE(v["relative"].contains("throughput_gain"));
+
+  // The table: header, separator, one row per variant, baseline first, best marked.
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) {
+    if (line.rfind("|", 0) == 0) rows.push_back(line);
+  }
+  ASSERT_EQ(rows.size(), 4u) << r.out;
+  EXPECT_NE(rows[0].find("| variant | strategy change | TTFT ms | decode tok/s"),
+            std::string::npos);
+  EXPECT_NE(rows[2].find("`baseline`"), std::string::npos);
+  EXPECT_NE(rows[3].find("**`kv`** (best)"), std::string::npos);
+  EXPECT_NE(rows[3].find("1.000 / "), std::string::npos);
+  EXPECT_NE(rows[3].find("pass, **best**"), std::string::npos);
+  for (const auto& row : rows) EXPECT_EQ(std::count(row.begin(), row.end(), '|'), 11) << row;
+
+  // The README block is the table made from the JSON, and nothing else changed.
+  const std::string readme = read(dir + "/README.md");
+  EXPECT_EQ(readme, bench::replace_between_markers("# tiny\n\n<!-- bench:begin -->\nold\n<!-- "
+                                                   "bench:end -->\nafter\n",
+                                                   bench::markdown_table(j)));
+  EXPECT_EQ(readme.find("old"), std::string::npos);
+  EXPECT_NE(readme.find("after\n"), std::string::npos);
+  const std::string svg = read(dir + "/out/tiny.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find(">kv<"), std::string::npos);
+}
+
+TEST(BenchCli, GateFailureIsNeverBest) {
+  nlohmann::ordered_json j = {
+      {"baseline", "base"},
+      {"best", nullptr},
+      {"settings", {{"repeat", 1}}},
+      {"machine", {{"name", "m"}}},
+      {"device", {{"name", "d"}}},
+      {"variants",
+       {{{"name", "base"},
+         {"baseline", true},
+         {"strategies", "s"},
+         {"median", {{"decode_tps", 10.0}}},
+         {"min", {{"decode_tps", 10.0}}},
+         {"max", {{"decode_tps", 10.0}}}},
+        {{"name", "fast"},
+         {"change", "weights q4_0"},
+         {"median", {{"decode_tps", 30.0}}},
+         {"min", {{"decode_tps", 30.0}}},
+         {"max", {{"decode_tps", 30.0}}},
+         {"relative", {{"throughput_gain", 3.0}}},
+         {"precision", {{"top1_agreement", 0.5}, {"mean_kl", 0.2}, {"ppl_change", 0.3}}},
+         {"gate_passed", false},
+         {"gate_failures", "top-1 0.5000 < 0.95"}}}}};
+  const std::string t = bench::markdown_table(j);
+  EXPECT_NE(t.find("**fail** (top-1 0.5000 < 0.95): rolled back"), std::string::npos) << t;
+  EXPECT_EQ(t.find("best"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 3.00x |"), std::string::npos) << t;
+  EXPECT_EQ(bench::machine_short_name(true, "NVIDIA H200"), "h200");
+  EXPECT_EQ(bench::machine_short_name(true, "NVIDIA GeForce RTX 4090"), "rtx-4090");
+}
+
+TEST(BenchCli, Errors) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_err").string();
+  fs::create_directories(dir);
+  std::ofstream(dir + "/a.yaml") << recipe("nowhere.gguf", "  threads: {count: 1}\n");
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no baseline variant 'baseline' among the recipes (a)"), std::string::npos)
+      << r.err;
+  r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir + "/missing'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no such recipe file or folder"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace rinfer

@@ -1,0 +1,116 @@
+// `rinfer quantize` on the tiny synthetic llama (f32, f16 and q5_0 matrices): which tensors
+// convert, what is kept byte for byte, the metadata, the values after the round trip, and the
+// errors (unknown type, a row length that is not a whole number of blocks).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+std::string rinfer_bin() { return RINFER_BINARY; }
+
+std::vector<float> values(const GgufTensorInfo& t) {
+  auto w = Tensor::wrap(t.data, t.nbytes, Dims(std::span<const int64_t>(t.shape)), t.dtype,
+                        Device::cpu(), nullptr);
+  EXPECT_TRUE(w.ok());
+  auto f = w->to_f32();
+  EXPECT_TRUE(f.ok());
+  return {f->data_as<float>(), f->data_as<float>() + f->numel()};
+}
+
+TEST(QuantizeCli, ConvertsMatricesKeepsTheRest) {
+  const std::string in = test::test_data_path("llama/tiny_llama.gguf");
+  const std::string out = test::write_temp_file("tiny_q8_0.gguf", "");
+  auto r = test::run_command(rinfer_bin() + " quantize '" + in + "' '" + out + "' --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("14 tensors converted to q8_0, 6 kept"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);  // no progress line when not on a terminal
+
+  auto a = GgufFile::open(in);
+  auto b = GgufFile::open(out);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  EXPECT_EQ(b->get_uint("general.file_type"), 7u);  // LLAMA_FTYPE_MOSTLY_Q8_0
+  EXPECT_EQ(b->get_string("general.name"), a->get_string("general.name"));
+  EXPECT_EQ(b->get_uint("llama.block_count"), 2u);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const GgufTensorInfo& ta : a->tensors()) {
+    SCOPED_TRACE(std::string(ta.name));
+    const GgufTensorInfo* tb = b->find_tensor(ta.name);
+    ASSERT_NE(tb, nullptr);
+    EXPECT_EQ(tb->shape, ta.shape);
+    const bool matrix = ta.shape.size() == 2 && ta.name != "token_embd.weight";
+    if (!matrix) {
+      EXPECT_EQ(tb->dtype, ta.dtype);
+      ASSERT_EQ(tb->nbytes, ta.nbytes);
+      EXPECT_EQ(std::memcmp(tb->data, ta.data, ta.nbytes), 0);
+    } else {
+      EXPECT_EQ(tb->dtype, DType::kQ8_0);
+      EXPECT_LT(test::rel_l2(values(*tb), values(ta)), 1e-2);
+    }
+  }
+}
+
+TEST(QuantizeCli, KeepLayersAndEmbeddings) {
+  const std::string in = test::test_data_path("llama/tiny_llama.gguf");
+  const std::string out = test::write_temp_file("tiny_q4_1.gguf", "");
+  auto r = test::run_command(rinfer_bin() + " quantize '" + in + "' '" + out +
+                             "' --type q4_1 --keep-layers=-1 --convert-embeddings --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto a = GgufFile::open(in);
+  auto b = GgufFile::open(out);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->get_uint("general.file_type"), 3u);
+  EXPECT_EQ(b->find_tensor("token_embd.weight")->dtype, DType::kQ4_1);
+  EXPECT_EQ(b->find_tensor("blk.0.attn_q.weight")->dtype, DType::kQ4_1);
+  EXPECT_EQ(b->find_tensor("blk.0.attn_k.weight")->dtype, DType::kQ4_1);  // from q5_0
+  EXPECT_EQ(b->find_tensor("blk.1.attn_q.weight")->dtype, DType::kF32);   // layer -1 kept
+  EXPECT_EQ(b->find_tensor("blk.1.ffn_down.weight")->dtype, DType::kQ5_0);
+  const auto q = values(*b->find_tensor("blk.0.ffn_up.weight"));
+  const auto f = values(*a->find_tensor("blk.0.ffn_up.weight"));
+  const double err = test::rel_l2(q, f);
+  EXPECT_GT(err, 1e-3);  // 4-bit: visibly lossy
+  EXPECT_LT(err, 0.15);
+}
+
+TEST(QuantizeCli, Errors) {
+  const std::string in = test::test_data_path("llama/tiny_llama.gguf");
+  const std::string out = test::write_temp_file("bad.gguf", "");
+  auto r = test::run_command(rinfer_bin() + " quantize '" + in + "' '" + out + "' --type q4_k");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--type q4_k: expected one of f16, bf16, q8_0, q4_0, q4_1"),
+            std::string::npos)
+      << r.err;
+  r = test::run_command(rinfer_bin() + " quantize '" + in + "' '" + out +
+                        "' --type q8_0 --keep-layers 5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--keep-layers 5: the model has 2 layers"), std::string::npos) << r.err;
+
+  // A matrix with rows of 48 values: not a whole number of 32-element blocks.
+  GgufWriter w;
+  w.set("general.architecture", GgufWriter::Value::string("llama"));
+  std::vector<float> v(4 * 48, 0.5f);
+  std::string bytes(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  ASSERT_TRUE(w.add_tensor("blk.0.ffn_down.weight", DType::kF32, {4, 48}, bytes).ok());
+  const std::string ragged = test::write_temp_file("ragged.gguf", w.to_bytes().value());
+  r = test::run_command(rinfer_bin() + " quantize '" + ragged + "' '" + out + "' --type q8_0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor 'blk.0.ffn_down.weight' (f32 [4, 48]) has rows of 48 values, not "
+                       "a multiple of q8_0's block size 32"),
+            std::string::npos)
+      << r.err;
+  // f16 has no blocks: the same file converts.
+  r = test::run_command(rinfer_bin() + " quantize '" + ragged + "' '" + out + "' --type f16");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace rinfer
