@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/model_cache.h"
+#include "strategies/registry.h"
 
 namespace rinfer {
 
@@ -14,21 +15,21 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
   std::unique_ptr<LlmEngine> e(new LlmEngine());
   e->recipe_ = recipe;
   RecipeConfig& r = e->recipe_;
-  if (!r.device.is_cpu()) {
-    return unsupported("{}: device {}: LLM inference on CUDA is not built yet; use device: cpu",
-                       r.path, r.device.to_string());
-  }
   if (r.scenario != "llm-chat") {
     return unsupported("{}: scenario '{}' is not an LLM scenario", r.path, r.scenario);
   }
   RINFER_RETURN_IF_ERROR(r.sampling.validate().with_context(r.path + ": sampling"));
+  // The strategies composed and validated, then the device checked against this machine.
+  LoadOptions opts;
+  GeneratorOptions g;
+  RINFER_RETURN_IF_ERROR(apply_strategies(r, opts, g));
+  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
+
   auto path = resolve_model(r.model_ref);
   if (!path.ok()) return path.status().with_context(r.path + ": model");
   e->model_path_ = *path;
 
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
-  LoadOptions opts;
-  opts.ops.impl = r.strategies.kernels;
   opts.ops.pool = e->pool_.get();
   opts.max_batch = 512;
   auto sample = TextGenerationSample::load_model(e->model_path_, opts,
@@ -47,8 +48,6 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
   e->cache_ = std::move(cache).value();
 
   e->seed_ = r.seed_set ? r.sampling.seed : std::random_device{}();
-  GeneratorOptions g;
-  g.kv_cache = r.strategies.kv_cache;
   g.prefill_chunk = opts.max_batch;
   g.max_tokens = r.max_tokens;
   g.stop = r.stop;
@@ -62,9 +61,9 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
 std::string LlmEngine::describe() const {
   return fmt::format(
       "model     {}\n          {}\n          tokenizer {}; {}\n"
-      "strategy  {}\nkv cache  {:.1f} MiB ({} positions){}\nsampling  {}\n",
+      "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions){}\nsampling  {}\n",
       model_path_, sample_->decoder().describe(), sample_->tokenizer().describe(),
-      sample_->chat_template_note(), recipe_.strategies_summary(),
+      sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
       static_cast<double>(cache_.bytes()) / (1 << 20), cache_.n_ctx(),
       recipe_.strategies.kv_cache ? "" : " (disabled: recomputes the prefix every step)",
       generator_->options().sampling.to_string());

@@ -1,5 +1,7 @@
 // An LLM engine built from a recipe: the text-generation sample plus the recipe's strategies
-// (kernels, threads, KV cache, context length) and its sampling settings. Owns everything a
+// (composed by strategies/registry.h apply_strategies into the load and generator options:
+// KV cache, kernels, threads, fusion, quantization, CUDA graphs, allocator), its device, its
+// context length and its sampling settings. Owns everything a
 // conversation needs, created once: the thread pool, the KV cache, the generator.
 #pragma once
 
@@ -17,8 +19,10 @@ namespace rinfer {
 
 class LlmEngine {
  public:
-  // Resolves and loads the model, checks the device (cpu only for now), allocates the KV cache
-  // for the context length. A recipe without sampling.seed gets a random seed (see seed()).
+  // Validates the strategies for the device, checks that the device exists (a CUDA device this
+  // build or machine lacks is an error naming the recipe's `device` key), resolves and loads the
+  // model on it (load_decoder_model picks the CUDA model for cuda:N), allocates the KV cache for
+  // the context length. A recipe without sampling.seed gets a random seed (see seed()).
   static Result<std::unique_ptr<LlmEngine>> create(const RecipeConfig& recipe);
 
   const RecipeConfig& recipe() const { return recipe_; }
@@ -30,7 +34,7 @@ class LlmEngine {
   ThreadPool& pool() { return *pool_; }
   uint64_t seed() const { return seed_; }
 
-  // A few lines: model, template, strategies, KV cache size, sampling.
+  // A few lines: model, template, device, strategies, KV cache size, sampling.
   std::string describe() const;
 
  private:

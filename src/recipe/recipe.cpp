@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "recipe/yaml_fields.h"
+#include "strategies/registry.h"
 
 namespace rinfer {
 
@@ -17,38 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxContext = int64_t{1} << 20;
-
-Status parse_strategies(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"kv_cache", "kernels", "threads"}));
-
-  RINFER_ASSIGN_OR_RETURN(auto kv, m.get_map("kv_cache"));
-  if (kv) {
-    RINFER_RETURN_IF_ERROR(kv->check_keys({"enabled"}));
-    RINFER_ASSIGN_OR_RETURN(auto enabled, kv->get_bool("enabled"));
-    if (enabled) s.kv_cache = *enabled;
-  }
-
-  RINFER_ASSIGN_OR_RETURN(auto kernels, m.get_map("kernels"));
-  if (kernels) {
-    RINFER_RETURN_IF_ERROR(kernels->check_keys({"impl"}));
-    RINFER_ASSIGN_OR_RETURN(const std::string impl, kernels->get_string_or("impl", "fast"));
-    if (impl == "reference") {
-      s.kernels = cpu::Impl::kReference;
-    } else if (impl == "fast") {
-      s.kernels = cpu::Impl::kFast;
-    } else {
-      return kernels->error("impl", fmt::format("expected reference or fast, got {}", impl));
-    }
-  }
-
-  RINFER_ASSIGN_OR_RETURN(auto threads, m.get_map("threads"));
-  if (threads) {
-    RINFER_RETURN_IF_ERROR(threads->check_keys({"count"}));
-    RINFER_ASSIGN_OR_RETURN(auto count, threads->get_int("count", 0, 1024));
-    if (count) s.threads = static_cast<int>(*count);
-  }
-  return ok_status();
-}
 
 Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   RINFER_RETURN_IF_ERROR(
@@ -82,17 +51,43 @@ Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   return ok_status();
 }
 
-}  // namespace
-
-std::string RecipeConfig::strategies_summary() const {
-  return fmt::format(
-      "kv_cache {}, kernels {}, threads {}, context {}", strategies.kv_cache ? "on" : "off",
-      strategies.kernels == cpu::Impl::kFast ? "fast" : "reference",
-      strategies.threads == 0 ? std::string("all cores") : std::to_string(strategies.threads),
-      context_length == 0 ? std::string("model") : std::to_string(context_length));
+Status parse_bench(const YamlMap& m, BenchConfig& b, const std::string& file) {
+  RINFER_RETURN_IF_ERROR(
+      m.check_keys({"prompt_tokens", "gen_tokens", "repeat", "warmup", "prompts"}));
+  RINFER_ASSIGN_OR_RETURN(auto prompt, m.get_int("prompt_tokens", 1, kMaxContext));
+  if (prompt) b.prompt_tokens = *prompt;
+  RINFER_ASSIGN_OR_RETURN(auto gen, m.get_int("gen_tokens", 1, kMaxContext));
+  if (gen) b.gen_tokens = *gen;
+  RINFER_ASSIGN_OR_RETURN(auto repeat, m.get_int("repeat", 1, 1000));
+  if (repeat) b.repeat = *repeat;
+  RINFER_ASSIGN_OR_RETURN(auto warmup, m.get_int("warmup", 0, 100));
+  if (warmup) b.warmup = *warmup;
+  RINFER_ASSIGN_OR_RETURN(auto prompts, m.get_string("prompts"));
+  if (prompts) {
+    const fs::path p(*prompts);
+    b.prompts = p.is_absolute() ? p.string()
+                                : (fs::path(file).parent_path() / p).lexically_normal().string();
+  }
+  return ok_status();
 }
 
-Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& path) {
+Status parse_precision(const YamlMap& m, PrecisionGate& g) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"min_top1", "max_mean_kl", "max_ppl_change"}));
+  RINFER_ASSIGN_OR_RETURN(auto top1, m.get_number("min_top1", {0.0, 1.0}));
+  if (top1) g.min_top1 = *top1;
+  RINFER_ASSIGN_OR_RETURN(auto kl, m.get_number("max_mean_kl", {0.0, 100.0}));
+  if (kl) g.max_mean_kl = *kl;
+  RINFER_ASSIGN_OR_RETURN(auto ppl, m.get_number("max_ppl_change", {0.0, 10.0}));
+  if (ppl) g.max_ppl_change = *ppl;
+  return ok_status();
+}
+
+// Records where each present key of `m` (and, one level down, of its mappings) was written.
+void note_keys(const YamlMap& m, KeyOrigins& o) {
+  for (const std::string& k : m.keys()) o.set(m.key_path(k), m.location(k));
+}
+
+Result<YAML::Node> parse_yaml(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
@@ -107,32 +102,115 @@ Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& pa
   if (docs.size() > 1) {
     return invalid_argument("{}: holds {} YAML documents; a recipe is one", path, docs.size());
   }
+  return docs[0];
+}
 
-  RecipeConfig r;
-  r.path = path;
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return io_error("{}: cannot open the recipe", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return io_error("{}: read error", path);
+  return ss.str();
+}
+
+// A file's identity for cycle detection.
+std::string file_key(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  if (ec) return fs::path(path).lexically_normal().string();
+  const fs::path p = fs::weakly_canonical(abs, ec);
+  return ec ? abs.lexically_normal().string() : p.string();
+}
+
+std::string chain_text(const std::vector<std::string>& chain) {
+  std::string s;
+  for (const std::string& c : chain) {
+    if (!s.empty()) s += " -> ";
+    s += c;
+  }
+  return s;
+}
+
+constexpr size_t kMaxBaseDepth = 16;
+
+Status apply_file(const std::string& text, const std::string& path, RecipeConfig& r,
+                  std::vector<std::string>& stack);
+
+// Applies the base named by `root`'s `base` key, if any, over `r`.
+Status apply_base(const YamlMap& root, const std::string& path, RecipeConfig& r,
+                  std::vector<std::string>& stack) {
+  RINFER_ASSIGN_OR_RETURN(auto base, root.get_string("base"));
+  if (!base) return ok_status();
+  const fs::path bp(*base);
+  const std::string base_path =
+      bp.is_absolute() ? bp.string()
+                       : (fs::path(path).parent_path() / bp).lexically_normal().string();
+  std::vector<std::string> chain = stack;
+  chain.push_back(base_path);
+  const std::string key = file_key(base_path);
+  for (const std::string& s : stack) {
+    if (file_key(s) == key) return root.error("base", "cycle: " + chain_text(chain));
+  }
+  if (stack.size() > kMaxBaseDepth) {
+    return root.error("base",
+                      fmt::format("more than {} bases: {}", kMaxBaseDepth, chain_text(chain)));
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(base_path, ec)) {
+    return root.error("base", fmt::format("{} not found (a path relative to this recipe; chain: "
+                                          "{})",
+                                          base_path, chain_text(chain)));
+  }
+  auto base_text = read_text(base_path);
+  if (!base_text.ok()) return root.error("base", base_text.status().message());
+  stack.push_back(base_path);
+  RINFER_RETURN_IF_ERROR(apply_file(*base_text, base_path, r, stack));
+  stack.pop_back();
+  return ok_status();
+}
+
+// Applies one recipe file (its bases first) over `r`. `stack` holds the files being applied,
+// the top recipe first, for cycle detection and messages.
+Status apply_file(const std::string& text, const std::string& path, RecipeConfig& r,
+                  std::vector<std::string>& stack) {
+  RINFER_ASSIGN_OR_RETURN(YAML::Node doc, parse_yaml(text, path));
   try {
-    RINFER_ASSIGN_OR_RETURN(YamlMap root, YamlMap::from(docs[0], path, ""));
-    RINFER_RETURN_IF_ERROR(root.check_keys({"model", "device", "scenario", "context_length",
-                                            "strategies", "sampling", "chat_template"}));
-    RINFER_RETURN_IF_ERROR(root.require("model"));
-    RINFER_RETURN_IF_ERROR(root.require("scenario"));
+    RINFER_ASSIGN_OR_RETURN(YamlMap root, YamlMap::from(doc, path, ""));
+    RINFER_RETURN_IF_ERROR(
+        root.check_keys({"base", "model", "device", "scenario", "context_length", "strategies",
+                         "sampling", "chat_template", "bench", "precision"}));
+    RINFER_RETURN_IF_ERROR(apply_base(root, path, r, stack));
+    r.chain.push_back(path);
+    KeyOrigins& o = r.strategies.origins;
+    note_keys(root, o);
 
-    RINFER_ASSIGN_OR_RETURN(r.model, root.get_string_or("model", ""));
-    r.model_ref = r.model;
-    if (r.model.starts_with("./") || r.model.starts_with("../")) {
-      r.model_ref = (fs::path(path).parent_path() / r.model).lexically_normal().string();
+    RINFER_ASSIGN_OR_RETURN(auto model, root.get_string("model"));
+    if (model) {
+      r.model = *model;
+      r.model_ref = r.model;
+      if (r.model.starts_with("./") || r.model.starts_with("../")) {
+        r.model_ref = (fs::path(path).parent_path() / r.model).lexically_normal().string();
+      }
     }
 
-    RINFER_ASSIGN_OR_RETURN(const std::string device, root.get_string_or("device", "cpu"));
-    auto d = parse_device(device);
-    if (!d.ok()) return root.error("device", fmt::format("expected cpu or cuda:N, got {}", device));
-    r.device = *d;
+    RINFER_ASSIGN_OR_RETURN(auto device, root.get_string("device"));
+    if (device) {
+      auto d = parse_device(*device);
+      if (!d.ok()) {
+        return root.error("device", fmt::format("expected cpu or cuda:N, got {}", *device));
+      }
+      r.device = *d;
+    }
 
-    RINFER_ASSIGN_OR_RETURN(r.scenario, root.get_string_or("scenario", ""));
-    if (r.scenario != "llm-chat") {
-      return root.error("scenario", fmt::format("expected llm-chat (the only scenario so far), "
-                                                "got {}",
-                                                r.scenario));
+    RINFER_ASSIGN_OR_RETURN(auto scenario, root.get_string("scenario"));
+    if (scenario) {
+      if (*scenario != "llm-chat") {
+        return root.error("scenario", fmt::format("expected llm-chat (the only scenario so far), "
+                                                  "got {}",
+                                                  *scenario));
+      }
+      r.scenario = *scenario;
     }
 
     RINFER_ASSIGN_OR_RETURN(auto ctx, root.get_int("context_length", 0, kMaxContext));
@@ -147,12 +225,53 @@ Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& pa
     RINFER_ASSIGN_OR_RETURN(auto strategies, root.get_map("strategies"));
     if (strategies) RINFER_RETURN_IF_ERROR(parse_strategies(*strategies, r.strategies));
     RINFER_ASSIGN_OR_RETURN(auto sampling, root.get_map("sampling"));
-    if (sampling) RINFER_RETURN_IF_ERROR(parse_sampling(*sampling, r));
-    RINFER_ASSIGN_OR_RETURN(r.chat_template, root.get_string("chat_template"));
+    if (sampling) {
+      RINFER_RETURN_IF_ERROR(parse_sampling(*sampling, r));
+      note_keys(*sampling, o);
+    }
+    RINFER_ASSIGN_OR_RETURN(auto chat_template, root.get_string("chat_template"));
+    if (chat_template) r.chat_template = chat_template;
+    RINFER_ASSIGN_OR_RETURN(auto bench, root.get_map("bench"));
+    if (bench) {
+      RINFER_RETURN_IF_ERROR(parse_bench(*bench, r.bench, path));
+      note_keys(*bench, o);
+    }
+    RINFER_ASSIGN_OR_RETURN(auto precision, root.get_map("precision"));
+    if (precision) {
+      RINFER_RETURN_IF_ERROR(parse_precision(*precision, r.precision));
+      note_keys(*precision, o);
+    }
   } catch (const YAML::Exception& e) {
     return invalid_argument("{}: invalid recipe: {}", path, e.msg);
   }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string RecipeConfig::strategies_summary() const {
+  return fmt::format("{}, context {}", describe_strategies(strategies, device),
+                     context_length == 0 ? std::string("model") : std::to_string(context_length));
+}
+
+Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& path) {
+  RecipeConfig r;
+  r.path = path;
+  r.strategies.origins.file = path;
+  std::vector<std::string> stack{path};
+  RINFER_RETURN_IF_ERROR(apply_file(text, path, r, stack));
+  const KeyOrigins& o = r.strategies.origins;
+  for (const char* key : {"model", "scenario"}) {
+    if (!o.has(key)) {
+      return invalid_argument("{}: {}: missing (required{})", path, key,
+                              r.chain.size() > 1 ? "; not set by this recipe or its bases" : "");
+    }
+  }
   return r;
+}
+
+Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen) {
+  return apply_strategies(recipe.strategies, recipe.device, load, gen);
 }
 
 Result<RecipeConfig> load_recipe(const std::string& path) {
@@ -163,12 +282,8 @@ Result<RecipeConfig> load_recipe(const std::string& path) {
         "recipes/llm-chat/smollm2-135m/optimized.yaml)",
         path);
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("{}: cannot open the recipe", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error("{}: read error", path);
-  return parse_recipe(ss.str(), path);
+  RINFER_ASSIGN_OR_RETURN(const std::string text, read_text(path));
+  return parse_recipe(text, path);
 }
 
 }  // namespace rinfer

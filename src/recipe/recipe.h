@@ -1,26 +1,37 @@
 // Recipes: the YAML files under recipes/<scenario>/<model>/ that say which model to run, on
-// which device, with which optimization strategies, and how to sample.
+// which device, with which optimization strategies, how to sample, how to benchmark and what
+// precision a variant must keep. The full schema is docs/recipes.md.
 //
+//   base: optimized.yaml                # optional: start from another recipe (path relative
+//                                       # to this file); this file states only what differs
 //   model: smollm2-135m-instruct-q4_1   # a cache name, or a path (./ and ../ are relative to
 //                                       # the recipe's folder)
-//   device: cpu                         # cpu | cuda:N (CUDA: not built yet)
+//   device: cpu                         # cpu | cuda:N (checked against the machine at load)
 //   scenario: llm-chat
 //   context_length: 2048                # 0: the model's training context
-//   strategies:
+//   strategies:                         # src/strategies/registry.h, docs/strategies/*.md
 //     kv_cache: {enabled: true}
-//     kernels: {impl: fast}             # reference | fast
+//     kernels: {impl: fast}             # reference | fast (CPU)
 //     threads: {count: 0}               # 0: all cores
+//     fusion: {attention: true, residual_norm: true, swiglu: true, qkv: true}   # CUDA
+//     quantization: {weights: keep, keep_layers: [0, -1], embeddings: false, activations: int8}
+//     cuda_graphs: {enabled: true}      # CUDA
+//     allocator: {kind: caching}        # caching | plain (CUDA)
 //   sampling: {temperature: 0.2, top_k: 40, top_p: 0.9, min_p: 0.05, repeat_penalty: 1.1,
 //              repeat_last_n: 64, presence_penalty: 0, seed: 42, max_tokens: 256, stop: []}
 //   chat_template: chatml               # optional: override the model's template
+//   bench: {prompt_tokens: 512, gen_tokens: 128, repeat: 5, warmup: 1, prompts: ./p.txt}
+//   precision: {min_top1: 0.95, max_mean_kl: 0.02, max_ppl_change: 0.01}
 //
 // Parsing is strict: an unknown key, a wrong type (a quoted "0.5" is a string, not a number),
 // an out-of-range value, a duplicate key or a YAML syntax error is a Status naming the file,
 // the line, the key path (`sampling.top_p`) and what was expected. yaml-cpp's exceptions are
 // caught here and never escape.
 //
-// The schema grows with the strategies: each strategy is a mapping under `strategies`, parsed
-// by its own small function in recipe.cpp against a key table.
+// Inheritance: the base chain is applied deepest first, each file over the previous result:
+// mappings merge key by key, scalars and lists replace. Each file's errors name that file, and
+// relative paths (model, bench.prompts) are relative to the file that wrote them. A missing
+// base or a cycle is an error naming the chain.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +40,32 @@
 #include <vector>
 
 #include "core/device.h"
+#include "engine/generator.h"
 #include "engine/sampler.h"
+#include "models/model.h"
 #include "ops/cpu/ops.h"
 #include "rinfer/status.h"
+#include "strategies/strategy_config.h"
 
 namespace rinfer {
 
-struct StrategyConfig {
-  bool kv_cache = true;                  // strategies.kv_cache.enabled
-  cpu::Impl kernels = cpu::Impl::kFast;  // strategies.kernels.impl
-  int threads = 0;                       // strategies.threads.count (0: all cores)
+// bench: how `rinfer bench` measures this recipe.
+struct BenchConfig {
+  int64_t prompt_tokens = 512;         // prompt processing: tokens in one prefill
+  int64_t gen_tokens = 128;            // generation: decode steps
+  int64_t repeat = 5;                  // measured runs (the median is reported)
+  int64_t warmup = 1;                  // runs before measuring, discarded
+  std::optional<std::string> prompts;  // a text file of prompts, resolved against the recipe's
+                                       // folder (absent: the bench tool's built-in text)
+};
+
+// precision: the gate a variant must pass against its baseline in `rinfer bench`. Absent
+// fields are not checked.
+struct PrecisionGate {
+  std::optional<double> min_top1;        // top-1 agreement of the logits, in [0, 1]
+  std::optional<double> max_mean_kl;     // mean KL(baseline || variant), nats
+  std::optional<double> max_ppl_change;  // |ppl_variant / ppl_baseline - 1|
+  bool empty() const { return !min_top1 && !max_mean_kl && !max_ppl_change; }
 };
 
 struct RecipeConfig {
@@ -55,15 +82,28 @@ struct RecipeConfig {
   int64_t max_tokens = 256;       // sampling.max_tokens (0: until end of generation / context)
   std::vector<std::string> stop;  // sampling.stop
   std::optional<std::string> chat_template;
+  BenchConfig bench;
+  PrecisionGate precision;
+  // The files applied, the deepest base first and this recipe last.
+  std::vector<std::string> chain;
 
-  // One line for logs: "kv_cache on, kernels fast, threads 2, context 2048".
+  // Where each explicitly set key was written (strategies.origins; "device", "model", ...).
+  const KeyOrigins& origins() const { return strategies.origins; }
+
+  // One line for logs: "kv_cache on, kernels fast, threads 2, activations int8, context 2048"
+  // (the strategies that act on this device).
   std::string strategies_summary() const;
 };
 
 // Reads and validates a recipe file.
 Result<RecipeConfig> load_recipe(const std::string& path);
 
-// Parses recipe text; `path` names it in messages and anchors ./ and ../ model paths.
+// Parses recipe text; `path` names it in messages and anchors ./ and ../ paths and `base`.
 Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& path);
+
+// The recipe's strategies composed into the options (strategies/registry.h apply_strategies
+// with the recipe's device): validates the combination, errors name the recipe's keys. Does
+// not check that a CUDA device exists: check_device_available() does, at load.
+Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen);
 
 }  // namespace rinfer

@@ -27,7 +27,7 @@ std::string quoted(std::string_view s) {
   return out + "\"";
 }
 
-std::string allowed_list(std::initializer_list<std::string_view> allowed) {
+std::string allowed_list(const std::vector<std::string_view>& allowed) {
   std::string s;
   for (std::string_view k : allowed) {
     if (!s.empty()) s += ", ";
@@ -125,6 +125,23 @@ Status YamlMap::error_at(const YAML::Node& node, const YAML::Node& fallback, std
   return invalid_argument("{}: {}: {}", where, key_path(key), message);
 }
 
+std::string YamlMap::location(std::string_view key) const {
+  const Entry* e = find(key);
+  for (const YAML::Node* n : {e ? &e->value : nullptr, e ? &e->key_node : nullptr, &key_node_}) {
+    if (n != nullptr && n->IsDefined() && !n->IsNull() && n->Mark().line >= 0) {
+      return fmt::format("{}:{}:{}", file_, n->Mark().line + 1, n->Mark().column + 1);
+    }
+  }
+  return file_;
+}
+
+std::vector<std::string> YamlMap::keys() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const Entry& e : entries_) out.push_back(e.key);
+  return out;
+}
+
 Status YamlMap::error(std::string_view key, const std::string& message) const {
   const Entry* e = find(key);
   if (e == nullptr) return error_at(YAML::Node(), key_node_, key, message);
@@ -139,6 +156,10 @@ const YamlMap::Entry* YamlMap::find(std::string_view key) const {
 }
 
 Status YamlMap::check_keys(std::initializer_list<std::string_view> allowed) const {
+  return check_keys(std::vector<std::string_view>(allowed));
+}
+
+Status YamlMap::check_keys(const std::vector<std::string_view>& allowed) const {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     bool known = false;
@@ -243,6 +264,52 @@ Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(
     out.push_back(item.Scalar());
   }
   return std::optional<std::vector<std::string>>(std::move(out));
+}
+
+Result<std::optional<std::vector<int64_t>>> YamlMap::get_int_list(std::string_view key, int64_t lo,
+                                                                  int64_t hi) const {
+  const Entry* e = find(key);
+  if (e == nullptr) return std::optional<std::vector<int64_t>>();
+  const std::string what = fmt::format("an integer in [{}, {}]", lo, hi);
+  if (!e->value.IsSequence()) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("expected a list of integers in [{}, {}], got {}", lo, hi,
+                                describe_node(e->value)));
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < e->value.size(); ++i) {
+    const YAML::Node item = e->value[i];
+    int64_t v = 0;
+    bool good = is_plain(item);
+    if (good) {
+      const std::string& s = item.Scalar();
+      const char* b = s.data() + (s.starts_with('+') ? 1 : 0);
+      const auto [ptr, ec] = std::from_chars(b, s.data() + s.size(), v);
+      good = ec == std::errc() && ptr == s.data() + s.size() && v >= lo && v <= hi;
+    }
+    if (!good) {
+      return error_at(item, e->key_node, key,
+                      fmt::format("item {}: expected {}, got {}", i, what, describe_node(item)));
+    }
+    out.push_back(v);
+  }
+  return std::optional<std::vector<int64_t>>(std::move(out));
+}
+
+Result<std::optional<size_t>> YamlMap::get_enum(std::string_view key,
+                                                const std::vector<std::string_view>& names) const {
+  const Entry* e = find(key);
+  if (e == nullptr) return std::optional<size_t>();
+  std::string what = names.size() > 2 ? "one of " : "";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) what += i + 1 == names.size() ? " or " : ", ";
+    what += names[i];
+  }
+  RINFER_ASSIGN_OR_RETURN(std::string s, plain_scalar(*e, what));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == s) return std::optional<size_t>(i);
+  }
+  return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, s));
 }
 
 Result<std::optional<YamlMap>> YamlMap::get_map(std::string_view key) const {

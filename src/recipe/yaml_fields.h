@@ -39,12 +39,18 @@ class YamlMap {
 
   // Unknown and duplicated keys are errors; the message lists the allowed keys.
   Status check_keys(std::initializer_list<std::string_view> allowed) const;
+  Status check_keys(const std::vector<std::string_view>& allowed) const;
   // A key that must be present.
   Status require(std::string_view key) const;
 
   bool has(std::string_view key) const { return find(key) != nullptr; }
   const std::string& path() const { return path_; }
   std::string key_path(std::string_view key) const;
+  const std::string& file() const { return file_; }
+  // "file:line:col" of a key's value (the key itself when the value is empty), or the file.
+  std::string location(std::string_view key) const;
+  // The keys present, in file order.
+  std::vector<std::string> keys() const;
 
   // Absent keys give nullopt; present ones must have the right type and range.
   Result<std::optional<bool>> get_bool(std::string_view key) const;
@@ -54,6 +60,12 @@ class YamlMap {
   // get_string with a value for an absent key.
   Result<std::string> get_string_or(std::string_view key, std::string fallback) const;
   Result<std::optional<std::vector<std::string>>> get_string_list(std::string_view key) const;
+  // A list of integers, each in [lo, hi].
+  Result<std::optional<std::vector<int64_t>>> get_int_list(std::string_view key, int64_t lo,
+                                                           int64_t hi) const;
+  // A plain string that must be one of `names`; returns its index.
+  Result<std::optional<size_t>> get_enum(std::string_view key,
+                                         const std::vector<std::string_view>& names) const;
   Result<std::optional<YamlMap>> get_map(std::string_view key) const;
 
   // "file:line:col: key.path: message" as kInvalidArgument.

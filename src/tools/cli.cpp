@@ -32,6 +32,10 @@ int run_cli(int argc, char** argv) {
   add_tokenize_commands(app, exit_code);
   add_run_command(app, exit_code);
   add_perplexity_command(app, exit_code);
+  add_parity_command(app, exit_code);
+  add_strategies_command(app, exit_code);
+  add_quantize_command(app, exit_code);
+  add_bench_command(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   // Usage errors: one line on stderr, exit code 2. --help and --version exit 0.

@@ -1,5 +1,6 @@
-// `rinfer run` and `rinfer perplexity` end to end: the binary, a recipe, the real SmolLM2 model
-// (skipped when it is not fetched), and the tiny synthetic model for the error paths.
+// `rinfer run`, `rinfer perplexity` and `rinfer strategies` end to end: the binary, a recipe, the
+// real SmolLM2 model (skipped when it is not fetched), and the tiny synthetic model for the error
+// paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,13 +113,28 @@ TEST(RunCliErrorsTest, ErrorsAreOneLineWithExitCode1) {
   EXPECT_NE(r.err.find("sampling.top_p: expected a number in (0, 1], got 2"), std::string::npos)
       << r.err;
 
+  // A CUDA device this machine lacks is an error naming the recipe's device key (cuda:99
+  // exists nowhere, with or without a CUDA build or a GPU).
   const std::string cuda =
       test::write_temp_file("cuda.yaml", "model: " + test::test_data_path("llama/tiny_llama.gguf") +
-                                             "\nscenario: llm-chat\ndevice: cuda:0\n");
+                                             "\nscenario: llm-chat\ndevice: cuda:99\n");
   r = run_command(rinfer() + " run '" + cuda + "' -p hi");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("cuda:0: LLM inference on CUDA is not built yet"), std::string::npos)
+  EXPECT_NE(r.err.find("cuda.yaml:3:9: device: cuda:99 is not available: "), std::string::npos)
       << r.err;
+
+  // An incompatible combination names both keys.
+  const std::string graphs = test::write_temp_file(
+      "graphs.yaml", "model: " + test::test_data_path("llama/tiny_llama.gguf") +
+                         "\nscenario: llm-chat\n"
+                         "strategies: {cuda_graphs: {enabled: true}}\n");
+  r = run_command(rinfer() + " run '" + graphs + "' -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("graphs.yaml:3:37: strategies.cuda_graphs.enabled: true needs a CUDA "
+                       "device, but the device is cpu"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(conflicts with device: the default)"), std::string::npos) << r.err;
 
   r = run_command(rinfer() + " run '" + tiny_recipe() + "'");
   EXPECT_EQ(r.exit_code, 1);
@@ -128,6 +144,27 @@ TEST(RunCliErrorsTest, ErrorsAreOneLineWithExitCode1) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(StrategiesCliTest, ListsTheRegistryAndOneStrategy) {
+  auto r = run_command(rinfer() + " strategies");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* name :
+       {"kv_cache", "kernels", "threads", "fusion", "quantization", "cuda_graphs", "allocator"}) {
+    EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << r.out;
+  }
+  r = run_command(rinfer() + " strategies quantization");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("doc       docs/strategies/quantization.md"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("keep|f32|f16|bf16|q8_0|q4_0|q4_1|q4_k"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("baseline  strategies.quantization: {weights: keep, activations: float}"),
+            std::string::npos)
+      << r.out;
+  r = run_command(rinfer() + " strategies paged_attention");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no strategy named 'paged_attention' (there are: kv_cache, kernels"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

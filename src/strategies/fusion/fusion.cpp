@@ -1,0 +1,92 @@
+// strategies.fusion: one kernel per fused group of ops instead of separate kernels with
+// intermediate tensors in memory. Per op: attention, residual_norm, swiglu, qkv. Applies to the
+// CUDA model; the CPU forward's kernel set is fixed. Hook: LoadOptions::fusion.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "core/error.h"
+#include "strategies/modules.h"
+
+namespace rinfer {
+
+namespace {
+
+struct Op {
+  const char* key;
+  bool FusionOptions::*field;
+};
+constexpr std::array<Op, 4> kOps{{{"attention", &FusionOptions::attention},
+                                  {"residual_norm", &FusionOptions::residual_norm},
+                                  {"swiglu", &FusionOptions::swiglu},
+                                  {"qkv", &FusionOptions::qkv}}};
+
+Status parse(const YamlMap& m, StrategyConfig& s) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"attention", "residual_norm", "swiglu", "qkv"}));
+  for (const Op& op : kOps) {
+    RINFER_ASSIGN_OR_RETURN(auto v, m.get_bool(op.key));
+    if (v) s.fusion.*op.field = *v;
+    note_origin(m, op.key, s);
+  }
+  return ok_status();
+}
+
+Status validate(const StrategyConfig& s, const Device& device) {
+  for (const Op& op : kOps) {
+    const std::string key = std::string("strategies.fusion.") + op.key;
+    if (device.is_cpu() && s.origins.has(key)) {
+      return key_conflict(s.origins, key, "device",
+                          "fusion is switchable on the CUDA model only; the CPU forward's "
+                          "kernels are fixed (remove the key, or use device cuda:N)");
+    }
+  }
+  if (device.is_cuda() && !s.fusion.attention) {
+    return key_conflict(
+        s.origins, "strategies.fusion.attention", "device",
+        fmt::format("false (scores, softmax and the weighted sum as separate kernels) is not "
+                    "implemented on {}: its attention is always the fused kernel",
+                    device.to_string()));
+  }
+  return ok_status();
+}
+
+void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
+  load.fusion = s.fusion;
+}
+
+std::string describe(const StrategyConfig& s, const Device& device) {
+  if (!device.is_cuda()) return "";
+  std::string on;
+  std::string off;
+  for (const Op& op : kOps) {
+    std::string& list = s.fusion.*op.field ? on : off;
+    if (!list.empty()) list += "+";
+    list += op.key;
+  }
+  if (off.empty()) return "fusion " + on;
+  if (on.empty()) return "fusion off";
+  return fmt::format("fusion {} (unfused {})", on, off);
+}
+
+}  // namespace
+
+const StrategyInfo& fusion_strategy() {
+  static const StrategyInfo info{
+      "fusion",
+      "fused kernels per op group instead of separate kernels with tensors in memory between",
+      {{"attention", "bool", "true", "one flash-attention kernel (CUDA: always on)"},
+       {"residual_norm", "bool", "true", "residual add + RMSNorm in one kernel"},
+       {"swiglu", "bool", "true", "gate/up activation in one pass"},
+       {"qkv", "bool", "true", "Q, K, V (and gate, up) projections from one read of the input"}},
+      "{residual_norm: false, swiglu: false, qkv: false}",
+      "LoadOptions::fusion",
+      "cuda",
+      "docs/strategies/fusion.md",
+      parse,
+      validate,
+      apply,
+      describe};
+  return info;
+}
+
+}  // namespace rinfer

@@ -1,0 +1,157 @@
+// strategies.quantization: the weight format the model is converted to at load (which layers
+// stay in their stored precision: by default the first and the last), whether the token
+// embedding / output projection convert too, and the CPU activation format.
+// Hooks: LoadOptions::weight_format, keep_precision_layers, convert_embeddings,
+// ops.quantize_activations.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "strategies/modules.h"
+
+namespace rinfer {
+
+namespace {
+
+// Converting weights at load is done by the CUDA model; the CPU model runs the file's stored
+// formats. Flip when the CPU loader honours LoadOptions::weight_format.
+constexpr bool kCpuConvertsWeights = true;
+
+const std::vector<std::string_view> kWeightNames{"keep", "f32",  "f16",  "bf16",
+                                                 "q8_0", "q4_0", "q4_1", "q4_k"};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF32,  DType::kF16,  DType::kBF16,
+                                  DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+
+constexpr int64_t kMaxLayer = 65535;
+
+Status parse(const YamlMap& m, StrategyConfig& s) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"weights", "keep_layers", "embeddings", "activations"}));
+  QuantizationConfig& q = s.quantization;
+  RINFER_ASSIGN_OR_RETURN(auto weights, m.get_enum("weights", kWeightNames));
+  if (weights) {
+    q.weights = *weights == 0 ? std::nullopt : std::optional<DType>(kWeightTypes[*weights]);
+  }
+  RINFER_ASSIGN_OR_RETURN(auto keep, m.get_int_list("keep_layers", -1, kMaxLayer));
+  if (keep) {
+    for (size_t i = 0; i < keep->size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if ((*keep)[i] == (*keep)[j]) {
+          return m.error("keep_layers",
+                         fmt::format("item {}: layer {} is listed twice", i, (*keep)[i]));
+        }
+      }
+    }
+    q.keep_layers = std::move(*keep);
+  }
+  RINFER_ASSIGN_OR_RETURN(auto embeddings, m.get_bool("embeddings"));
+  if (embeddings) q.embeddings = *embeddings;
+  RINFER_ASSIGN_OR_RETURN(auto act, m.get_enum("activations", {"int8", "float"}));
+  if (act) q.activations = *act == 0 ? ActivationFormat::kInt8 : ActivationFormat::kFloat;
+  for (const char* k : {"weights", "keep_layers", "embeddings", "activations"}) {
+    note_origin(m, k, s);
+  }
+  return ok_status();
+}
+
+Status validate(const StrategyConfig& s, const Device& device) {
+  const QuantizationConfig& q = s.quantization;
+  if (!q.weights) {
+    if (q.keep_layers && !q.keep_layers->empty()) {
+      return key_conflict(s.origins, "strategies.quantization.keep_layers",
+                          "strategies.quantization.weights",
+                          "lists layers to keep in their stored precision, but the weights are "
+                          "not converted (weights: keep); set weights or remove keep_layers");
+    }
+    if (q.embeddings) {
+      return key_conflict(s.origins, "strategies.quantization.embeddings",
+                          "strategies.quantization.weights",
+                          "true converts the embeddings along with the weights, but the weights "
+                          "are not converted (weights: keep)");
+    }
+  }
+  if (q.weights && (*q.weights == DType::kF32 || *q.weights == DType::kQ4_K)) {
+    return invalid_argument(
+        "{}: strategies.quantization.weights: {}: there is no converter to this format at load "
+        "(f16, bf16, q8_0, q4_0 and q4_1 have one; a file's own q4_k tensors run as they are "
+        "with weights: keep)",
+        s.origins.where("strategies.quantization.weights"), weight_format_name(q.weights));
+  }
+  if (q.weights && device.is_cpu() && !kCpuConvertsWeights) {
+    return key_conflict(s.origins, "strategies.quantization.weights", "device",
+                        fmt::format("{}: converting weights at load is not implemented on the "
+                                    "CPU model (it runs the file's stored formats); use keep or "
+                                    "device cuda:N",
+                                    weight_format_name(q.weights)));
+  }
+  if (device.is_cuda() && s.origins.has("strategies.quantization.activations")) {
+    return key_conflict(s.origins, "strategies.quantization.activations", "device",
+                        fmt::format("is a CPU kernel setting (int8 activations with integer dot "
+                                    "products); not applicable on {}",
+                                    device.to_string()));
+  }
+  return ok_status();
+}
+
+void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
+  const QuantizationConfig& q = s.quantization;
+  load.weight_format = q.weights;
+  load.keep_precision_layers = q.effective_keep_layers();
+  load.convert_embeddings = q.weights.has_value() && q.embeddings;
+  load.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
+}
+
+std::string describe(const StrategyConfig& s, const Device& device) {
+  const QuantizationConfig& q = s.quantization;
+  std::string out;
+  if (q.weights) {
+    const std::vector<int64_t> keep = q.effective_keep_layers();
+    out = fmt::format("weights {} (layers kept: {}{})", weight_format_name(q.weights),
+                      keep.empty() ? std::string("none") : fmt::format("{}", fmt::join(keep, " ")),
+                      q.embeddings ? ", embeddings converted" : "");
+  }
+  if (device.is_cpu()) {
+    if (!out.empty()) out += ", ";
+    out +=
+        fmt::format("activations {}", q.activations == ActivationFormat::kInt8 ? "int8" : "float");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> QuantizationConfig::effective_keep_layers() const {
+  if (!weights) return {};
+  if (keep_layers) return *keep_layers;
+  return {0, -1};
+}
+
+std::string weight_format_name(const std::optional<DType>& weights) {
+  if (!weights) return "keep";
+  return std::string(dtype_name(*weights));
+}
+
+const StrategyInfo& quantization_strategy() {
+  static const StrategyInfo info{
+      "quantization",
+      "weight format at load (some layers kept in higher precision) and CPU activation format",
+      {{"weights", "keep|f32|f16|bf16|q8_0|q4_0|q4_1|q4_k", "keep",
+        "convert the block matrices at load; keep: the file's stored formats"},
+       {"keep_layers", "list of int in [-1, 65535]", "[0, -1] when weights converts",
+        "blocks left in their stored format; -1 is the last"},
+       {"embeddings", "bool", "false", "convert the token embedding / output projection too"},
+       {"activations", "int8|float", "int8",
+        "CPU fast kernels: int8 activations with integer dot products, or f32"}},
+      "{weights: keep, activations: float}",
+      "LoadOptions::weight_format, keep_precision_layers, convert_embeddings, "
+      "ops.quantize_activations",
+      "weights: cuda; activations: cpu",
+      "docs/strategies/quantization.md",
+      parse,
+      validate,
+      apply,
+      describe};
+  return info;
+}
+
+}  // namespace rinfer

@@ -1,0 +1,64 @@
+// `rinfer strategies`: the strategy registry (src/strategies/registry.h) as a table; with a
+// name, one strategy's keys, baseline, engine hooks and document.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <string>
+
+#include "strategies/registry.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+void print_one(const StrategyInfo& s) {
+  std::cout << fmt::format("{}: {}\n", s.name, s.summary);
+  std::cout << fmt::format("  devices   {}\n", s.devices);
+  std::cout << fmt::format("  baseline  strategies.{}: {}\n", s.name, s.baseline);
+  std::cout << fmt::format("  hooks     {}\n", s.hooks);
+  std::cout << fmt::format("  doc       {}\n", s.doc);
+  std::cout << "  keys\n";
+  for (const StrategyKey& k : s.keys) {
+    std::cout << fmt::format("    {:<14} {:<38} default {}\n", k.name, k.type, k.fallback);
+    std::cout << fmt::format("    {:<14} {}\n", "", k.meaning);
+  }
+}
+
+}  // namespace
+
+void add_strategies_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "strategies", "List the optimization strategies a recipe can switch (or one, by name)");
+  auto name = std::make_shared<std::string>();
+  cmd->add_option("name", *name, "a strategy (kv_cache, fusion, quantization, ...)");
+  cmd->callback([&exit_code, name] {
+    if (!name->empty()) {
+      const StrategyInfo* s = find_strategy(*name);
+      if (s == nullptr) {
+        std::string names;
+        for (const StrategyInfo& i : strategy_registry()) {
+          names += names.empty() ? "" : ", ";
+          names += i.name;
+        }
+        exit_code =
+            report_error(fmt::format("no strategy named '{}' (there are: {})", *name, names));
+        return;
+      }
+      print_one(*s);
+      exit_code = 0;
+      return;
+    }
+    std::cout << fmt::format("{:<13} {:<32} {:<50} {}\n", "strategy", "devices", "baseline",
+                             "summary");
+    for (const StrategyInfo& s : strategy_registry()) {
+      std::cout << fmt::format("{:<13} {:<32} {:<50} {}\n", s.name, s.devices, s.baseline,
+                               s.summary);
+    }
+    std::cout << "\nKeys, hooks and documents: rinfer strategies NAME; the schema: "
+                 "docs/recipes.md\n";
+    exit_code = 0;
+  });
+}
+
+}  // namespace rinfer

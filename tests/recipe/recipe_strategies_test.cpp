@@ -1,0 +1,417 @@
+// The strategy registry and its composition (apply_strategies), incompatible combinations,
+// base inheritance (merge semantics, chains, cycles, missing bases), the device check at load,
+// and every committed recipe.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/cuda_info.h"
+#include "recipe/recipe.h"
+#include "strategies/registry.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define BASE "model: m\nscenario: llm-chat\n"
+
+struct Applied {
+  LoadOptions load;
+  GeneratorOptions gen;
+};
+
+Applied apply_ok(const std::string& text) {
+  auto r = parse_recipe(text, "r.yaml");
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  Applied a;
+  if (!r.ok()) return a;
+  Status st = apply_strategies(*r, a.load, a.gen);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return a;
+}
+
+// ---- the registry ---------------------------------------------------------------------------
+
+TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
+  std::vector<std::string> names;
+  for (const StrategyInfo& s : strategy_registry()) {
+    names.emplace_back(s.name);
+    EXPECT_FALSE(s.keys.empty()) << s.name;
+    EXPECT_FALSE(s.baseline.empty()) << s.name;
+    EXPECT_FALSE(s.hooks.empty()) << s.name;
+    EXPECT_EQ(s.doc, "docs/strategies/" + std::string(s.name) + ".md");
+    EXPECT_TRUE(fs::is_regular_file(test::source_dir() + "/" + std::string(s.doc))) << s.doc;
+    // The baseline setting parses as this strategy's mapping.
+    auto r = parse_recipe(std::string(BASE "strategies:\n  ") + std::string(s.name) + ": " +
+                              std::string(s.baseline) + "\n",
+                          "b.yaml");
+    EXPECT_TRUE(r.ok()) << s.name << ": " << r.status().to_string();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion",
+                                             "quantization", "cuda_graphs", "allocator"}));
+  ASSERT_NE(find_strategy("fusion"), nullptr);
+  EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
+  EXPECT_EQ(find_strategy("paged_attention"), nullptr);
+}
+
+// ---- composition ----------------------------------------------------------------------------
+
+TEST(ApplyStrategiesTest, CpuDefaults) {
+  Applied a = apply_ok(BASE);
+  EXPECT_TRUE(a.load.device.is_cpu());
+  EXPECT_EQ(a.load.ops.impl, cpu::Impl::kFast);
+  EXPECT_TRUE(a.load.ops.quantize_activations);
+  EXPECT_FALSE(a.load.weight_format.has_value());
+  EXPECT_TRUE(a.load.keep_precision_layers.empty());
+  EXPECT_FALSE(a.load.convert_embeddings);
+  EXPECT_FALSE(a.load.cuda_graphs);  // resolved off on the CPU
+  EXPECT_TRUE(a.gen.kv_cache);
+}
+
+TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
+  Applied a = apply_ok(BASE
+                       "strategies:\n  kv_cache: {enabled: false}\n  kernels: {impl: reference}\n"
+                       "  threads: {count: 1}\n  quantization: {activations: float}\n"
+                       "  cuda_graphs: {enabled: false}\n");
+  EXPECT_EQ(a.load.ops.impl, cpu::Impl::kReference);
+  EXPECT_FALSE(a.load.ops.quantize_activations);
+  EXPECT_FALSE(a.gen.kv_cache);
+  EXPECT_FALSE(a.load.cuda_graphs);
+  auto r = parse_recipe(BASE "strategies:\n  threads: {count: 3}\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->strategies.threads, 3);
+  EXPECT_EQ(describe_strategies(r->strategies, r->device),
+            "kv_cache on, kernels fast, threads 3, activations int8");
+}
+
+TEST(ApplyStrategiesTest, CudaDefaultsAreTheOptimizedSettings) {
+  Applied a = apply_ok(BASE "device: cuda:1\n");
+  EXPECT_EQ(a.load.device, Device::cuda(1));
+  EXPECT_TRUE(a.load.cuda_graphs);
+  EXPECT_EQ(a.load.allocator, AllocatorKind::kCaching);
+  EXPECT_TRUE(a.load.fusion.attention && a.load.fusion.residual_norm && a.load.fusion.swiglu &&
+              a.load.fusion.qkv);
+  EXPECT_FALSE(a.load.weight_format.has_value());
+  EXPECT_TRUE(a.gen.kv_cache);
+  auto r = parse_recipe(BASE "device: cuda:1\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->strategies_summary(),
+            "kv_cache on, threads all cores, fusion attention+residual_norm+swiglu+qkv, "
+            "cuda_graphs on, allocator caching, context 2048");
+}
+
+TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
+  const std::string text = BASE
+      "device: cuda:0\nstrategies:\n  cuda_graphs: {enabled: false}\n  allocator: {kind: plain}\n"
+      "  fusion: {residual_norm: false, swiglu: false, qkv: false}\n";
+  Applied a = apply_ok(text);
+  EXPECT_FALSE(a.load.cuda_graphs);
+  EXPECT_EQ(a.load.allocator, AllocatorKind::kPlain);
+  EXPECT_TRUE(a.load.fusion.attention);
+  EXPECT_FALSE(a.load.fusion.residual_norm);
+  EXPECT_FALSE(a.load.fusion.swiglu);
+  EXPECT_FALSE(a.load.fusion.qkv);
+  auto r = parse_recipe(text, "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(describe_strategies(r->strategies, r->device),
+            "kv_cache on, threads all cores, fusion attention (unfused residual_norm+swiglu+qkv), "
+            "cuda_graphs off, allocator plain");
+}
+
+TEST(ApplyStrategiesTest, CudaWithoutKvCacheTurnsTheDefaultGraphsOff) {
+  Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {enabled: false}}\n");
+  EXPECT_FALSE(a.gen.kv_cache);
+  EXPECT_FALSE(a.load.cuda_graphs);
+}
+
+TEST(ApplyStrategiesTest, QuantizationKeepsFirstAndLastByDefault) {
+  Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {quantization: {weights: q8_0}}\n");
+  ASSERT_TRUE(a.load.weight_format.has_value());
+  EXPECT_EQ(*a.load.weight_format, DType::kQ8_0);
+  EXPECT_EQ(a.load.keep_precision_layers, (std::vector<int64_t>{0, -1}));
+  EXPECT_FALSE(a.load.convert_embeddings);
+
+  a = apply_ok(BASE
+               "device: cuda:0\nstrategies:\n"
+               "  quantization: {weights: bf16, keep_layers: [], embeddings: true}\n");
+  EXPECT_EQ(*a.load.weight_format, DType::kBF16);
+  EXPECT_TRUE(a.load.keep_precision_layers.empty());
+  EXPECT_TRUE(a.load.convert_embeddings);
+
+  a = apply_ok(BASE
+               "device: cuda:0\nstrategies:\n  quantization: {weights: q4_k, keep_layers: "
+               "[0, 1, -1]}\n");
+  EXPECT_EQ(*a.load.weight_format, DType::kQ4_K);
+  EXPECT_EQ(a.load.keep_precision_layers, (std::vector<int64_t>{0, 1, -1}));
+
+  a = apply_ok(BASE "device: cuda:0\nstrategies: {quantization: {weights: f16}}\n");
+  EXPECT_EQ(*a.load.weight_format, DType::kF16);
+  a = apply_ok(BASE "device: cuda:0\nstrategies: {quantization: {weights: keep}}\n");
+  EXPECT_FALSE(a.load.weight_format.has_value());
+  EXPECT_TRUE(a.load.keep_precision_layers.empty());
+}
+
+// ---- incompatible combinations: valid YAML, refused for the device or the other keys ----------
+
+struct Conflict {
+  const char* text;
+  const char* expected;  // a substring of the message
+  const char* other;     // the second key the message must name
+};
+
+class ConflictTest : public ::testing::TestWithParam<Conflict> {};
+
+TEST_P(ConflictTest, NamesBothKeys) {
+  auto r = parse_recipe(GetParam().text, "c.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  LoadOptions load;
+  GeneratorOptions gen;
+  Status st = apply_strategies(*r, load, gen);
+  ASSERT_FALSE(st.ok()) << GetParam().text;
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  const std::string& msg = st.message();
+  EXPECT_NE(msg.find(GetParam().expected), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::string("(conflicts with ") + GetParam().other), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind("c.yaml:", 0), 0u) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConflictTest,
+    ::testing::Values(
+        Conflict{BASE "strategies:\n  cuda_graphs: {enabled: true}\n",
+                 "c.yaml:4:26: strategies.cuda_graphs.enabled: true needs a CUDA device, but the "
+                 "device is cpu",
+                 "device: the default)"},
+        Conflict{BASE "device: cpu\nstrategies:\n  allocator: {kind: plain}\n",
+                 "c.yaml:5:21: strategies.allocator.kind: chooses the CUDA device allocator",
+                 "device: set at c.yaml:3:9)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  kernels: {impl: reference}\n",
+                 "c.yaml:5:19: strategies.kernels.impl: reference selects the scalar CPU kernels; "
+                 "device cuda:0 runs the CUDA kernels",
+                 "device: set at c.yaml:3:9)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  quantization: {activations: int8}\n",
+                 "strategies.quantization.activations: is a CPU kernel setting",
+                 "device: set at c.yaml:3:9)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {enabled: false}\n"
+                      "  cuda_graphs: {enabled: true}\n",
+                 "c.yaml:6:26: strategies.cuda_graphs.enabled: true needs the KV cache",
+                 "strategies.kv_cache.enabled: set at c.yaml:5:23)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  fusion: {attention: false}\n",
+                 "strategies.fusion.attention: false (scores, softmax and the weighted sum as "
+                 "separate kernels) is not implemented on cuda:0",
+                 "device: set at c.yaml:3:9)"},
+        Conflict{BASE "strategies:\n  fusion: {swiglu: false}\n",
+                 "strategies.fusion.swiglu: fusion is switchable on the CUDA model only",
+                 "device: the default)"},
+        Conflict{BASE "strategies:\n  quantization: {keep_layers: [0]}\n",
+                 "strategies.quantization.keep_layers: lists layers to keep in their stored "
+                 "precision, but the weights are not converted",
+                 "strategies.quantization.weights: the default)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  quantization: {weights: keep, embeddings: "
+                      "true}\n",
+                 "strategies.quantization.embeddings: true converts the embeddings along with "
+                 "the weights, but the weights are not converted",
+                 "strategies.quantization.weights: set at c.yaml:5:27)"},
+        Conflict{BASE "strategies:\n  quantization: {weights: q8_0}\n",
+                 "strategies.quantization.weights: q8_0: converting weights at load is not "
+                 "implemented on the CPU model",
+                 "device: the default)"}));
+
+// ---- base inheritance -----------------------------------------------------------------------
+
+std::string fixture(const std::string& name) {
+  return test::test_data_path("recipes/base/" + name);
+}
+
+TEST(RecipeBaseTest, MappingsMergeScalarsAndListsReplace) {
+  auto r = load_recipe(fixture("child.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->chain, (std::vector<std::string>{fixture("parent.yaml"), fixture("child.yaml")}));
+  EXPECT_EQ(r->model, "smollm2-135m-instruct-q4_1");
+  EXPECT_EQ(r->context_length, 1024);
+  EXPECT_FALSE(r->strategies.kv_cache);                // child
+  EXPECT_EQ(r->strategies.kernels, cpu::Impl::kFast);  // parent
+  EXPECT_EQ(r->strategies.threads, 2);                 // parent
+  EXPECT_EQ(r->sampling.top_k, 10);                    // child
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.2f);      // parent, same mapping
+  EXPECT_EQ(r->sampling.seed, 42u);
+  EXPECT_TRUE(r->seed_set);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"STOP"}));  // the list replaced, not appended
+  EXPECT_EQ(r->bench.prompt_tokens, 256);
+  EXPECT_EQ(r->bench.gen_tokens, 64);
+  EXPECT_EQ(r->bench.repeat, 3);
+  EXPECT_EQ(r->bench.warmup, 1);
+  EXPECT_EQ(r->bench.prompts, fixture("prompts.txt"));  // relative to parent.yaml
+  EXPECT_DOUBLE_EQ(r->precision.min_top1.value_or(-1), 0.9);
+  EXPECT_DOUBLE_EQ(r->precision.max_mean_kl.value_or(-1), 0.05);
+  EXPECT_FALSE(r->precision.max_ppl_change.has_value());
+  // Origins point into the file that wrote each key.
+  EXPECT_EQ(r->origins().where("strategies.kv_cache.enabled"), fixture("child.yaml") + ":4:23");
+  EXPECT_EQ(r->origins().where("strategies.threads.count"), fixture("parent.yaml") + ":9:20");
+  EXPECT_EQ(r->origins().where("strategies.fusion.qkv"), fixture("child.yaml"));  // a default
+}
+
+TEST(RecipeBaseTest, ChainsAcrossFoldersKeepEachFilesRelativePaths) {
+  auto r = load_recipe(fixture("sub/grandchild.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->chain.size(), 3u);
+  EXPECT_EQ(r->chain[0], fixture("parent.yaml"));
+  EXPECT_EQ(r->chain[1], fixture("child.yaml"));
+  EXPECT_EQ(r->model_ref, fixture("sub/local.gguf"));
+  EXPECT_FALSE(r->strategies.kv_cache);  // from child
+  EXPECT_EQ(r->strategies.threads, 1);
+  EXPECT_EQ(r->strategies.quantization.activations, ActivationFormat::kFloat);
+  EXPECT_EQ(r->sampling.top_k, 10);
+  EXPECT_DOUBLE_EQ(r->precision.min_top1.value_or(-1), 0.9);
+  EXPECT_DOUBLE_EQ(r->precision.max_ppl_change.value_or(-1), 0.02);
+  EXPECT_EQ(r->bench.prompts, fixture("prompts.txt"));
+}
+
+struct BaseError {
+  const char* file;
+  const char* expected;
+};
+
+class RecipeBaseErrorTest : public ::testing::TestWithParam<BaseError> {};
+
+TEST_P(RecipeBaseErrorTest, NamesTheFileAndTheChain) {
+  auto r = load_recipe(fixture(GetParam().file));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  std::string expected = GetParam().expected;
+  const std::string dir = fixture("");
+  for (size_t p = expected.find('@'); p != std::string::npos; p = expected.find('@', p)) {
+    expected.replace(p, 1, dir);
+    p += dir.size();
+  }
+  EXPECT_NE(r.status().message().find(expected), std::string::npos) << r.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RecipeBaseErrorTest,
+    ::testing::Values(
+        BaseError{"cycle_a.yaml",
+                  "@cycle_b.yaml:1:7: base: cycle: @cycle_a.yaml -> @cycle_b.yaml -> "
+                  "@cycle_a.yaml"},
+        BaseError{"self_cycle.yaml",
+                  "@self_cycle.yaml:1:7: base: cycle: @self_cycle.yaml -> @self_cycle.yaml"},
+        BaseError{"missing_base.yaml",
+                  "@missing_base.yaml:1:7: base: @no_such_recipe.yaml not found (a path "
+                  "relative to this recipe; chain: @missing_base.yaml -> @no_such_recipe.yaml)"},
+        BaseError{"child_of_bad.yaml",
+                  "@bad_base.yaml:4:23: strategies.kv_cache.enabled: expected true or false, got "
+                  "maybe"},
+        BaseError{"no_model_child.yaml",
+                  "@no_model_child.yaml: model: missing (required; not set by this recipe or its "
+                  "bases)"}));
+
+TEST(RecipeBaseTest, ConflictAcrossFilesNamesWhereEachKeyWasSet) {
+  auto r = load_recipe(fixture("cuda_graphs_child.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  LoadOptions load;
+  GeneratorOptions gen;
+  Status st = apply_strategies(*r, load, gen);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), fixture("cuda_graphs_child.yaml") +
+                              ":5:26: strategies.cuda_graphs.enabled: true needs the KV cache: a "
+                              "graph replays a decode step of one token, but without the cache "
+                              "every step recomputes a growing sequence (conflicts with "
+                              "strategies.kv_cache.enabled: set at " +
+                              fixture("cpu_no_cache.yaml") + ":4:23)");
+}
+
+// ---- the device, checked at load ------------------------------------------------------------
+
+TEST(DeviceCheckTest, AMissingCudaDeviceNamesTheRecipeKey) {
+  auto r = parse_recipe(BASE "device: cuda:99\n", "r.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();  // parsing does not look at the machine
+  Status st = check_device_available(r->device, r->origins());
+  ASSERT_FALSE(st.ok());
+  const std::string& msg = st.message();
+  EXPECT_EQ(msg.rfind("r.yaml:3:9: device: cuda:99 is not available: ", 0), 0u) << msg;
+  if (!cuda_compiled()) {
+    EXPECT_NE(msg.find("this rinfer was built without CUDA"), std::string::npos) << msg;
+  } else if (!cuda_devices().ok()) {
+    EXPECT_NE(msg.find("no usable CUDA device ("), std::string::npos) << msg;
+  } else {
+    EXPECT_NE(msg.find("this machine has "), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(check_device_available(Device::cpu(), r->origins()).ok());
+}
+
+TEST(DeviceCheckTest, CudaZeroIsAvailableExactlyWhenTheMachineHasIt) {
+  auto r = parse_recipe(BASE "device: cuda:0\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  const bool have = cuda_compiled() && cuda_devices().ok() && !cuda_devices()->empty();
+  EXPECT_EQ(check_device_available(r->device, r->origins()).ok(), have);
+}
+
+// ---- the committed recipes ------------------------------------------------------------------
+
+TEST(CommittedRecipesTest, EveryRecipeParsesAndComposesForItsDevice) {
+  int n = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(test::source_dir() + "/recipes")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    auto r = load_recipe(entry.path().string());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    LoadOptions load;
+    GeneratorOptions gen;
+    Status st = apply_strategies(*r, load, gen);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(load.device, r->device);
+    ++n;
+  }
+  EXPECT_GE(n, 12);
+}
+
+TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
+  const std::string dir = test::source_dir() + "/recipes/llm-chat/smollm2-135m/";
+  auto opt = load_recipe(dir + "optimized.yaml");
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+
+  auto v = load_recipe(dir + "no-kv-cache.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_FALSE(v->strategies.kv_cache);
+  EXPECT_EQ(v->strategies.kernels, opt->strategies.kernels);
+
+  v = load_recipe(dir + "threads-1.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->strategies.threads, 1);
+  EXPECT_TRUE(v->strategies.kv_cache);
+
+  v = load_recipe(dir + "f32-activations.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->strategies.quantization.activations, ActivationFormat::kFloat);
+
+  v = load_recipe(dir + "cuda.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->device, Device::cuda(0));
+  EXPECT_TRUE(v->strategies.cuda_graphs);
+  EXPECT_EQ(v->sampling.seed, opt->sampling.seed);
+
+  v = load_recipe(dir + "cuda-baseline.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  LoadOptions load;
+  GeneratorOptions gen;
+  ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
+  EXPECT_FALSE(load.cuda_graphs);
+  EXPECT_EQ(load.allocator, AllocatorKind::kPlain);
+  EXPECT_FALSE(load.fusion.residual_norm || load.fusion.swiglu || load.fusion.qkv);
+  EXPECT_TRUE(load.fusion.attention);  // the only attention on CUDA
+
+  v = load_recipe(dir + "cuda-bf16.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
+  EXPECT_EQ(load.weight_format, DType::kBF16);
+  EXPECT_EQ(load.keep_precision_layers, (std::vector<int64_t>{0, -1}));
+}
+
+#undef BASE
+
+}  // namespace
+}  // namespace rinfer
