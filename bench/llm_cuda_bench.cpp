@@ -1,0 +1,448 @@
+// LLM inference on the GPU at real shapes: decode tokens/s at batch 1 and prefill tokens/s at
+// 512 and 2048 tokens, for the Llama-3-8B shape (hidden 4096, FFN 14336, 32 layers, 32 heads,
+// 8 KV heads, 32k vocabulary) and the SmolLM2-135M shape, with random weights made on the
+// device in each format, and every CUDA strategy switched off one at a time (the table of
+// issue 6: CUDA graphs, fusions, caching allocator, KV cache, weight format).
+//
+// Each figure stands beside its limit: decode = weight bytes read per token over the measured
+// copy bandwidth; prefill = matmul + attention FLOPs over the measured bf16 GEMM peak.
+//
+//   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
+//                  [--quick] [--out FILE.json]
+//   llm_cuda_bench --profile [--shape S] [--format F] [--decode-tokens N]
+//       one shape and format: a 128-token prompt and warm-up steps, then N decode steps (default
+//       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
+//       times (per step, and kernel count per step from the launches seen) on stdout.
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "core/cuda/cublas_lt.h"
+#include "core/cuda/device_allocator.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_info.h"
+#include "engine/kv_cache.h"
+#include "models/llama/cuda/llama_cuda_model.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+DecoderHParams shape(const std::string& name) {
+  DecoderHParams hp;
+  hp.architecture = "llama";
+  hp.rope.mode = cpu::RopeMode::kNeox;
+  hp.norm_eps = 1e-5f;
+  if (name == "llama3-8b") {
+    hp.n_vocab = 32000;
+    hp.n_embd = 4096;
+    hp.n_layer = 32;
+    hp.n_head = 32;
+    hp.n_head_kv = 8;
+    hp.head_dim = 128;
+    hp.n_ff = 14336;
+    hp.n_ctx_train = 8192;
+    hp.rope.freq_base = 500000.0f;
+  } else {  // smollm2
+    hp.n_vocab = 49152;
+    hp.n_embd = 576;
+    hp.n_layer = 30;
+    hp.n_head = 9;
+    hp.n_head_kv = 3;
+    hp.head_dim = 64;
+    hp.n_ff = 1536;
+    hp.n_ctx_train = 8192;
+    hp.rope.freq_base = 100000.0f;
+    hp.tied_output = true;
+  }
+  hp.rope.n_rot = hp.head_dim;
+  return hp;
+}
+
+struct Limits {
+  double copy_gbs = 0;
+  double gemm_tflops = 0;
+};
+
+Limits measure_limits(int reps) {
+  Limits l;
+  auto stream = cuda::Stream::create(0);
+  if (!stream.ok()) return l;
+  cudaStream_t st = stream->get();
+  const size_t bytes = size_t{2} << 30;
+  auto a = cuda::DeviceBuffer::create(bytes, 0, st);
+  auto b = cuda::DeviceBuffer::create(bytes, 0, st);
+  auto e0 = cuda::Event::create(0);
+  auto e1 = cuda::Event::create(0);
+  if (!a.ok() || !b.ok() || !e0.ok() || !e1.ok()) return l;
+  std::vector<double> t;
+  for (int r = 0; r < reps + 1; ++r) {
+    (void)e0->record(st);
+    cudaMemcpyAsync(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice, st);
+    (void)e1->record(st);
+    (void)e1->synchronize();
+    if (r > 0) t.push_back(*cuda::elapsed_ms(*e0, *e1));
+  }
+  l.copy_gbs = 2.0 * static_cast<double>(bytes) / (bench::median(t) * 1e-3) / 1e9;
+  // bf16 GEMM 8192^3 through cuBLASLt.
+  auto lt = cuda::CublasLt::create(0);
+  const int64_t n = 8192;
+  auto x = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
+  auto w = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
+  auto y = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
+  if (!lt.ok() || !x.ok() || !w.ok() || !y.ok()) return l;
+  (void)cuda::fill_random(x->data(), DType::kBF16, n * n, -1, 1, 1, st);
+  (void)cuda::fill_random(w->data(), DType::kBF16, n * n, -1, 1, 2, st);
+  t.clear();
+  for (int r = 0; r < reps + 1; ++r) {
+    (void)e0->record(st);
+    (void)cuda::gemm_lowp(*lt, DType::kBF16, w->data(), n, x->data(), n, n, n, n, DType::kBF16,
+                          y->data(), 0.0f, st);
+    (void)e1->record(st);
+    (void)e1->synchronize();
+    if (r > 0) t.push_back(*cuda::elapsed_ms(*e0, *e1));
+  }
+  l.gemm_tflops = 2.0 * std::pow(static_cast<double>(n), 3) / (bench::median(t) * 1e-3) / 1e12;
+  return l;
+}
+
+// Matmul FLOPs of one token (every matrix once; the output projection only where asked).
+double matmul_flops_per_token(const DecoderHParams& hp, bool with_output) {
+  const double e = static_cast<double>(hp.n_embd);
+  const double q = static_cast<double>(hp.n_head * hp.head_dim);
+  const double kv = static_cast<double>(hp.kv_dim());
+  const double ff = static_cast<double>(hp.n_ff);
+  double per_layer = e * (q + 2 * kv) + q * e + 3 * e * ff;
+  double f = 2.0 * per_layer * static_cast<double>(hp.n_layer);
+  if (with_output) f += 2.0 * e * static_cast<double>(hp.n_vocab);
+  return f;
+}
+
+// Causal attention FLOPs of a prefill of n tokens: QK^T and PV over n^2/2 pairs.
+double attention_flops(const DecoderHParams& hp, int64_t n) {
+  return 4.0 * static_cast<double>(hp.n_layer * hp.n_head * hp.head_dim) *
+         static_cast<double>(n) * static_cast<double>(n) / 2.0;
+}
+
+struct Variant {
+  std::string name;
+  std::string change;  // what differs from "optimized"
+  DType dtype;
+  LoadOptions opts;
+  bool kv_cache = true;
+  bool pdl = true;  // programmatic dependent launch of the decode kernels
+};
+
+struct Result1 {
+  double decode_tok_s = 0, decode_ms_p10 = 0, decode_ms_p90 = 0, decode_ms = 0;
+  double prefill512 = 0, prefill2048 = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t device_peak = 0;
+  std::string error;
+};
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  const auto i = static_cast<size_t>(p * static_cast<double>(v.size() - 1));
+  return v[i];
+}
+
+Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int decode_tokens,
+                    bool do_prefill) {
+  Result1 r;
+  cuda::set_programmatic_dependent_launch(v.pdl);
+  auto m = llama::make_random_cuda_model(hp, v.dtype, 1234, v.opts);
+  if (!m.ok()) {
+    r.error = m.status().to_string();
+    return r;
+  }
+  DecoderModel& model = **m;
+  r.weight_bytes = model.weight_bytes_per_token();
+  const int64_t n_ctx = 4096;
+  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
+  std::vector<int32_t> tokens(4096), pos(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
+    pos[i] = static_cast<int32_t>(i);
+  }
+  auto cache = model.create_cache(n_ctx);
+  if (!cache.ok()) {
+    r.error = cache.status().to_string();
+    return r;
+  }
+  const int32_t last = 0;
+  auto prefill = [&](int64_t n) -> double {
+    cache->clear();
+    const int32_t row = static_cast<int32_t>(n - 1);
+    DecoderBatch b{std::span(tokens).first(static_cast<size_t>(n)),
+                   std::span(pos).first(static_cast<size_t>(n)), std::span(&row, 1)};
+    const auto t0 = Clock::now();
+    Status st = model.infer(b, *cache, logits.data());
+    const double s = seconds_since(t0);
+    if (!st.ok()) r.error = st.to_string();
+    return s;
+  };
+  if (do_prefill) {
+    for (int64_t n : {512, 2048}) {
+      std::vector<double> t;
+      prefill(n);  // warm-up (cuBLASLt heuristics, allocator)
+      for (int i = 0; i < reps; ++i) t.push_back(prefill(n));
+      const double tok_s = static_cast<double>(n) / bench::median(t);
+      (n == 512 ? r.prefill512 : r.prefill2048) = tok_s;
+    }
+  }
+  // Decode: a 128-token prompt, then decode_tokens steps (logits to the host every step, as the
+  // generator does). Without the KV cache every step recomputes the whole prefix.
+  const int64_t prompt = 128;
+  std::vector<double> step_ms;
+  for (int rep = 0; rep < 2 && r.error.empty(); ++rep) {
+    step_ms.clear();
+    prefill(prompt);
+    for (int64_t i = 0; i < decode_tokens && r.error.empty(); ++i) {
+      const int64_t p = prompt + i;
+      const auto t0 = Clock::now();
+      Status st;
+      if (v.kv_cache) {
+        DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
+                       std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
+        st = model.infer(d, *cache, logits.data());
+      } else {
+        cache->clear();
+        const int32_t row = static_cast<int32_t>(p);
+        DecoderBatch d{std::span(tokens).first(static_cast<size_t>(p + 1)),
+                       std::span(pos).first(static_cast<size_t>(p + 1)), std::span(&row, 1)};
+        st = model.infer(d, *cache, logits.data());
+      }
+      step_ms.push_back(seconds_since(t0) * 1e3);
+      if (!st.ok()) r.error = st.to_string();
+    }
+  }
+  if (!step_ms.empty()) {
+    r.decode_ms = bench::median(step_ms);
+    r.decode_ms_p10 = percentile(step_ms, 0.1);
+    r.decode_ms_p90 = percentile(step_ms, 0.9);
+    r.decode_tok_s = 1e3 / r.decode_ms;
+  }
+  r.device_peak = model.device_bytes_peak();
+  cuda::set_programmatic_dependent_launch(true);
+  return r;
+}
+
+// --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
+int profile_decode(const DecoderHParams& hp, DType t, int steps) {
+  LoadOptions o;
+  o.device = Device::cuda(0);
+  o.max_batch = 2048;
+  auto m = llama::make_random_cuda_model(hp, t, 1234, o);
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
+    return 1;
+  }
+  DecoderModel& model = **m;
+  auto cache = model.create_cache(4096);
+  if (!cache.ok()) return 1;
+  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
+  std::vector<int32_t> tokens(1024), pos(1024);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
+    pos[i] = static_cast<int32_t>(i);
+  }
+  const int32_t row = 127, last = 0;
+  DecoderBatch b{std::span(tokens).first(128), std::span(pos).first(128), std::span(&row, 1)};
+  if (Status st = model.infer(b, *cache, logits.data()); !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.to_string().c_str());
+    return 1;
+  }
+  auto step = [&](int64_t p) {
+    DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
+                   std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
+    return model.infer(d, *cache, logits.data());
+  };
+  int64_t p = 128;
+  std::vector<double> warm;
+  for (int i = 0; i < 64; ++i, ++p) {
+    const auto t0 = Clock::now();
+    if (Status st = step(p); !st.ok()) return 1;
+    warm.push_back(seconds_since(t0) * 1e3);
+  }
+  std::printf("profile %s: median decode step %.4f ms over 64 warm steps (no profiler)\n",
+              std::string(dtype_name(t)).c_str(), bench::median(warm));
+  cudaProfilerStart();
+  for (int i = 0; i < steps; ++i, ++p) {
+    if (Status st = step(p); !st.ok()) return 1;
+  }
+  cudaProfilerStop();
+  return 0;
+}
+
+int main_impl(int argc, char** argv) {
+  std::string which = "all", out;
+  int reps = 5, decode_tokens = 256;
+  bool quick = false, profile = false;
+  std::string format = "q4_1";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
+    if (a == "--shape") which = next();
+    else if (a == "--reps") reps = std::stoi(next());
+    else if (a == "--decode-tokens") decode_tokens = std::stoi(next());
+    else if (a == "--out") out = next();
+    else if (a == "--quick") quick = true;
+    else if (a == "--profile") profile = true;
+    else if (a == "--format") format = next();
+    else {
+      std::fprintf(stderr, "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+                           "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
+                           "[--format F] [--decode-tokens N]\n");
+      return 2;
+    }
+  }
+  auto devices = cuda_devices();
+  if (!devices.ok()) {
+    std::fprintf(stderr, "llm_cuda_bench: %s\n", devices.status().to_string().c_str());
+    return 1;
+  }
+  if (profile) {
+    DType t = DType::kQ4_1;
+    for (DType c : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                    DType::kQ4_K}) {
+      if (format == dtype_name(c)) t = c;
+    }
+    return profile_decode(shape(which == "all" ? "smollm2" : which), t,
+                          decode_tokens == 256 ? 4 : decode_tokens);
+  }
+  const Limits lim = measure_limits(5);
+  std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",
+              devices->at(0).name.c_str(), lim.copy_gbs, lim.gemm_tflops);
+
+  nlohmann::ordered_json j;
+  j["benchmark"] = "bench/llm_cuda_bench.cpp";
+  j["git_sha"] = bench::git_sha(RINFER_SOURCE_DIR) +
+                 (bench::git_dirty(RINFER_SOURCE_DIR) ? "+dirty" : "");
+  j["date"] = bench::utc_date();
+  j["machine"] = bench::machine_json("h200");
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  j["device"] = {{"name", devices->at(0).name},
+                 {"memory_bytes", devices->at(0).total_memory},
+                 {"cuda_driver", driver},
+                 {"cuda_runtime", runtime}};
+  j["limits"] = {{"copy_gbs", lim.copy_gbs}, {"gemm_bf16_tflops", lim.gemm_tflops}};
+  j["method"] =
+      "random weights made on the device; decode: 128-token prompt then N greedy steps at batch 1, "
+      "logits copied to the host every step (as the generator does), median step time over 2 "
+      "runs; prefill: one forward of 512 / 2048 tokens into an empty cache, logits of the last "
+      "row, median of --reps after a warm-up";
+  j["results"] = nlohmann::ordered_json::array();
+
+  std::vector<std::string> shapes;
+  if (which == "all" || which == "llama3-8b") shapes.push_back("llama3-8b");
+  if (which == "all" || which == "smollm2") shapes.push_back("smollm2");
+  for (const std::string& sname : shapes) {
+    const DecoderHParams hp = shape(sname);
+    LoadOptions base;
+    base.device = Device::cuda(0);
+    base.max_batch = 2048;
+    std::vector<Variant> vs;
+    const std::vector<DType> formats = sname == "llama3-8b"
+                                           ? std::vector<DType>{DType::kBF16, DType::kQ8_0,
+                                                                DType::kQ4_0, DType::kQ4_K}
+                                           : std::vector<DType>{DType::kBF16, DType::kQ8_0,
+                                                                DType::kQ4_1};
+    for (DType t : formats) {
+      vs.push_back({"optimized " + std::string(dtype_name(t)), "weights " + std::string(dtype_name(t)), t, base});
+    }
+    if (!quick) {
+      const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
+      const std::string tn(dtype_name(t0));
+      Variant v{"no pdl " + tn, "programmatic dependent launch off", t0, base};
+      v.pdl = false;
+      vs.push_back(v);
+      v = {"no cuda graphs " + tn, "cuda_graphs off", t0, base};
+      v.opts.cuda_graphs = false;
+      vs.push_back(v);
+      v = {"unfused " + tn, "fusion qkv/swiglu/residual_norm off", t0, base};
+      v.opts.fusion = FusionOptions{true, false, false, false};
+      vs.push_back(v);
+      v = {"plain allocator, no graphs " + tn, "allocator plain (cudaMalloc per step)", t0, base};
+      v.opts.allocator = AllocatorKind::kPlain;
+      v.opts.cuda_graphs = false;
+      vs.push_back(v);
+      v = {"no kv cache " + tn, "kv_cache off (recompute the prefix)", t0, base};
+      v.kv_cache = false;
+      v.opts.cuda_graphs = false;
+      vs.push_back(v);
+    }
+    std::printf("## %s shape (%lld layers, hidden %lld, FFN %lld, %lld/%lld heads, vocab %lld)\n\n",
+                sname.c_str(), static_cast<long long>(hp.n_layer),
+                static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_ff),
+                static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv),
+                static_cast<long long>(hp.n_vocab));
+    std::printf("| variant | decode tok/s (p10-p90 ms) | limit tok/s | %% | prefill 512 tok/s | "
+                "prefill 2048 tok/s | limit 2048 | %% | device peak GB |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const Variant& v : vs) {
+      const bool kv = v.kv_cache;
+      const Result1 r = run_variant(hp, v, reps, kv ? decode_tokens : 32, v.change.rfind("weights", 0) == 0);
+      const double limit_dec = lim.copy_gbs * 1e9 / static_cast<double>(r.weight_bytes);
+      const double f2048 = matmul_flops_per_token(hp, false) * 2048 + attention_flops(hp, 2048);
+      const double limit_pf = lim.gemm_tflops * 1e12 / (f2048 / 2048);
+      if (!r.error.empty()) {
+        std::printf("| %s | error: %s |\n", v.name.c_str(), r.error.c_str());
+      } else {
+        std::printf("| %s | %.1f (%.3f-%.3f) | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% | %.2f |\n",
+                    v.name.c_str(), r.decode_tok_s, r.decode_ms_p10, r.decode_ms_p90, limit_dec,
+                    100 * r.decode_tok_s / limit_dec, r.prefill512, r.prefill2048, limit_pf,
+                    100 * r.prefill2048 / limit_pf, static_cast<double>(r.device_peak) / 1e9);
+      }
+      std::fflush(stdout);
+      nlohmann::ordered_json e;
+      e["shape"] = sname;
+      e["variant"] = v.name;
+      e["change"] = v.change;
+      e["weights"] = std::string(dtype_name(v.dtype));
+      e["cuda_graphs"] = v.opts.cuda_graphs;
+      e["fusion"] = {{"qkv", v.opts.fusion.qkv}, {"swiglu", v.opts.fusion.swiglu},
+                     {"residual_norm", v.opts.fusion.residual_norm}};
+      e["allocator"] = v.opts.allocator == AllocatorKind::kPlain ? "plain" : "caching";
+      e["kv_cache"] = v.kv_cache;
+      e["pdl"] = v.pdl;
+      e["weight_bytes_per_token"] = r.weight_bytes;
+      e["decode_tok_s"] = r.decode_tok_s;
+      e["decode_ms_median"] = r.decode_ms;
+      e["decode_ms_p10"] = r.decode_ms_p10;
+      e["decode_ms_p90"] = r.decode_ms_p90;
+      e["decode_limit_tok_s"] = limit_dec;
+      if (r.prefill512 > 0) {
+        e["prefill_512_tok_s"] = r.prefill512;
+        e["prefill_2048_tok_s"] = r.prefill2048;
+        e["prefill_2048_limit_tok_s"] = limit_pf;
+      }
+      e["device_peak_bytes"] = r.device_peak;
+      if (!r.error.empty()) e["error"] = r.error;
+      j["results"].push_back(e);
+    }
+    std::printf("\n");
+  }
+  if (!out.empty()) return bench::write_json(out, j);
+  return 0;
+}
+
+}  // namespace
+}  // namespace rinfer
+
+int main(int argc, char** argv) { return rinfer::main_impl(argc, argv); }

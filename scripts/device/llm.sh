@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine after run-tests.sh, over the same bundle (carry: [".device"]):
+#   1. parity with PyTorch/transformers: random-weight Llama models of the SmolLM2 and the
+#      Llama-3-8B shapes made there by hf_reference.py (bf16 safetensors + reference logits of
+#      512 teacher-forced tokens), loaded by `rinfer parity` on cuda:0;
+#   2. real models, when their files were brought to $MODELS (default /tmp/models): the GPU
+#      against the CPU path on the same file (top-1 agreement over 512 positions of GPL-3-like
+#      text), and a short `rinfer run` answer;
+#   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows) -> $OUT/llm_cuda.json.
+# PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${OUT:-/tmp/rinfer-out}"
+mkdir -p "$out"
+b=.device
+lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
+export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
+export RINFER_SOURCE_DIR="$PWD" PYTHONUNBUFFERED=1
+fail=0
+work=/tmp/rinfer-parity
+mkdir -p "$work"
+
+if [ "${PARITY:-1}" = 1 ]; then
+  for shape in ${SHAPES:-smollm2 llama3-8b}; do
+    d="$work/$shape"
+    echo "== parity: $shape"
+    if ! timeout 400 python3 scripts/device/hf_reference.py --shape "$shape" --out "$d" \
+        --tokens 512 --seed 0 2>&1 | tail -15; then
+      echo "hf_reference.py failed for $shape"
+      fail=1
+      continue
+    fi
+    cp "$d/reference.json" "$out/parity_${shape}_reference.json" 2>/dev/null
+    for ref in fp32 bf16; do
+      # Prefill (bf16 GEMMs) and the decode path (one token per step) separately.
+      timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
+        --ref "$d/logits_$ref.f32" --json "$out/parity_${shape}_vs_${ref}.json" || fail=1
+      timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
+        --ref "$d/logits_$ref.f32" --step --json "$out/parity_${shape}_vs_${ref}_steps.json" || fail=1
+    done
+    rm -rf "$d"  # 16 GB for llama3-8b: the disk is 64 GB
+  done
+fi
+
+models="${MODELS:-/tmp/models}"
+if [ "${REAL:-1}" = 1 ] && [ -d "$models" ]; then
+  for m in "$models"/*.gguf; do
+    [ -f "$m" ] || continue
+    name=$(basename "$m" .gguf)
+    echo "== real model: $name (GPU vs CPU)"
+    python3 - "$m" "$work/$name.tokens.i32" <<'EOF'
+import sys, struct, subprocess, os
+# 512 token ids of a fixed English text through the model's own tokenizer.
+text = open('/usr/share/common-licenses/GPL-3').read() if os.path.exists('/usr/share/common-licenses/GPL-3') else open('README.md').read() * 4
+ids = subprocess.run(['.device/bin/rinfer', 'tokenize', sys.argv[1], '--ids', '-'], input=text[:20000], capture_output=True, text=True).stdout.split()
+ids = [int(x) for x in ids][:512]
+open(sys.argv[2], 'wb').write(struct.pack('<%di' % len(ids), *ids))
+print(len(ids), 'tokens')
+EOF
+    timeout 300 "$b/bin/rinfer" parity --model "$m" --device cpu --tokens "$work/$name.tokens.i32" \
+      --dump "$work/$name.cpu.f32" || fail=1
+    timeout 300 "$b/bin/rinfer" parity --model "$m" --device cuda:0 \
+      --tokens "$work/$name.tokens.i32" --ref "$work/$name.cpu.f32" --max-rel-l2 0.2 \
+      --min-top1 0.99 --json "$out/parity_${name}_gpu_vs_cpu.json" || fail=1
+  done
+  for r in ${RECIPES:-}; do
+    echo "== rinfer run $r"
+    RINFER_MODEL_DIR="$models" timeout 120 "$b/bin/rinfer" run "$r" -n 48 \
+      -p "What is the capital of France?" 2>&1 | tee -a "$out/run.txt" || fail=1
+  done
+fi
+
+if [ "${BENCH:-1}" = 1 ] && [ -x "$b/bin/llm_cuda_bench" ]; then
+  echo "== llm_cuda_bench"
+  timeout "${BENCH_TIMEOUT:-400}" "$b/bin/llm_cuda_bench" --out "$out/llm_cuda.json" \
+    ${BENCH_ARGS:-} 2>&1 | tee "$out/llm_cuda.txt" || fail=1
+fi
+# At most 8 files come back from $OUT: the parity JSONs travel as one archive.
+(cd "$out" && ls parity_*.json >/dev/null 2>&1 && tar -czf parity.tgz parity_*.json && rm -f parity_*.json)
+exit $fail

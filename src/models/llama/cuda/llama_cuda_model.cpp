@@ -1,0 +1,966 @@
+// The Llama-family forward pass on a CUDA device (see llama_cuda_model.h).
+#include "models/llama/cuda/llama_cuda_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "core/cuda/cublas_lt.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_allocator.h"
+#include "core/cuda/pinned.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
+#include "engine/kv_cache.h"
+#include "ops/cuda/model_ops.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace rinfer::llama {
+
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceWeight;
+
+// Rows of logits computed per output GEMM (bounds the logits buffer for 256k vocabularies).
+constexpr int64_t kLogitRowsPerPass = 64;
+
+// Every weight matrix of one block on the device.
+struct DeviceLayer {
+  DeviceWeight wqkv;            // [q_dim + 2 kv_dim, n_embd] when merged, else undefined
+  DeviceWeight wq, wk, wv;      // when not merged
+  DeviceWeight wo;              // [n_embd, q_dim]
+  DeviceWeight wgu;             // [2 n_ff, n_embd] when merged (gate rows, then up rows)
+  DeviceWeight w_gate, w_up;    // when not merged
+  DeviceWeight w_down;          // [n_embd, n_ff]
+  DeviceBuffer vecs;            // the f32 vectors below, in one allocation
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* bqkv = nullptr;  // [q_dim + 2 kv_dim] or nullptr
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* post_ffn_norm = nullptr;
+  bool merged_qkv() const { return wqkv.data != nullptr; }
+  bool merged_gu() const { return wgu.data != nullptr; }
+};
+
+// The device K/V of one sequence: per layer K and V bf16 [rows, kv_dim].
+class DeviceKvStorage final : public KvBackendStorage {
+ public:
+  uint64_t bytes() const override { return bytes_; }
+  std::vector<DeviceBuffer> k, v;
+  std::vector<int64_t> rows;  // per layer (ring of window + max_batch - 1 for local layers)
+  uint64_t bytes_ = 0;
+  uint64_t id = 0;  // tells graphs captured for another cache apart
+};
+
+bool q16_layout(const DeviceWeight& w) { return cuda::matvec_q16_supported(w.dtype); }
+
+// Rows [a; b; c] of host matrices of one dtype and row length, as one host tensor (quantized
+// rows are whole blocks, so rows concatenate byte-wise).
+Result<Tensor> concat_rows(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  int64_t n_out = 0;
+  for (const Tensor* t : parts) {
+    if (t->dtype() != first.dtype() || t->dim(1) != first.dim(1) || !t->is_contiguous()) {
+      return invalid_argument("concat_rows: parts differ");
+    }
+    n_out += t->dim(0);
+  }
+  RINFER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({n_out, first.dim(1)}, first.dtype()));
+  auto* dst = static_cast<uint8_t*>(out.mutable_data());
+  for (const Tensor* t : parts) {
+    std::memcpy(dst, t->data(), t->nbytes());
+    dst += t->nbytes();
+  }
+  return out;
+}
+
+bool can_merge(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  for (const Tensor* t : parts) {
+    if (!t->defined() || t->dtype() != first.dtype() || t->dim(1) != first.dim(1) ||
+        !t->is_contiguous()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+class LlamaCudaModel final : public DecoderModel {
+ public:
+  static Result<std::unique_ptr<LlamaCudaModel>> create_empty(const DecoderHParams& hp,
+                                                              const LoadOptions& opts);
+  Status upload(const LlamaModel& host);
+  Status make_random(DType dtype, uint64_t seed);
+  Status finish_load();
+
+  std::string_view architecture() const override { return hp_.architecture; }
+  std::string describe() const override;
+  uint64_t weight_bytes_per_token() const override { return weight_bytes_; }
+  const DecoderHParams& hparams() const override { return hp_; }
+  Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
+  Result<KvCache> create_cache(int64_t n_ctx) const override;
+  uint64_t device_bytes_peak() const override { return peak_bytes_; }
+
+ private:
+  LlamaCudaModel() = default;
+
+  // The activations of one forward chunk, allocated per call from the recipe's allocator (the
+  // caching allocator serves them from its free lists; the plain one calls cudaMalloc/cudaFree).
+  struct Scratch {
+    std::vector<DeviceBuffer> owned;
+    float* x = nullptr;       // [nt, n_embd] residual stream
+    float* h = nullptr;       // [nt, n_embd] normed input (decode)
+    uint16_t* hb = nullptr;   // [nt, n_embd] bf16 normed input (prefill)
+    float* qkv = nullptr;     // [nt, qkv_dim]
+    float* q = nullptr;       // [nt, q_dim] contiguous queries (prefill)
+    float* attn = nullptr;    // [nt, q_dim] f32 (decode) ...
+    uint16_t* attnb = nullptr;  // ... or bf16 (prefill)
+    float* o = nullptr;       // [nt, n_embd]
+    float* gu = nullptr;      // [nt, 2 n_ff]
+    float* act = nullptr;     // [nt, n_ff] f32 (decode)
+    uint16_t* actb = nullptr;   // [nt, n_ff] bf16 (prefill)
+    void* q16 = nullptr;      // quantized activation workspace (decode)
+    size_t q16_bytes = 0;
+    void* gemm_ws = nullptr;  // dequantization workspace (prefill)
+    size_t gemm_ws_bytes = 0;
+    void* attn_ws = nullptr;  // attention workspace
+    size_t attn_ws_bytes = 0;
+    int32_t* tokens = nullptr;     // [nt]
+    int32_t* positions = nullptr;  // [nt]
+    int32_t* n_kv = nullptr;       // [1] the KV length after this chunk (graphs)
+    int32_t* rows = nullptr;       // [nt] logit rows
+    float* logits = nullptr;       // [min(nt, kLogitRowsPerPass), n_vocab]
+    uint64_t bytes = 0;
+  };
+  Result<Scratch> allocate_scratch(int64_t nt);
+
+  // Host inputs of a chunk, staged in pinned memory: tokens, positions, n_kv, rows.
+  Status stage_inputs(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                      std::span<const int32_t> rows, int64_t n_kv, const Scratch& s);
+  // Queues the whole chunk (no host synchronization); logits of the requested rows land in
+  // s.logits (decode) or are copied pass by pass to `logits_host` (prefill: synchronizes).
+  Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv, const Scratch& s,
+                 float* logits_host);
+  // h_quantized: the caller left the int16 form of h in s.q16 too (decode).
+  Status layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
+                       const Scratch& s, bool h_quantized);
+  // y[nt, n_out] = x W^T: matvec for one token (f32 x, or the shared int16 x for quantized
+  // layouts), GEMM for more (bf16 x).
+  Status project(const DeviceWeight& w, int64_t nt, const float* x_f32, const uint16_t* x_bf16,
+                 bool x_quantized, const Scratch& s, float* y, int64_t y_stride);
+  // Prepares the decode input h for the matrices that read it: quantizes it once when any is
+  // in a q16 layout.
+  Status quantize_for(std::initializer_list<const DeviceWeight*> ws, const float* h, int64_t n,
+                      const Scratch& s, bool& quantized);
+  Status quantize_for_all(const float* h, int64_t n, const Scratch& s, bool& quantized) {
+    quantized = false;
+    if (n % 32 != 0) return ok_status();
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16, s.q16_bytes, n));
+    RINFER_RETURN_IF_ERROR(cuda::quantize_activation(h, qa, stream_.get()));
+    quantized = true;
+    return ok_status();
+  }
+  // out = rms_norm(x + delta) with the residual updated in place (fused or not); bf16 output
+  // for prefill. Decode with want_q16 (and the fusion on) also writes the int16 form into
+  // s.q16 in the same kernel; returns whether it did.
+  Result<bool> residual_norm(float* x, const float* delta, const float* w, int64_t nt,
+                             const Scratch& s, bool bf16_out, bool want_q16 = false);
+  static bool any_q16(std::initializer_list<const DeviceWeight*> ws) {
+    for (const DeviceWeight* w : ws) {
+      if (w->data != nullptr && q16_layout(*w)) return true;
+    }
+    return false;
+  }
+  Status decode_step_graph(int32_t token, int64_t pos, DeviceKvStorage& kv, float* logits);
+
+  DecoderHParams hp_;
+  LoadOptions opts_;
+  int device_ = 0;
+  cuda::DeviceAllocator* alloc_ = nullptr;
+  cuda::Stream stream_;
+  cuda::CublasLt lt_;
+  std::shared_ptr<const void> host_source_;  // unused after load; kept for describe()
+  std::string source_desc_;
+
+  DeviceWeight tok_embd_;
+  DeviceWeight output_;  // undefined when tied (tok_embd_ is the output projection)
+  DeviceBuffer output_norm_;
+  std::vector<DeviceLayer> layers_;
+  uint64_t weight_bytes_ = 0;
+  uint64_t weight_device_bytes_ = 0;
+  int64_t qkv_dim_ = 0, q_dim_ = 0, kv_dim_ = 0;
+  size_t gemm_ws_bytes_ = 0;
+
+  size_t pinned_in_bytes() const {
+    return static_cast<size_t>(3 * opts_.max_batch + 1) * sizeof(int32_t);
+  }
+  // Pinned staging for inputs and decode logits.
+  void* pinned_in_ = nullptr;   // 3 * max_batch + 1 int32
+  float* pinned_logits_ = nullptr;  // [n_vocab]
+  std::vector<int32_t> rows_;
+
+  int64_t kv_n_ctx_ = 0;  // n_ctx of the cache the current infer() runs against
+
+  // CUDA graph of the decode step, captured for one cache and one scratch set.
+  cudaGraphExec_t graph_exec_ = nullptr;
+  uint64_t graph_cache_id_ = 0;
+  std::optional<Scratch> graph_scratch_;
+  mutable uint64_t next_cache_id_ = 1;
+
+  mutable uint64_t live_bytes_ = 0;
+  mutable uint64_t peak_bytes_ = 0;
+  void note_bytes(int64_t delta) const {
+    live_bytes_ = static_cast<uint64_t>(static_cast<int64_t>(live_bytes_) + delta);
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  }
+
+ public:
+  ~LlamaCudaModel() override {
+    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    if (pinned_in_ != nullptr) {
+      cuda::pinned_host_allocator().deallocate(pinned_in_, pinned_in_bytes());
+    }
+    if (pinned_logits_ != nullptr) {
+      cuda::pinned_host_allocator().deallocate(pinned_logits_,
+                                               static_cast<size_t>(hp_.n_vocab) * sizeof(float));
+    }
+  }
+};
+
+Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const DecoderHParams& hp,
+                                                                      const LoadOptions& opts) {
+  if (!opts.device.is_cuda()) return invalid_argument("CUDA model on device {}", opts.device.to_string());
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
+  m->hp_ = hp;
+  m->opts_ = opts;
+  m->device_ = opts.device.index;
+  if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
+    return unsupported("CUDA attention supports head_dim 64, 128 and 256, not {}", hp.head_dim);
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return invalid_argument("n_head {} is not a multiple of n_head_kv {}", hp.n_head, hp.n_head_kv);
+  }
+  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m->device_));
+  if (opts.allocator == AllocatorKind::kPlain) {
+    RINFER_ASSIGN_OR_RETURN(m->alloc_, cuda::plain_device_allocator(m->device_));
+  } else {
+    RINFER_ASSIGN_OR_RETURN(m->alloc_, cuda::default_device_allocator(m->device_));
+  }
+  RINFER_ASSIGN_OR_RETURN(m->stream_, cuda::Stream::create(m->device_));
+  RINFER_ASSIGN_OR_RETURN(m->lt_, cuda::CublasLt::create(m->device_));
+  m->q_dim_ = hp.n_head * hp.head_dim;
+  m->kv_dim_ = hp.kv_dim();
+  m->qkv_dim_ = m->q_dim_ + 2 * m->kv_dim_;
+  m->layers_.resize(static_cast<size_t>(hp.n_layer));
+  RINFER_ASSIGN_OR_RETURN(m->pinned_in_,
+                          cuda::pinned_host_allocator().allocate(m->pinned_in_bytes()));
+  RINFER_ASSIGN_OR_RETURN(void* pl, cuda::pinned_host_allocator().allocate(
+                                        static_cast<size_t>(hp.n_vocab) * sizeof(float)));
+  m->pinned_logits_ = static_cast<float*>(pl);
+  m->rows_.reserve(static_cast<size_t>(opts.max_batch));
+  return m;
+}
+
+namespace {
+
+// The f32 vectors of a layer packed into one device allocation.
+struct VecPack {
+  std::vector<float> host;
+  std::vector<std::pair<const float**, size_t>> slots;
+  void add(const float** slot, const float* src, int64_t n) {
+    slots.emplace_back(slot, host.size());
+    host.insert(host.end(), src, src + n);
+    host.resize((host.size() + 63) / 64 * 64, 0.0f);  // 256-byte aligned starts
+  }
+  Status upload(DeviceBuffer& buf, int device, cudaStream_t stream, cuda::DeviceAllocator* a) {
+    if (host.empty()) return ok_status();
+    RINFER_ASSIGN_OR_RETURN(buf, DeviceBuffer::create(host.size() * 4, device, stream, a));
+    RINFER_CUDA_RETURN(
+        cudaMemcpyAsync(buf.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream));
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
+    for (auto& [slot, off] : slots) *slot = buf.as<float>() + off;
+    return ok_status();
+  }
+};
+
+const float* f32_data(const Tensor& t) { return t.defined() ? t.data_as<float>() : nullptr; }
+
+}  // namespace
+
+Status LlamaCudaModel::upload(const LlamaModel& host) {
+  cudaStream_t st = stream_.get();
+  auto up = [&](const Tensor& t, DeviceWeight& out, const char* what, int64_t il) -> Status {
+    auto w = cuda::upload_weight(t, device_, st, alloc_);
+    if (!w.ok()) {
+      return w.status().with_context(il >= 0 ? fmt::format("uploading layer {} {}", il, what)
+                                             : fmt::format("uploading {}", what));
+    }
+    out = std::move(w).value();
+    weight_device_bytes_ += out.storage.bytes();
+    return ok_status();
+  };
+  RINFER_RETURN_IF_ERROR(up(host.tok_embd(), tok_embd_, "token_embd", -1));
+  if (!hp_.tied_output) RINFER_RETURN_IF_ERROR(up(host.output(), output_, "output", -1));
+  {
+    VecPack p;
+    const float* dummy = nullptr;
+    p.add(&dummy, host.output_norm().data_as<float>(), hp_.n_embd);
+    RINFER_RETURN_IF_ERROR(p.upload(output_norm_, device_, st, alloc_));
+  }
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const LayerWeights& l = host.layers()[static_cast<size_t>(il)];
+    DeviceLayer& d = layers_[static_cast<size_t>(il)];
+    if (opts_.fusion.qkv && can_merge({&l.wq, &l.wk, &l.wv})) {
+      RINFER_ASSIGN_OR_RETURN(Tensor cat, concat_rows({&l.wq, &l.wk, &l.wv}));
+      RINFER_RETURN_IF_ERROR(up(cat, d.wqkv, "q|k|v", il));
+    } else {
+      RINFER_RETURN_IF_ERROR(up(l.wq, d.wq, "q", il));
+      RINFER_RETURN_IF_ERROR(up(l.wk, d.wk, "k", il));
+      RINFER_RETURN_IF_ERROR(up(l.wv, d.wv, "v", il));
+    }
+    RINFER_RETURN_IF_ERROR(up(l.wo, d.wo, "output projection", il));
+    if (opts_.fusion.swiglu && can_merge({&l.w_gate, &l.w_up})) {
+      RINFER_ASSIGN_OR_RETURN(Tensor cat, concat_rows({&l.w_gate, &l.w_up}));
+      RINFER_RETURN_IF_ERROR(up(cat, d.wgu, "gate|up", il));
+    } else {
+      RINFER_RETURN_IF_ERROR(up(l.w_gate, d.w_gate, "gate", il));
+      RINFER_RETURN_IF_ERROR(up(l.w_up, d.w_up, "up", il));
+    }
+    RINFER_RETURN_IF_ERROR(up(l.w_down, d.w_down, "down", il));
+    VecPack p;
+    p.add(&d.attn_norm, f32_data(l.attn_norm), hp_.n_embd);
+    p.add(&d.ffn_norm, f32_data(l.ffn_norm), hp_.n_embd);
+    if (hp_.attn_bias) {
+      std::vector<float> b(static_cast<size_t>(qkv_dim_), 0.0f);
+      if (l.bq.defined()) std::memcpy(b.data(), l.bq.data(), q_dim_ * 4);
+      if (l.bk.defined()) std::memcpy(b.data() + q_dim_, l.bk.data(), kv_dim_ * 4);
+      if (l.bv.defined()) std::memcpy(b.data() + q_dim_ + kv_dim_, l.bv.data(), kv_dim_ * 4);
+      p.add(&d.bqkv, b.data(), qkv_dim_);
+    }
+    if (hp_.qk_norm) {
+      p.add(&d.q_norm, f32_data(l.q_norm), hp_.head_dim);
+      p.add(&d.k_norm, f32_data(l.k_norm), hp_.head_dim);
+    }
+    if (hp_.post_norms) {
+      p.add(&d.post_attn_norm, f32_data(l.post_attn_norm), hp_.n_embd);
+      p.add(&d.post_ffn_norm, f32_data(l.post_ffn_norm), hp_.n_embd);
+    }
+    RINFER_RETURN_IF_ERROR(p.upload(d.vecs, device_, st, alloc_));
+  }
+  weight_bytes_ = host.weight_bytes_per_token();
+  return finish_load();
+}
+
+Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
+  cudaStream_t st = stream_.get();
+  uint64_t s = seed;
+  auto rnd = [&](int64_t n_out, int64_t n_in, DeviceWeight& out) -> Status {
+    RINFER_ASSIGN_OR_RETURN(out,
+                            cuda::random_device_weight(dtype, n_out, n_in, s++, device_, st, alloc_));
+    if (!is_quantized(dtype)) {
+      // Keep activations tame: uniform [-1, 1) / sqrt(n_in).
+      const float a = 1.0f / std::sqrt(static_cast<float>(n_in));
+      RINFER_RETURN_IF_ERROR(cuda::fill_random(const_cast<void*>(out.data), dtype,
+                                               out.n_out * out.ld, -a, a, s++, st));
+    }
+    weight_device_bytes_ += out.storage.bytes();
+    weight_bytes_ += out.bytes;
+    return ok_status();
+  };
+  auto vecs = [&](DeviceBuffer& buf, std::initializer_list<std::pair<const float**, int64_t>> v)
+      -> Status {
+    VecPack p;
+    std::vector<float> ones;
+    for (auto [slot, n] : v) {
+      ones.assign(static_cast<size_t>(n), 0.0f);
+      for (int64_t i = 0; i < n; ++i) ones[static_cast<size_t>(i)] = 0.9f + 0.2f * static_cast<float>(i * 7919 % 97) / 97.0f;
+      p.add(slot, ones.data(), n);
+    }
+    return p.upload(buf, device_, st, alloc_);
+  };
+  RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, tok_embd_));
+  weight_bytes_ -= tok_embd_.bytes;  // one row per token, not the table
+  weight_bytes_ += tok_embd_.bytes / static_cast<uint64_t>(hp_.n_vocab);
+  if (!hp_.tied_output) {
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, output_));
+  } else {
+    weight_bytes_ += tok_embd_.bytes;
+  }
+  const float* dummy = nullptr;
+  RINFER_RETURN_IF_ERROR(vecs(output_norm_, {{&dummy, hp_.n_embd}}));
+  for (DeviceLayer& d : layers_) {
+    if (opts_.fusion.qkv) {
+      RINFER_RETURN_IF_ERROR(rnd(qkv_dim_, hp_.n_embd, d.wqkv));
+    } else {
+      RINFER_RETURN_IF_ERROR(rnd(q_dim_, hp_.n_embd, d.wq));
+      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wk));
+      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wv));
+    }
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, q_dim_, d.wo));
+    if (opts_.fusion.swiglu) {
+      RINFER_RETURN_IF_ERROR(rnd(2 * hp_.n_ff, hp_.n_embd, d.wgu));
+    } else {
+      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_gate));
+      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_up));
+    }
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, hp_.n_ff, d.w_down));
+    RINFER_RETURN_IF_ERROR(vecs(d.vecs, {{&d.attn_norm, hp_.n_embd}, {&d.ffn_norm, hp_.n_embd}}));
+  }
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
+  return finish_load();
+}
+
+Status LlamaCudaModel::finish_load() {
+  auto ws = [&](const DeviceWeight& w) {
+    if (w.data != nullptr) gemm_ws_bytes_ = std::max(gemm_ws_bytes_, cuda::gemm_workspace_bytes(w));
+  };
+  ws(tok_embd_);
+  ws(output_);
+  for (const DeviceLayer& d : layers_) {
+    for (const DeviceWeight* w : {&d.wqkv, &d.wq, &d.wk, &d.wv, &d.wo, &d.wgu, &d.w_gate, &d.w_up,
+                                  &d.w_down}) {
+      ws(*w);
+    }
+  }
+  note_bytes(static_cast<int64_t>(weight_device_bytes_));
+  return ok_status();
+}
+
+std::string LlamaCudaModel::describe() const {
+  return fmt::format(
+      "{} on cuda:{}: {} layers, n_embd {}, n_ff {}, {} heads ({} kv) x {}, vocab {}; {:.1f} MB "
+      "of weights on the device ({} layout), {:.1f} MB read per token; graphs {}, allocator {}",
+      hp_.architecture, device_, hp_.n_layer, hp_.n_embd, hp_.n_ff, hp_.n_head, hp_.n_head_kv,
+      hp_.head_dim, hp_.n_vocab, static_cast<double>(weight_device_bytes_) / 1e6,
+      layers_.empty() ? "?"
+                      : dtype_name(layers_[0].wo.dtype),
+      static_cast<double>(weight_bytes_) / 1e6, opts_.cuda_graphs ? "on" : "off", alloc_->name());
+}
+
+Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
+  if (n_ctx <= 0) return invalid_argument("KV cache: n_ctx {}", n_ctx);
+  auto kv = std::make_unique<DeviceKvStorage>();
+  kv->id = next_cache_id_++;
+  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    int64_t rows = n_ctx;
+    if (!hp_.layer_attn.empty()) {
+      const int64_t w = hp_.layer_attn[static_cast<size_t>(il)].window;
+      if (w > 0) rows = std::min(n_ctx, w + opts_.max_batch - 1);
+    }
+    const size_t bytes = static_cast<size_t>(rows * kv_dim_ * 2);
+    auto k = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
+    if (!k.ok()) return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
+    auto v = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
+    if (!v.ok()) return v.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
+    kv->k.push_back(std::move(k).value());
+    kv->v.push_back(std::move(v).value());
+    kv->rows.push_back(rows);
+    kv->bytes_ += 2 * bytes;
+  }
+  note_bytes(static_cast<int64_t>(kv->bytes_));
+  return KvCache::with_backend(hp_.n_layer, n_ctx, kv_dim_, std::move(kv));
+}
+
+Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
+  Scratch s;
+  cudaStream_t st = stream_.get();
+  auto get = [&](size_t bytes) -> Result<void*> {
+    RINFER_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::create(std::max<size_t>(bytes, 16),
+                                                                 device_, st, alloc_));
+    void* p = b.data();
+    s.bytes += b.bytes();
+    s.owned.push_back(std::move(b));
+    return p;
+  };
+  const auto f = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+  const auto b16 = [](int64_t n) { return static_cast<size_t>(n) * 2; };
+  const int64_t e = hp_.n_embd, ff = hp_.n_ff;
+  const bool decode = nt == 1;
+  RINFER_ASSIGN_OR_RETURN(void* x, get(f(nt * e)));
+  s.x = static_cast<float*>(x);
+  RINFER_ASSIGN_OR_RETURN(void* qkv, get(f(nt * qkv_dim_)));
+  s.qkv = static_cast<float*>(qkv);
+  RINFER_ASSIGN_OR_RETURN(void* o, get(f(nt * e)));
+  s.o = static_cast<float*>(o);
+  RINFER_ASSIGN_OR_RETURN(void* gu, get(f(nt * 2 * ff)));
+  s.gu = static_cast<float*>(gu);
+  // Attention workspace for the longest KV the cache can hold.
+  cuda::AttentionParams ap;
+  ap.n_tokens = nt;
+  ap.n_kv = kv_n_ctx_;
+  ap.n_head = hp_.n_head;
+  ap.kv.dtype = DType::kBF16;
+  ap.kv.n_head_kv = hp_.n_head_kv;
+  ap.kv.head_dim = hp_.head_dim;
+  ap.kv.kv_row_stride = kv_dim_;
+  s.attn_ws_bytes = decode ? cuda::attention_decode_workspace_bytes(ap)
+                           : cuda::attention_prefill_workspace_bytes(ap);
+  if (s.attn_ws_bytes > 0) {
+    RINFER_ASSIGN_OR_RETURN(s.attn_ws, get(s.attn_ws_bytes));
+  }
+  if (decode) {
+    RINFER_ASSIGN_OR_RETURN(void* h, get(f(e)));
+    s.h = static_cast<float*>(h);
+    RINFER_ASSIGN_OR_RETURN(void* attn, get(f(q_dim_)));
+    s.attn = static_cast<float*>(attn);
+    RINFER_ASSIGN_OR_RETURN(void* act, get(f(ff)));
+    s.act = static_cast<float*>(act);
+    const int64_t qn = std::max({e, ff, q_dim_});
+    s.q16_bytes = cuda::quantized_activation_bytes((qn + 31) / 32 * 32);
+    RINFER_ASSIGN_OR_RETURN(s.q16, get(s.q16_bytes));
+  } else {
+    RINFER_ASSIGN_OR_RETURN(void* hb, get(b16(nt * e)));
+    s.hb = static_cast<uint16_t*>(hb);
+    RINFER_ASSIGN_OR_RETURN(void* q, get(f(nt * q_dim_)));
+    s.q = static_cast<float*>(q);
+    RINFER_ASSIGN_OR_RETURN(void* attnb, get(b16(nt * q_dim_)));
+    s.attnb = static_cast<uint16_t*>(attnb);
+    RINFER_ASSIGN_OR_RETURN(void* actb, get(b16(nt * ff)));
+    s.actb = static_cast<uint16_t*>(actb);
+    s.gemm_ws_bytes = gemm_ws_bytes_;
+    if (s.gemm_ws_bytes > 0) {
+      RINFER_ASSIGN_OR_RETURN(s.gemm_ws, get(s.gemm_ws_bytes));
+    }
+  }
+  RINFER_ASSIGN_OR_RETURN(void* ints, get(static_cast<size_t>(3 * nt + 1) * 4));
+  s.tokens = static_cast<int32_t*>(ints);
+  s.positions = s.tokens + nt;
+  s.rows = s.positions + nt;
+  s.n_kv = s.rows + nt;
+  const int64_t lrows = decode ? 1 : std::min(nt, kLogitRowsPerPass);
+  RINFER_ASSIGN_OR_RETURN(void* lg, get(f(lrows * hp_.n_vocab)));
+  s.logits = static_cast<float*>(lg);
+  return s;
+}
+
+Status LlamaCudaModel::stage_inputs(std::span<const int32_t> tokens,
+                                    std::span<const int32_t> positions,
+                                    std::span<const int32_t> rows, int64_t n_kv,
+                                    const Scratch& s) {
+  const auto nt = static_cast<int64_t>(tokens.size());
+  auto* p = static_cast<int32_t*>(pinned_in_);
+  // The pinned buffer may still feed the previous chunk's copy: wait for it.
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_.get()));
+  std::memcpy(p, tokens.data(), tokens.size_bytes());
+  std::memcpy(p + nt, positions.data(), positions.size_bytes());
+  std::fill(p + 2 * nt, p + 3 * nt, 0);
+  std::memcpy(p + 2 * nt, rows.data(), rows.size_bytes());
+  p[3 * nt] = static_cast<int32_t>(n_kv);
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(s.tokens, p, static_cast<size_t>(3 * nt + 1) * 4,
+                                     cudaMemcpyHostToDevice, stream_.get()));
+  return ok_status();
+}
+
+Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> ws, const float* h,
+                                    int64_t n, const Scratch& s, bool& quantized) {
+  quantized = false;
+  bool any = false;
+  for (const DeviceWeight* w : ws) any = any || (w->data != nullptr && q16_layout(*w));
+  if (!any || n % 32 != 0) return ok_status();
+  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                          cuda::quantized_activation_in(s.q16, s.q16_bytes, n));
+  RINFER_RETURN_IF_ERROR(cuda::quantize_activation(h, qa, stream_.get()));
+  quantized = true;
+  return ok_status();
+}
+
+Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
+                               const uint16_t* x_bf16, bool x_quantized, const Scratch& s,
+                               float* y, int64_t y_stride) {
+  cudaStream_t st = stream_.get();
+  if (nt == 1) {
+    if (x_quantized && q16_layout(w)) {
+      RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                              cuda::quantized_activation_in(s.q16, s.q16_bytes, w.n_in));
+      return cuda::matvec_q16(w, qa, nullptr, y, st);
+    }
+    return cuda::matvec(w, x_f32, nullptr, y, st);
+  }
+  if (y_stride != w.n_out) {
+    return internal_error("project: strided GEMM output is not supported");
+  }
+  return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
+}
+
+Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w,
+                                           int64_t nt, const Scratch& s, bool bf16_out,
+                                           bool want_q16) {
+  cudaStream_t st = stream_.get();
+  const int64_t e = hp_.n_embd;
+  if (want_q16 && nt == 1 && opts_.fusion.residual_norm && e % 32 == 0) {
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16, s.q16_bytes, e));
+    // delta == nullptr: plain norm of x; else residual x += delta, norm of x.
+    if (delta == nullptr) {
+      RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(x, nullptr, w, e, hp_.norm_eps, s.h, qa, st));
+    } else {
+      RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(delta, x, w, e, hp_.norm_eps, s.h, qa, st));
+    }
+    return true;
+  }
+  void* out = bf16_out ? static_cast<void*>(s.hb) : static_cast<void*>(s.h);
+  const DType t = bf16_out ? DType::kBF16 : DType::kF32;
+  if (delta == nullptr) {
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, nt, e, hp_.norm_eps, t, out, st));
+  } else if (opts_.fusion.residual_norm) {
+    RINFER_RETURN_IF_ERROR(cuda::add_rms_norm(x, delta, w, nt, e, hp_.norm_eps, t, out, st));
+  } else {
+    RINFER_RETURN_IF_ERROR(cuda::add(x, delta, nt * e, x, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, nt, e, hp_.norm_eps, t, out, st));
+  }
+  if (want_q16 && nt == 1) {
+    bool q = false;
+    RINFER_RETURN_IF_ERROR(quantize_for_all(s.h, e, s, q));
+    return q;
+  }
+  return false;
+}
+
+Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
+                                     const Scratch& s, bool h_quantized) {
+  cudaStream_t st = stream_.get();
+  const DeviceLayer& d = layers_[static_cast<size_t>(il)];
+  const int64_t e = hp_.n_embd, hd = hp_.head_dim, ff = hp_.n_ff;
+  const bool decode = nt == 1;
+  // h / hb hold rms_norm(x) * attn_norm (queued by the caller).
+
+  // Q, K, V: [nt, qkv_dim] rows (q | k | v).
+  const bool xq = h_quantized;
+  if (d.merged_qkv()) {
+    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_));
+  } else if (decode) {
+    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_));
+    RINFER_RETURN_IF_ERROR(project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_));
+    RINFER_RETURN_IF_ERROR(project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_));
+  } else {
+    // Separate GEMMs write [nt, q], [nt, k], [nt, v] blocks; interleave into qkv rows.
+    float* tmp = s.gu;  // [nt, 2 n_ff] is free here and large enough (checked at load)
+    const std::pair<const DeviceWeight*, int64_t> parts[] = {
+        {&d.wq, 0}, {&d.wk, q_dim_}, {&d.wv, q_dim_ + kv_dim_}};
+    for (auto [w, off] : parts) {
+      RINFER_RETURN_IF_ERROR(project(*w, nt, s.h, s.hb, false, s, tmp, w->n_out));
+      RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.qkv + off, qkv_dim_ * 4, tmp, w->n_out * 4,
+                                           w->n_out * 4, nt, cudaMemcpyDeviceToDevice, st));
+    }
+  }
+  if (d.bqkv != nullptr) {
+    RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(s.qkv, d.bqkv, nt, qkv_dim_, qkv_dim_, st));
+  }
+  float* q = s.qkv;
+  float* k = s.qkv + q_dim_;
+  float* v = s.qkv + q_dim_ + kv_dim_;
+  if (hp_.qk_norm) {
+    RINFER_RETURN_IF_ERROR(
+        cuda::rms_norm_heads(q, d.q_norm, nt, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::rms_norm_heads(k, d.k_norm, nt, hp_.n_head_kv, hd, qkv_dim_, hp_.norm_eps, st));
+  }
+  cpu::RopeParams rope = hp_.rope;
+  int64_t window = 0;
+  if (!hp_.layer_attn.empty()) {
+    const DecoderHParams::LayerAttn& la = hp_.layer_attn[static_cast<size_t>(il)];
+    rope.freq_base = la.rope_base;
+    rope.freq_scale = la.rope_scale;
+    window = la.window;
+  }
+  const int64_t rows = kv.rows[static_cast<size_t>(il)];
+  cuda::KvLayout kl;
+  kl.dtype = DType::kBF16;
+  kl.n_head_kv = hp_.n_head_kv;
+  kl.head_dim = hd;
+  kl.kv_row_stride = kv_dim_;
+  kl.ring_rows = rows < kv_n_ctx_ ? rows : 0;
+  void* kc = kv.k[static_cast<size_t>(il)].data();
+  void* vc = kv.v[static_cast<size_t>(il)].data();
+  if (opts_.fusion.qkv) {
+    // RoPE of q and k and the K/V store in one kernel (rows at s.positions).
+    RINFER_RETURN_IF_ERROR(cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl,
+                                               kc, vc, st));
+  } else {
+    // q and k heads are adjacent in each qkv row and rotate alike: one launch for both.
+    RINFER_RETURN_IF_ERROR(
+        cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
+    RINFER_RETURN_IF_ERROR(cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st,
+                                          decode ? s.positions : nullptr));
+  }
+
+  cuda::AttentionParams ap;
+  ap.n_tokens = nt;
+  ap.n_kv = n_past + nt;
+  ap.n_head = hp_.n_head;
+  ap.kv = kl;
+  ap.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.window = window;
+  if (decode) {
+    ap.n_kv_device = s.n_kv;
+    ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
+    RINFER_RETURN_IF_ERROR(cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws,
+                                                  s.attn_ws_bytes, st));
+  } else {
+    // The prefill kernel reads contiguous queries.
+    RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.q, q_dim_ * 4, q, qkv_dim_ * 4, q_dim_ * 4, nt,
+                                         cudaMemcpyDeviceToDevice, st));
+    RINFER_RETURN_IF_ERROR(cuda::attention_prefill(ap, s.q, kc, vc, DType::kBF16, s.attnb,
+                                                   s.attn_ws, s.attn_ws_bytes, st));
+  }
+
+  // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
+  bool aq = false;
+  if (decode) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
+  RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
+  if (d.post_attn_norm != nullptr) {
+    RINFER_RETURN_IF_ERROR(
+        cuda::rms_norm(s.o, d.post_attn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+  }
+  RINFER_ASSIGN_OR_RETURN(
+      const bool hq,
+      residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
+                    decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
+
+  // MLP.
+  const float* gate = s.gu;
+  const float* upp = s.gu + ff;
+  if (d.merged_gu()) {
+    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff));
+  } else if (decode) {
+    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff));
+    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff));
+  } else {
+    // [nt, ff] blocks: gate rows then up rows, read with in_stride ff.
+    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, false, s, s.gu, ff));
+    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, false, s, s.gu + nt * ff, ff));
+    upp = s.gu + nt * ff;
+  }
+  const int64_t in_stride = (d.merged_gu() || decode) ? 2 * ff : ff;
+  const DType at = decode ? DType::kF32 : DType::kBF16;
+  void* act = decode ? static_cast<void*>(s.act) : static_cast<void*>(s.actb);
+  bool fq = false;
+  if (decode && opts_.fusion.swiglu && any_q16({&d.w_down}) && ff % 32 == 0) {
+    // Activation and int16 quantization of its output in one kernel.
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16, s.q16_bytes, ff));
+    RINFER_RETURN_IF_ERROR(cuda::glu_q16(gate, upp, ff, hp_.gelu_ffn, s.act, qa, st));
+    fq = true;
+  } else {
+    if (hp_.gelu_ffn) {
+      RINFER_RETURN_IF_ERROR(cuda::geglu_tanh(gate, upp, nt, ff, in_stride, at, act, st));
+    } else {
+      RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, upp, nt, ff, in_stride, at, act, st));
+    }
+    if (decode) RINFER_RETURN_IF_ERROR(quantize_for({&d.w_down}, s.act, ff, s, fq));
+  }
+  RINFER_RETURN_IF_ERROR(project(d.w_down, nt, s.act, s.actb, fq, s, s.o, e));
+  if (d.post_ffn_norm != nullptr) {
+    RINFER_RETURN_IF_ERROR(
+        cuda::rms_norm(s.o, d.post_ffn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+  }
+  // The residual add of s.o is fused into the next norm (next layer's or the output norm).
+  return ok_status();
+}
+
+Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv,
+                               const Scratch& s, float* logits_host) {
+  cudaStream_t st = stream_.get();
+  const int64_t e = hp_.n_embd;
+  const bool decode = nt == 1;
+  RINFER_RETURN_IF_ERROR(cuda::get_rows(tok_embd_, s.tokens, nt, DType::kF32, s.x, st));
+  if (hp_.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const DeviceLayer& d = layers_[static_cast<size_t>(il)];
+    RINFER_ASSIGN_OR_RETURN(const bool hq,
+                            residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s,
+                                          !decode, decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq));
+  }
+  // x += o of the last block; the requested rows through the output norm and projection.
+  const float* onorm = output_norm_.as<float>();
+  const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
+  if (decode) {
+    RINFER_ASSIGN_OR_RETURN(const bool q,
+                            residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
+    RINFER_RETURN_IF_ERROR(project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab));
+    if (n_rows > 0) {
+      RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_logits_, s.logits,
+                                         static_cast<size_t>(hp_.n_vocab) * 4,
+                                         cudaMemcpyDeviceToHost, st));
+    }
+    return ok_status();
+  }
+  RINFER_RETURN_IF_ERROR(cuda::add(s.x, s.o, nt * e, s.x, st));
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kLogitRowsPerPass) {
+    const int64_t nr = std::min(kLogitRowsPerPass, n_rows - r0);
+    // Gather the rows into o, norm, project.
+    RINFER_RETURN_IF_ERROR(cuda::gather_rows(s.x, e, s.rows + r0, nr, e, s.o, st));
+    if (nr == 1) {
+      // One row: the matvec with f32 activations (as decode's exact path).
+      RINFER_RETURN_IF_ERROR(cuda::rms_norm(s.o, onorm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
+      RINFER_RETURN_IF_ERROR(cuda::matvec(out_w, s.o, nullptr, s.logits, st));
+    } else {
+      RINFER_RETURN_IF_ERROR(
+          cuda::rms_norm(s.o, onorm, nr, e, hp_.norm_eps, DType::kBF16, s.hb, st));
+      RINFER_RETURN_IF_ERROR(cuda::gemm(lt_, out_w, s.hb, nr, DType::kF32, s.logits, 0.0f,
+                                        s.gemm_ws, s.gemm_ws_bytes, st));
+    }
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(logits_host + r0 * hp_.n_vocab, s.logits,
+                                       static_cast<size_t>(nr * hp_.n_vocab) * 4,
+                                       cudaMemcpyDeviceToHost, st));
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));  // logits is reused by the next pass
+  }
+  return ok_status();
+}
+
+Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
+  const auto n = static_cast<int64_t>(batch.tokens.size());
+  if (n == 0) return invalid_argument("infer: empty batch");
+  if (batch.positions.size() != batch.tokens.size()) {
+    return invalid_argument("infer: {} tokens but {} positions", n, batch.positions.size());
+  }
+  auto* kv = dynamic_cast<DeviceKvStorage*>(cache.backend());
+  if (kv == nullptr || cache.n_layer() != hp_.n_layer || cache.kv_dim() != kv_dim_) {
+    return invalid_argument("infer: the KV cache was not made by this CUDA model (create_cache)");
+  }
+  const int64_t n_past = cache.size();
+  if (n > cache.free_positions()) {
+    return out_of_range("infer: {} cached + {} new tokens exceed the context length {}", n_past, n,
+                        cache.n_ctx());
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = batch.tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= hp_.n_vocab) {
+      return invalid_argument("infer: token {} at index {} is outside the vocabulary [0, {})", t,
+                              i, hp_.n_vocab);
+    }
+    if (batch.positions[static_cast<size_t>(i)] != n_past + i) {
+      return invalid_argument("infer: token {} is at position {}, expected {}", i,
+                              batch.positions[static_cast<size_t>(i)], n_past + i);
+    }
+  }
+  for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
+    const int32_t row = batch.logit_rows[r];
+    if (row < 0 || row >= n || (r > 0 && row <= batch.logit_rows[r - 1])) {
+      return invalid_argument("infer: logit row {} is out of range or not ascending", row);
+    }
+  }
+  if (!batch.logit_rows.empty() && logits == nullptr) {
+    return invalid_argument("infer: logits requested but no output buffer");
+  }
+  kv_n_ctx_ = cache.n_ctx();
+  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
+
+  size_t out = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += opts_.max_batch) {
+    const int64_t nc = std::min(opts_.max_batch, n - c0);
+    const size_t first = out;
+    while (out < batch.logit_rows.size() && batch.logit_rows[out] < c0 + nc) ++out;
+    rows_.assign(batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(first),
+                 batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(out));
+    for (int32_t& r : rows_) r -= static_cast<int32_t>(c0);
+    float* chunk_logits =
+        logits == nullptr ? nullptr : logits + static_cast<int64_t>(first) * hp_.n_vocab;
+    const int64_t past = cache.size();
+    Status st;
+    if (nc == 1 && opts_.cuda_graphs) {
+      st = decode_step_graph(batch.tokens[static_cast<size_t>(c0)], past, *kv,
+                             rows_.empty() ? nullptr : chunk_logits);
+    } else {
+      auto scratch = allocate_scratch(nc);
+      st = scratch.status();
+      if (st.ok()) {
+        Scratch& s = *scratch;
+        note_bytes(static_cast<int64_t>(s.bytes));
+        st = stage_inputs(batch.tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
+                          batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
+                          rows_, past + nc, s);
+        if (st.ok()) {
+          st = forward(nc, past, static_cast<int64_t>(rows_.size()), *kv, s, chunk_logits);
+        }
+        if (st.ok() && nc == 1 && !rows_.empty()) {
+          st = cuda_status(cudaStreamSynchronize(stream_.get()), "decode step");
+          if (st.ok()) {
+            std::memcpy(chunk_logits, pinned_logits_, static_cast<size_t>(hp_.n_vocab) * 4);
+          }
+        }
+        if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
+        note_bytes(-static_cast<int64_t>(s.bytes));
+      }
+    }
+    if (st.ok()) st = cache.commit(nc);
+    if (!st.ok()) {
+      cache.truncate(n_past).ignore();
+      return st;
+    }
+  }
+  return ok_status();
+}
+
+Status LlamaCudaModel::decode_step_graph(int32_t token, int64_t pos, DeviceKvStorage& kv,
+                                         float* logits) {
+  cudaStream_t st = stream_.get();
+  if (graph_exec_ == nullptr || graph_cache_id_ != kv.id) {
+    if (graph_exec_ != nullptr) {
+      cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+    }
+    if (graph_scratch_) note_bytes(-static_cast<int64_t>(graph_scratch_->bytes));
+    graph_scratch_.reset();
+    RINFER_ASSIGN_OR_RETURN(Scratch s, allocate_scratch(1));
+    graph_scratch_ = std::move(s);
+    note_bytes(static_cast<int64_t>(graph_scratch_->bytes));
+    // Everything before capture must be done: capture records, it does not run.
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
+    RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    Status fs = forward(1, pos, 1, kv, *graph_scratch_, nullptr);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(st, &graph);
+    if (!fs.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return fs.with_context("capturing the decode graph");
+    }
+    RINFER_CUDA_RETURN(end);
+    const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    RINFER_CUDA_RETURN(inst);
+    graph_cache_id_ = kv.id;
+  }
+  const int32_t one_row = 0;
+  const auto pos32 = static_cast<int32_t>(pos);
+  RINFER_RETURN_IF_ERROR(stage_inputs(std::span<const int32_t>(&token, 1),
+                                      std::span<const int32_t>(&pos32, 1),
+                                      std::span<const int32_t>(&one_row, 1), pos + 1,
+                                      *graph_scratch_));
+  RINFER_CUDA_RETURN(cudaGraphLaunch(graph_exec_, st));
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
+  if (logits != nullptr) {
+    std::memcpy(logits, pinned_logits_, static_cast<size_t>(hp_.n_vocab) * 4);
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel> host,
+                                                      const LoadOptions& opts) {
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaModel> m,
+                          LlamaCudaModel::create_empty(host->hparams(), opts));
+  RINFER_RETURN_IF_ERROR(m->upload(*host));
+  return std::unique_ptr<DecoderModel>(std::move(m));
+}
+
+Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp,
+                                                             DType dtype, uint64_t seed,
+                                                             const LoadOptions& opts) {
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaModel> m,
+                          LlamaCudaModel::create_empty(hp, opts));
+  RINFER_RETURN_IF_ERROR(m->make_random(dtype, seed));
+  return std::unique_ptr<DecoderModel>(std::move(m));
+}
+
+}  // namespace rinfer::llama

@@ -1,0 +1,46 @@
+// The Llama-family decoder sample on a CUDA device (CUDA builds only): the same math as
+// LlamaModel (llama_model.h), with the weights in device memory and the KV cache on the device.
+//
+// Per layer, with the fusions of LoadOptions::fusion (each has its unfused baseline):
+//   h = rms_norm(x) * attn_norm               fused with the previous block's residual add
+//   qkv = h [Wq|Wk|Wv]^T (+ b)                qkv: one merged matrix (else three)
+//   q, k = per-head norms (Gemma), rope
+//   K/V cache rows <- k, v (bf16)
+//   attn = attention(q, K, V)                 flash kernels (decode: split-K; prefill: FA2)
+//   o = attn Wo^T (Gemma: o = rms_norm(o) * post_attn_norm)
+//   x += o; h = rms_norm(x) * ffn_norm        residual_norm: one kernel (else add, then norm)
+//   gu = h [Wgate|Wup]^T                      swiglu: one merged matrix (else two)
+//   a = silu(gate) * up (Gemma: gelu_tanh)
+//   o = a Wdown^T (Gemma: post_ffn_norm)
+// logits = rms_norm(x) * output_norm  Wout^T for the requested rows only.
+//
+// One token (decode) runs matrix-vector kernels: f32 activations for bf16/f16/f32 weights, int16
+// activations quantized once per input and shared by every matrix that reads it for Q8_0, Q4_0,
+// Q4_1 and Q4_K weights. More tokens (prefill) run bf16 GEMMs through cuBLASLt (quantized
+// weights dequantized per call into one workspace). With LoadOptions::cuda_graphs, a decode
+// step is captured once into a CUDA graph per KV cache and replayed: the token, its position
+// and the KV length are read from device memory, so the same graph serves every step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "models/llama/llama_model.h"
+#include "models/model.h"
+
+namespace rinfer::llama {
+
+class LlamaCudaModel;
+
+// Uploads a loaded host model (GGUF or safetensors) to opts.device. The host model's memory is
+// released once its weights are on the device.
+Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel> host,
+                                                      const LoadOptions& opts);
+
+// A model of the given shape with random weights made on the device in `dtype` (bf16, f16,
+// q8_0, q4_0, q4_1, q4_k), for benchmarks of real shapes without model files.
+Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp,
+                                                             DType dtype, uint64_t seed,
+                                                             const LoadOptions& opts);
+
+}  // namespace rinfer::llama

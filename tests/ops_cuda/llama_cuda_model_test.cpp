@@ -1,0 +1,339 @@
+// The decoder sample on the GPU against the same model on the CPU (reference kernels, f32):
+// small random Llama and Gemma 3 models written as GGUF here (head_dim 64, GQA, every weight
+// format the GPU has a layout for), prefilled in several chunks and decoded token by token, with
+// every strategy switch of the CUDA model (graphs, fusions, allocator, bf16 conversion).
+// The real-shape parity with PyTorch/transformers runs on the H200 (scripts/device/parity.sh).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/device_allocator.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_info.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops_cuda.h"
+#include "engine/kv_cache.h"
+#include "formats/gguf_writer.h"
+#include "models/model.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+struct TinySpec {
+  std::string arch = "llama";  // llama | gemma3
+  DType wtype = DType::kF32;
+  int64_t n_layer = 3, n_embd = 256, n_ff = 512, n_head = 4, n_head_kv = 2, head_dim = 64;
+  int64_t n_vocab = 320, n_ctx = 128;
+  int64_t window = 8;  // gemma3 local layers
+};
+
+uint16_t f16_bits(float f) {
+  // Small positive normal values only (scales): exponent/mantissa by hand.
+  int e = 0;
+  const float m = std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1)
+  const int exp16 = e - 1 + 15;
+  const auto mant = static_cast<uint16_t>(std::lround((m * 2.0f - 1.0f) * 1024.0f)) & 0x3ff;
+  return static_cast<uint16_t>((exp16 << 10) | mant);
+}
+
+// Random bytes of `rows` rows of a block format with sane f16 scales.
+std::string random_matrix(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const DTypeTraits& tr = dtype_traits(t);
+  if (!tr.is_quantized) {
+    const float a = 1.0f / std::sqrt(static_cast<float>(cols));
+    std::string out;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = a * u(rng);
+      if (t == DType::kF32) {
+        out.append(reinterpret_cast<const char*>(&v), 4);
+      } else {  // bf16
+        uint32_t b;
+        std::memcpy(&b, &v, 4);
+        const auto h = static_cast<uint16_t>(b >> 16);
+        out.append(reinterpret_cast<const char*>(&h), 2);
+      }
+    }
+    return out;
+  }
+  const int64_t n_blocks = rows * cols / tr.block_size;
+  std::string out(static_cast<size_t>(n_blocks * tr.block_bytes), '\0');
+  for (char& c : out) c = static_cast<char>(rng() & 0xff);
+  std::uniform_real_distribution<float> sd(0.002f, 0.01f);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    char* blk = out.data() + b * tr.block_bytes;
+    auto put = [&](int off, float v) {
+      const uint16_t h = f16_bits(v);
+      std::memcpy(blk + off, &h, 2);
+    };
+    switch (t) {
+      case DType::kQ8_0: put(0, sd(rng) * 0.2f); break;
+      case DType::kQ4_0: put(0, sd(rng)); break;
+      case DType::kQ4_1: put(0, sd(rng)); put(2, -8.0f * sd(rng)); break;
+      // K-quants multiply d by 6-bit (Q4_K) or 8-bit (Q6_K) sub-block scales: keep d small
+      // (and f16-normal) so weights stay ~1/sqrt(n_in) like the other formats. Larger ones make
+      // the random model chaotic (attention near one-hot), where any rounding is amplified.
+      case DType::kQ4_K: put(0, 7e-5f + sd(rng) * 0.01f); put(2, 7e-5f + sd(rng) * 0.01f); break;
+      case DType::kQ6_K: put(208, 7e-5f + sd(rng) * 0.005f); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+std::string f32_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+// Writes the model and returns its path.
+std::string write_tiny_model(const TinySpec& s, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  GgufWriter w;
+  const std::string p = s.arch + ".";
+  w.set("general.architecture", GgufWriter::Value::string(s.arch));
+  w.set(p + "block_count", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_layer)));
+  w.set(p + "embedding_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_embd)));
+  w.set(p + "feed_forward_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_ff)));
+  w.set(p + "attention.head_count", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_head)));
+  w.set(p + "attention.head_count_kv",
+        GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_head_kv)));
+  w.set(p + "attention.key_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.head_dim)));
+  w.set(p + "context_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_ctx)));
+  w.set(p + "attention.layer_norm_rms_epsilon", GgufWriter::Value::of<float>(1e-6f));
+  w.set(p + "rope.freq_base", GgufWriter::Value::of<float>(10000.0f));
+  if (s.arch == "gemma3") {
+    w.set(p + "attention.sliding_window",
+          GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.window)));
+    w.set(p + "attention.sliding_window_pattern", GgufWriter::Value::of<uint32_t>(3));
+    w.set(p + "rope.freq_base", GgufWriter::Value::of<float>(1000000.0f));
+  }
+  const int64_t q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    EXPECT_TRUE(w.add_tensor(name, t, {rows, cols}, random_matrix(t, rows, cols, rng)).ok())
+        << name;
+  };
+  auto vec = [&](const std::string& name, int64_t n) {
+    std::vector<float> v = test::random_floats(static_cast<size_t>(n), rng(), 0.8f, 1.2f);
+    EXPECT_TRUE(w.add_tensor(name, DType::kF32, {n}, f32_bytes(v)).ok()) << name;
+  };
+  mat("token_embd.weight", s.n_vocab, s.n_embd, s.wtype == DType::kQ4_K ? DType::kQ8_0 : s.wtype);
+  vec("output_norm.weight", s.n_embd);
+  mat("output.weight", s.n_vocab, s.n_embd, s.wtype == DType::kQ4_K ? DType::kQ6_K : s.wtype);
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    vec(b + "attn_norm.weight", s.n_embd);
+    mat(b + "attn_q.weight", q_dim, s.n_embd, s.wtype);
+    mat(b + "attn_k.weight", kv_dim, s.n_embd, s.wtype);
+    // Mixed formats within a layer (as Q4_K_M files): v and down in Q6_K, not mergeable.
+    mat(b + "attn_v.weight", kv_dim, s.n_embd, s.wtype == DType::kQ4_K ? DType::kQ6_K : s.wtype);
+    mat(b + "attn_output.weight", s.n_embd, q_dim, s.wtype);
+    vec(b + "ffn_norm.weight", s.n_embd);
+    mat(b + "ffn_gate.weight", s.n_ff, s.n_embd, s.wtype);
+    mat(b + "ffn_up.weight", s.n_ff, s.n_embd, s.wtype);
+    mat(b + "ffn_down.weight", s.n_embd, s.n_ff, s.wtype == DType::kQ4_K ? DType::kQ6_K : s.wtype);
+    if (s.arch == "gemma3") {
+      vec(b + "attn_q_norm.weight", s.head_dim);
+      vec(b + "attn_k_norm.weight", s.head_dim);
+      vec(b + "post_attention_norm.weight", s.n_embd);
+      vec(b + "post_ffw_norm.weight", s.n_embd);
+    }
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("rinfer_tiny_" + s.arch + "_" + std::string(dtype_name(s.wtype)) +
+                             "_" + std::to_string(seed) + ".gguf"))
+                               .string();
+  EXPECT_TRUE(w.write(path).ok());
+  return path;
+}
+
+// Prefill `n_prefill` tokens (all logits), then decode `n_decode` tokens one by one (their
+// logits); returns [n_prefill + n_decode, n_vocab].
+std::vector<float> run(DecoderModel& m, const std::vector<int32_t>& tokens, int64_t n_prefill,
+                       int64_t n_ctx) {
+  const int64_t nv = m.hparams().n_vocab;
+  auto cache = m.create_cache(n_ctx);
+  EXPECT_TRUE(cache.ok()) << cache.status().to_string();
+  if (!cache.ok()) return {};
+  std::vector<float> logits(tokens.size() * static_cast<size_t>(nv));
+  std::vector<int32_t> pos(tokens.size()), rows(static_cast<size_t>(n_prefill));
+  for (size_t i = 0; i < tokens.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < n_prefill; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  DecoderBatch b{std::span(tokens).first(static_cast<size_t>(n_prefill)),
+                 std::span(pos).first(static_cast<size_t>(n_prefill)), rows};
+  Status st = m.infer(b, *cache, logits.data());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  const int32_t row0 = 0;
+  for (size_t i = static_cast<size_t>(n_prefill); i < tokens.size() && st.ok(); ++i) {
+    DecoderBatch d{std::span(tokens).subspan(i, 1), std::span(pos).subspan(i, 1),
+                   std::span(&row0, 1)};
+    st = m.infer(d, *cache, logits.data() + i * static_cast<size_t>(nv));
+    EXPECT_TRUE(st.ok()) << "decode step " << i << ": " << st.to_string();
+  }
+  return logits;
+}
+
+struct Variant {
+  const char* name;
+  bool graphs = true;
+  FusionOptions fusion;
+  AllocatorKind allocator = AllocatorKind::kCaching;
+  bool to_bf16 = false;
+};
+
+class LlamaCudaModelTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {
+ protected:
+  void SetUp() override {
+    auto devices = cuda_devices();
+    if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  }
+};
+
+TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
+  TinySpec spec;
+  spec.arch = std::get<0>(GetParam());
+  spec.wtype = std::get<1>(GetParam());
+  const std::string path = write_tiny_model(spec, 7);
+  const int64_t n_prefill = 37, n_decode = 12, n_ctx = 64;
+  std::vector<int32_t> tokens(static_cast<size_t>(n_prefill + n_decode));
+  std::mt19937 rng(3);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(spec.n_vocab));
+
+  LoadOptions cpu_opts;
+  cpu_opts.ops.impl = cpu::Impl::kReference;
+  cpu_opts.max_batch = 16;
+  auto cpu_model = load_decoder_model(path, cpu_opts);
+  ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
+  const std::vector<float> want = run(**cpu_model, tokens, n_prefill, n_ctx);
+  ASSERT_FALSE(want.empty());
+
+  FusionOptions unfused{false, false, false, false};
+  unfused.attention = true;  // the GPU has only the fused attention kernels
+  const Variant variants[] = {
+      {"optimized"},
+      {"no graphs, unfused, plain allocator", false, unfused, AllocatorKind::kPlain},
+      {"weights converted to bf16", true, FusionOptions{}, AllocatorKind::kCaching, true},
+  };
+  const size_t nv = static_cast<size_t>(spec.n_vocab);
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    LoadOptions o;
+    o.device = Device::cuda(0);
+    o.max_batch = 16;
+    o.cuda_graphs = v.graphs;
+    o.fusion = v.fusion;
+    o.allocator = v.allocator;
+    if (v.to_bf16) o.weight_format = DType::kBF16;
+    auto gpu_model = load_decoder_model(path, o);
+    ASSERT_TRUE(gpu_model.ok()) << gpu_model.status().to_string();
+    const std::vector<float> got = run(**gpu_model, tokens, n_prefill, n_ctx);
+    ASSERT_EQ(got.size(), want.size());
+    // Prefill rows (bf16 GEMMs and bf16 attention) and decode rows (matvec, f32 or int16
+    // activations; bf16 KV cache) separately.
+    for (int part = 0; part < 2; ++part) {
+      const size_t r0 = part == 0 ? 0 : static_cast<size_t>(n_prefill);
+      const size_t r1 = part == 0 ? static_cast<size_t>(n_prefill) : tokens.size();
+      std::vector<float> a(want.begin() + static_cast<std::ptrdiff_t>(r0 * nv),
+                           want.begin() + static_cast<std::ptrdiff_t>(r1 * nv));
+      std::vector<float> b(got.begin() + static_cast<std::ptrdiff_t>(r0 * nv),
+                           got.begin() + static_cast<std::ptrdiff_t>(r1 * nv));
+      const double err = test::rel_l2(a, b);
+      // Q4_K files mix in Q6_K tensors, which the GPU holds as bf16 (one more rounding of
+      // every weight of those matrices): a looser bound for them.
+      const double tol = spec.wtype == DType::kQ4_K ? 3e-2 : 2e-2;
+      EXPECT_LT(err, tol) << (part == 0 ? "prefill" : "decode") << " rel L2 " << err;
+      EXPECT_GT(err, 0.0) << "identical to the CPU to the bit: the GPU path did not run?";
+      std::printf("[ %s %s %s ] %s rel L2 %.3g\n", spec.arch.c_str(),
+                  std::string(dtype_name(spec.wtype)).c_str(), v.name,
+                  part == 0 ? "prefill" : "decode", err);
+    }
+    if (spec.arch == "gemma3") {
+      // Local layers keep window + max_batch - 1 rows: less than the full cache.
+      auto c = (*gpu_model)->create_cache(n_ctx);
+      ASSERT_TRUE(c.ok());
+      const uint64_t full = 2ull * static_cast<uint64_t>(spec.n_layer * n_ctx * spec.n_head_kv *
+                                                         spec.head_dim * 2);
+      EXPECT_LT(c->bytes(), full);
+    }
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, LlamaCudaModelTest,
+    ::testing::Combine(::testing::Values("llama", "gemma3"),
+                       ::testing::Values(DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                                         DType::kQ4_1, DType::kQ4_K)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param)));
+    });
+
+// The weight blocks this file generates, through the device layouts and kernels alone.
+TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  auto stream = cuda::Stream::create(0);
+  ASSERT_TRUE(stream.ok());
+  cudaStream_t st = stream->get();
+  std::mt19937 rng(5);
+  const int64_t n_out = 96, n_in = 512;
+  for (DType t : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const std::string bytes = random_matrix(t, n_out, n_in, rng);
+    auto w = Tensor::wrap(bytes.data(), bytes.size(), Dims{n_out, n_in}, t, Device::cpu(), nullptr);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const std::vector<float> x = test::random_floats(static_cast<size_t>(n_in), 9);
+    std::vector<float> want(static_cast<size_t>(n_out)), got(static_cast<size_t>(n_out));
+    cpu::OpContext ref;
+    ref.impl = cpu::Impl::kReference;
+    ASSERT_TRUE(cpu::matmul(ref, *w, x.data(), 1, want.data()).ok());
+    auto dw = cuda::upload_weight(*w, 0, st);
+    ASSERT_TRUE(dw.ok()) << dw.status().to_string();
+    auto xd = cuda::DeviceBuffer::create(x.size() * 4, 0, st);
+    auto yd = cuda::DeviceBuffer::create(got.size() * 4, 0, st);
+    ASSERT_TRUE(xd.ok() && yd.ok());
+    ASSERT_EQ(cudaMemcpy(xd->data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(cuda::matvec(*dw, xd->as<float>(), nullptr, yd->as<float>(), st).ok());
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), yd->data(), got.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    const double err = test::rel_l2(want, got);
+    std::printf("[ %s layout %s ] matvec rel L2 %.3g\n", std::string(dtype_name(t)).c_str(),
+                std::string(dtype_name(dw->dtype)).c_str(), err);
+    EXPECT_LT(err, 1e-2);
+  }
+}
+
+TEST(LlamaCudaModel, RejectsForeignCacheAndBadTokens) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  TinySpec spec;
+  const std::string path = write_tiny_model(spec, 11);
+  LoadOptions o;
+  o.device = Device::cuda(0);
+  auto m = load_decoder_model(path, o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto host_cache = KvCache::create(spec.n_layer, 16, spec.n_head_kv * spec.head_dim);
+  ASSERT_TRUE(host_cache.ok());
+  const std::vector<int32_t> tok{1}, pos{0}, rows{0};
+  std::vector<float> logits(static_cast<size_t>(spec.n_vocab));
+  Status st = (*m)->infer({tok, pos, rows}, *host_cache, logits.data());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("create_cache"), std::string::npos) << st.to_string();
+  auto cache = (*m)->create_cache(16);
+  ASSERT_TRUE(cache.ok());
+  const std::vector<int32_t> bad{static_cast<int32_t>(spec.n_vocab)};
+  st = (*m)->infer({bad, pos, rows}, *cache, logits.data());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("vocabulary"), std::string::npos) << st.to_string();
+  EXPECT_EQ(cache->size(), 0);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace rinfer
