@@ -143,9 +143,9 @@ TEST(ApplyStrategiesTest, QuantizationKeepsFirstAndLastByDefault) {
   EXPECT_TRUE(a.load.convert_embeddings);
 
   a = apply_ok(BASE
-               "device: cuda:0\nstrategies:\n  quantization: {weights: q4_k, keep_layers: "
+               "device: cuda:0\nstrategies:\n  quantization: {weights: q4_0, keep_layers: "
                "[0, 1, -1]}\n");
-  EXPECT_EQ(*a.load.weight_format, DType::kQ4_K);
+  EXPECT_EQ(*a.load.weight_format, DType::kQ4_0);
   EXPECT_EQ(a.load.keep_precision_layers, (std::vector<int64_t>{0, 1, -1}));
 
   a = apply_ok(BASE "device: cuda:0\nstrategies: {quantization: {weights: f16}}\n");
@@ -204,8 +204,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "strategies.fusion.attention: false (scores, softmax and the weighted sum as "
                  "separate kernels) is not implemented on cuda:0",
                  "device: set at c.yaml:3:9)"},
-        Conflict{BASE "strategies:\n  fusion: {swiglu: false}\n",
-                 "strategies.fusion.swiglu: fusion is switchable on the CUDA model only",
+        Conflict{BASE "strategies:\n  fusion: {residual_norm: false}\n",
+                 "strategies.fusion.residual_norm: on the CPU only qkv and swiglu",
                  "device: the default)"},
         Conflict{BASE "strategies:\n  quantization: {keep_layers: [0]}\n",
                  "strategies.quantization.keep_layers: lists layers to keep in their stored "
@@ -216,10 +216,28 @@ INSTANTIATE_TEST_SUITE_P(
                  "strategies.quantization.embeddings: true converts the embeddings along with "
                  "the weights, but the weights are not converted",
                  "strategies.quantization.weights: set at c.yaml:5:27)"},
-        Conflict{BASE "strategies:\n  quantization: {weights: q8_0}\n",
-                 "strategies.quantization.weights: q8_0: converting weights at load is not "
-                 "implemented on the CPU model",
+        Conflict{BASE "strategies:\n  fusion: {attention: false}\n",
+                 "strategies.fusion.attention: on the CPU only qkv and swiglu",
                  "device: the default)"}));
+
+TEST(ApplyStrategiesTest, WeightFormatsWithoutAConverterAreRefused) {
+  for (const char* f : {"q4_k", "f32"}) {
+    auto r = parse_recipe(std::string(BASE "strategies:\n  quantization: {weights: ") + f + "}\n",
+                          "c.yaml");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    LoadOptions load;
+    GeneratorOptions gen;
+    Status st = apply_strategies(*r, load, gen);
+    ASSERT_FALSE(st.ok()) << f;
+    EXPECT_NE(st.message().find(std::string("strategies.quantization.weights: ") + f +
+                                ": there is no converter"),
+              std::string::npos)
+        << st.message();
+  }
+  // The CPU converts the others at load.
+  Applied a = apply_ok(BASE "strategies: {quantization: {weights: q8_0}}\n");
+  EXPECT_EQ(*a.load.weight_format, DType::kQ8_0);
+}
 
 // ---- base inheritance -----------------------------------------------------------------------
 

@@ -163,9 +163,16 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
     }
 
     cpu::rms_norm(ctx, x, l.attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q));
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wk, h, nt, k_new));
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wv, h, nt, v_new));
+    if (opts_.fusion.qkv) {
+      // One pass: h quantized once, the rows of all three matrices split over the pool together.
+      const Tensor* ws[] = {&l.wq, &l.wk, &l.wv};
+      float* ys[] = {q, k_new, v_new};
+      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys));
+    } else {
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wk, h, nt, k_new));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wv, h, nt, v_new));
+    }
     add_bias(ctx, q, l.bq, nt, q_dim);
     add_bias(ctx, k_new, l.bk, nt, kv_dim);
     add_bias(ctx, v_new, l.bv, nt, kv_dim);
@@ -195,8 +202,14 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
     cpu::add(ctx, x, h, nt * e, x);
 
     cpu::rms_norm(ctx, x, l.ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate));
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up));
+    if (opts_.fusion.swiglu) {
+      const Tensor* ws[] = {&l.w_gate, &l.w_up};
+      float* ys[] = {gate, up};
+      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys));
+    } else {
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up));
+    }
     if (hp_.gelu_ffn) {
       cpu::geglu_tanh(ctx, gate, up, nt * n_ff, gate);
     } else {

@@ -34,9 +34,12 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
 Status validate(const StrategyConfig& s, const Device& device) {
   for (const Op& op : kOps) {
     const std::string key = std::string("strategies.fusion.") + op.key;
-    if (device.is_cpu() && s.origins.has(key)) {
+    const bool cpu_switchable = std::string_view(op.key) == "qkv" ||
+                                std::string_view(op.key) == "swiglu";
+    if (device.is_cpu() && s.origins.has(key) && !cpu_switchable) {
       return key_conflict(s.origins, key, "device",
-                          "fusion is switchable on the CUDA model only; the CPU forward's "
+                          "on the CPU only qkv and swiglu (the projections that share one "
+                          "quantized input) are switchable; its attention and residual+norm "
                           "kernels are fixed (remove the key, or use device cuda:N)");
     }
   }
