@@ -31,14 +31,19 @@ struct Shape {
   int64_t n_out, n_in;
 };
 
+// Rows of few-row matrices are split over 1, 2 or 4 warps (split-K, matvec_split): the shapes
+// cover each, with a partial last row group and (odd group counts at split 2) a block whose
+// second group has no rows.
 std::vector<Shape> shapes_for(DType t) {
   switch (t) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return {{1, 1}, {37, 100}, {5, 33}, {129, 4096}, {1000, 257}, {4096, 512}};
+    case DType::kBF16:
+      return {{1, 1}, {37, 100}, {5, 33}, {129, 4096}, {1000, 257}, {4096, 512}, {37, 1000}};
     case DType::kQ4_K:
-    case DType::kQ6_K: return {{1, 256}, {37, 768}, {130, 4096}, {1001, 512}};
-    default: return {{1, 32}, {37, 96}, {130, 4096}, {1001, 544}, {3, 14336}};
+    case DType::kQ6_K: return {{1, 256}, {37, 768}, {130, 4096}, {1001, 512}, {41, 2048}};
+    default:
+      return {{1, 32}, {37, 96}, {130, 4096}, {1001, 544}, {3, 14336}, {37, 1056}, {41, 2080}};
   }
 }
 

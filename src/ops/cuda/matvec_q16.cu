@@ -11,13 +11,15 @@
 // is the int16 rounding of x: relative ~1.5e-5.
 //
 // Work split as matvec.cu: a warp owns kRows rows, lanes walk 16-byte chunks with kUnroll in
-// flight per row, and the int16 x of a chunk is loaded once for all kRows rows. Q4_K's packed
+// flight per row, and the int16 x of a chunk is loaded once for all kRows rows; matrices with few
+// rows split each row over S warps (split-K, matvec_split). Q4_K's packed
 // 6-bit scales are decoded two at a time with 16-bit masks (llama.cpp's trick).
 //
 // Measured on the H200 (bench/cuda_ops_bench.cpp): staging the chunks through shared memory with
 // cp.async, double-buffered, was slower than these register loads for every format (Q4_0
 // lm_head 88 us against 70 us, Q8_0 155 against 124), and two Q4 rows per warp with four chunks
 // in flight was slower than four rows with two (ffn_up 15.4 us against 12.2).
+#include "ops/cuda/matvec_common.cuh"
 #include "ops/cuda/weight_decode.cuh"
 
 namespace rinfer::cuda::kern {
@@ -83,20 +85,18 @@ __device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1
   return s;
 }
 
-template <int F>
+template <int F, int S>
 __global__ void __launch_bounds__(kThreads)
     matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y) {
   constexpr int kRows = Q16Cfg<F>::kRows;
   constexpr int kUnroll = Q16Cfg<F>::kUnroll;
   const int lane = threadIdx.x % kWarp;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp) * kRows;
-  if (row0 >= w.n_out) {
-    pdl_begin();
-    return;
-  }
+  const int wi = threadIdx.x / kWarp;
+  const int ks = wi % S;  // this warp's share of the row (split-K)
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * kRows;
+  // Groups past the last row walk no chunks (they still reach the split-K barrier).
+  const int64_t nc = row0 < w.n_out ? w_chunks<F>(w) : 0;
   const int64_t rb = w_row_bytes<F>(w);
-  const int64_t nc = w_chunks<F>(w);
   const int64_t nb = w.n_in / 32;
   int64_t rows[kRows];
   const uint8_t* rp[kRows];
@@ -109,13 +109,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
-  for (int64_t c0 = lane; c0 < nc; c0 += kWarp * kUnroll) {
+  const int64_t c_first = lane + static_cast<int64_t>(ks) * kWarp;
+  for (int64_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
     uint4 wv[kUnroll][kRows];
     uint4 hdr[kUnroll][kRows];
     uint32_t sc[kUnroll][kRows];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
+      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
       if (c < nc) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
@@ -135,10 +136,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     // The weights do not depend on the previous kernel: the first step's loads are in flight
     // before waiting for it (PDL); x is read only after.
-    if (c0 == lane) pdl_begin();
+    if (c0 == c_first) pdl_begin();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp;
+      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
       if (c >= nc) break;
       if constexpr (F == kWQ8_0) {
         int xw[8];
@@ -184,25 +185,26 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   pdl_begin();  // lanes without chunks (and a repeat for the others: returns at once)
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
-  if (lane < kRows && row0 + lane < w.n_out) {
-    float v = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) v = lane == r ? acc[r] : v;
-    const int64_t row = row0 + lane;
-    if (add != nullptr) v += add[row];
-    y[row] = v;
-  }
+  matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
+}
+
+template <int F, int S>
+cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, float* y,
+                      cudaStream_t stream) {
+  constexpr int rows_per_block = (kThreads / kWarp / S) * Q16Cfg<F>::kRows;
+  const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
+  return launch_pdl(matvec_q16_kernel<F, S>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                    stream, w, x, add, y);
 }
 
 template <int F>
 cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, float* y,
                      cudaStream_t stream) {
-  constexpr int rows_per_block = (kThreads / kWarp) * Q16Cfg<F>::kRows;
-  const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  return launch_pdl(matvec_q16_kernel<F>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
-                    stream, w, x, add, y);
+  switch (matvec_split(w.n_out, Q16Cfg<F>::kRows, w_chunks<F>(w))) {
+    case 4: return launch_fs<F, 4>(w, x, add, y, stream);
+    case 2: return launch_fs<F, 2>(w, x, add, y, stream);
+    default: return launch_fs<F, 1>(w, x, add, y, stream);
+  }
 }
 
 }  // namespace
