@@ -43,6 +43,17 @@ if [ "${PARITY:-1}" = 1 ]; then
 fi
 
 models="${MODELS:-/tmp/models}"
+# Model files too large for one call travel in parts (split -b, one folder per call, moved to
+# /tmp/parts by earlier calls on the same warm machine): reassembled and checked here.
+if [ -d /tmp/parts ] && ls /tmp/parts/part_* >/dev/null 2>&1; then
+  mkdir -p "$models"
+  for base in $(ls /tmp/parts | grep '^part_' | sed 's/_[0-9][0-9]$//' | sort -u); do
+    cat /tmp/parts/"${base}"_* >"$models/${base#part_}"
+  done
+  if [ -f /tmp/parts/models.sha256 ]; then
+    (cd "$models" && grep -F -f <(ls *.gguf) /tmp/parts/models.sha256 | sha256sum -c -) || fail=1
+  fi
+fi
 if [ "${REAL:-1}" = 1 ] && [ -d "$models" ]; then
   for m in "$models"/*.gguf; do
     [ -f "$m" ] || continue
@@ -64,9 +75,17 @@ EOF
       --min-top1 0.99 --json "$out/parity_${name}_gpu_vs_cpu.json" || fail=1
   done
   for r in ${RECIPES:-}; do
-    echo "== rinfer run $r"
-    RINFER_MODEL_DIR="$models" timeout 120 "$b/bin/rinfer" run "$r" -n 48 \
-      -p "What is the capital of France?" 2>&1 | tee -a "$out/run.txt" || fail=1
+    echo "== rinfer run $r" | tee -a "$out/run.txt"
+    RINFER_MODEL_DIR="$models" timeout 120 "$b/bin/rinfer" run "$r" -n "${RUN_TOKENS:-48}" \
+      -p "${PROMPT:-What is the capital of France?}" 2>&1 | tee -a "$out/run.txt" || fail=1
+  done
+  # The recipe folder's CUDA variants against cuda-baseline, with the precision columns; the
+  # README's h200 table comes back in README-<folder>.md.
+  for dir in ${BENCH_DIRS:-}; do
+    name=$(basename "$dir")
+    RINFER_MODEL_DIR="$models" timeout 400 "$b/bin/rinfer" bench "$dir" --vs cuda-baseline \
+      ${RBENCH_ARGS:-} --json "$out/$name.json" --svg "$out/$name.svg" --readme 2>&1 | tail -30 || fail=1
+    cp "$dir/README.md" "$out/README-$name.md"
   done
 fi
 

@@ -85,7 +85,7 @@ TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->strategies.threads, 3);
   EXPECT_EQ(describe_strategies(r->strategies, r->device),
-            "kv_cache on, kernels fast, threads 3, activations int8");
+            "kv_cache on, kernels fast, threads 3, fusion swiglu+qkv, activations int8");
 }
 
 TEST(ApplyStrategiesTest, CudaDefaultsAreTheOptimizedSettings) {

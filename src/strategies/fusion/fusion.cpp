@@ -58,10 +58,12 @@ void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorO
 }
 
 std::string describe(const StrategyConfig& s, const Device& device) {
-  if (!device.is_cuda()) return "";
   std::string on;
   std::string off;
   for (const Op& op : kOps) {
+    // The CPU switches only the shared-input projections; the rest is fixed there.
+    const std::string_view key = op.key;
+    if (device.is_cpu() && key != "qkv" && key != "swiglu") continue;
     std::string& list = s.fusion.*op.field ? on : off;
     if (!list.empty()) list += "+";
     list += op.key;
