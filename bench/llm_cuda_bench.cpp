@@ -133,8 +133,8 @@ double matmul_flops_per_token(const DecoderHParams& hp, bool with_output) {
 
 // Causal attention FLOPs of a prefill of n tokens: QK^T and PV over n^2/2 pairs.
 double attention_flops(const DecoderHParams& hp, int64_t n) {
-  return 4.0 * static_cast<double>(hp.n_layer * hp.n_head * hp.head_dim) *
-         static_cast<double>(n) * static_cast<double>(n) / 2.0;
+  return 4.0 * static_cast<double>(hp.n_layer * hp.n_head * hp.head_dim) * static_cast<double>(n) *
+         static_cast<double>(n) / 2.0;
 }
 
 struct Variant {
@@ -297,17 +297,25 @@ int main_impl(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
-    if (a == "--shape") which = next();
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--decode-tokens") decode_tokens = std::stoi(next());
-    else if (a == "--out") out = next();
-    else if (a == "--quick") quick = true;
-    else if (a == "--profile") profile = true;
-    else if (a == "--format") format = next();
+    if (a == "--shape")
+      which = next();
+    else if (a == "--reps")
+      reps = std::stoi(next());
+    else if (a == "--decode-tokens")
+      decode_tokens = std::stoi(next());
+    else if (a == "--out")
+      out = next();
+    else if (a == "--quick")
+      quick = true;
+    else if (a == "--profile")
+      profile = true;
+    else if (a == "--format")
+      format = next();
     else {
-      std::fprintf(stderr, "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                           "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
-                           "[--format F] [--decode-tokens N]\n");
+      std::fprintf(stderr,
+                   "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+                   "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
+                   "[--format F] [--decode-tokens N]\n");
       return 2;
     }
   }
@@ -318,8 +326,8 @@ int main_impl(int argc, char** argv) {
   }
   if (profile) {
     DType t = DType::kQ4_1;
-    for (DType c : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                    DType::kQ4_K}) {
+    for (DType c :
+         {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
       if (format == dtype_name(c)) t = c;
     }
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
@@ -331,8 +339,8 @@ int main_impl(int argc, char** argv) {
 
   nlohmann::ordered_json j;
   j["benchmark"] = "bench/llm_cuda_bench.cpp";
-  j["git_sha"] = bench::git_sha(RINFER_SOURCE_DIR) +
-                 (bench::git_dirty(RINFER_SOURCE_DIR) ? "+dirty" : "");
+  j["git_sha"] =
+      bench::git_sha(RINFER_SOURCE_DIR) + (bench::git_dirty(RINFER_SOURCE_DIR) ? "+dirty" : "");
   j["date"] = bench::utc_date();
   j["machine"] = bench::machine_json("h200");
   int driver = 0, runtime = 0;
@@ -359,13 +367,13 @@ int main_impl(int argc, char** argv) {
     base.device = Device::cuda(0);
     base.max_batch = 2048;
     std::vector<Variant> vs;
-    const std::vector<DType> formats = sname == "llama3-8b"
-                                           ? std::vector<DType>{DType::kBF16, DType::kQ8_0,
-                                                                DType::kQ4_0, DType::kQ4_K}
-                                           : std::vector<DType>{DType::kBF16, DType::kQ8_0,
-                                                                DType::kQ4_1};
+    const std::vector<DType> formats =
+        sname == "llama3-8b"
+            ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}
+            : std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_1};
     for (DType t : formats) {
-      vs.push_back({"optimized " + std::string(dtype_name(t)), "weights " + std::string(dtype_name(t)), t, base});
+      vs.push_back({"optimized " + std::string(dtype_name(t)),
+                    "weights " + std::string(dtype_name(t)), t, base});
     }
     if (!quick) {
       const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
@@ -393,21 +401,25 @@ int main_impl(int argc, char** argv) {
                 static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_ff),
                 static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv),
                 static_cast<long long>(hp.n_vocab));
-    std::printf("| variant | decode tok/s (p10-p90 ms) | limit tok/s | %% | prefill 512 tok/s | "
-                "prefill 2048 tok/s | limit 2048 | %% | device peak GB |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| variant | decode tok/s (p10-p90 ms) | limit tok/s | %% | prefill 512 tok/s | "
+        "prefill 2048 tok/s | limit 2048 | %% | device peak GB "
+        "|\n|---|---|---|---|---|---|---|---|---|\n");
     for (const Variant& v : vs) {
       const bool kv = v.kv_cache;
-      const Result1 r = run_variant(hp, v, reps, kv ? decode_tokens : 32, v.change.rfind("weights", 0) == 0);
+      const Result1 r =
+          run_variant(hp, v, reps, kv ? decode_tokens : 32, v.change.rfind("weights", 0) == 0);
       const double limit_dec = lim.copy_gbs * 1e9 / static_cast<double>(r.weight_bytes);
       const double f2048 = matmul_flops_per_token(hp, false) * 2048 + attention_flops(hp, 2048);
       const double limit_pf = lim.gemm_tflops * 1e12 / (f2048 / 2048);
       if (!r.error.empty()) {
         std::printf("| %s | error: %s |\n", v.name.c_str(), r.error.c_str());
       } else {
-        std::printf("| %s | %.1f (%.3f-%.3f) | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% | %.2f |\n",
-                    v.name.c_str(), r.decode_tok_s, r.decode_ms_p10, r.decode_ms_p90, limit_dec,
-                    100 * r.decode_tok_s / limit_dec, r.prefill512, r.prefill2048, limit_pf,
-                    100 * r.prefill2048 / limit_pf, static_cast<double>(r.device_peak) / 1e9);
+        std::printf(
+            "| %s | %.1f (%.3f-%.3f) | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% | %.2f |\n",
+            v.name.c_str(), r.decode_tok_s, r.decode_ms_p10, r.decode_ms_p90, limit_dec,
+            100 * r.decode_tok_s / limit_dec, r.prefill512, r.prefill2048, limit_pf,
+            100 * r.prefill2048 / limit_pf, static_cast<double>(r.device_peak) / 1e9);
       }
       std::fflush(stdout);
       nlohmann::ordered_json e;
@@ -416,7 +428,8 @@ int main_impl(int argc, char** argv) {
       e["change"] = v.change;
       e["weights"] = std::string(dtype_name(v.dtype));
       e["cuda_graphs"] = v.opts.cuda_graphs;
-      e["fusion"] = {{"qkv", v.opts.fusion.qkv}, {"swiglu", v.opts.fusion.swiglu},
+      e["fusion"] = {{"qkv", v.opts.fusion.qkv},
+                     {"swiglu", v.opts.fusion.swiglu},
                      {"residual_norm", v.opts.fusion.residual_norm}};
       e["allocator"] = v.opts.allocator == AllocatorKind::kPlain ? "plain" : "caching";
       e["kv_cache"] = v.kv_cache;

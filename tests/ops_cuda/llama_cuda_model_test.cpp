@@ -15,11 +15,11 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
-#include "ops/cpu/ops.h"
-#include "ops/cuda/ops_cuda.h"
 #include "engine/kv_cache.h"
 #include "formats/gguf_writer.h"
 #include "models/model.h"
+#include "ops/cpu/ops.h"
+#include "ops/cuda/ops_cuda.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -75,11 +75,17 @@ std::string random_matrix(DType t, int64_t rows, int64_t cols, std::mt19937& rng
     switch (t) {
       case DType::kQ8_0: put(0, sd(rng) * 0.2f); break;
       case DType::kQ4_0: put(0, sd(rng)); break;
-      case DType::kQ4_1: put(0, sd(rng)); put(2, -8.0f * sd(rng)); break;
+      case DType::kQ4_1:
+        put(0, sd(rng));
+        put(2, -8.0f * sd(rng));
+        break;
       // K-quants multiply d by 6-bit (Q4_K) or 8-bit (Q6_K) sub-block scales: keep d small
       // (and f16-normal) so weights stay ~1/sqrt(n_in) like the other formats. Larger ones make
       // the random model chaotic (attention near one-hot), where any rounding is amplified.
-      case DType::kQ4_K: put(0, 7e-5f + sd(rng) * 0.01f); put(2, 7e-5f + sd(rng) * 0.01f); break;
+      case DType::kQ4_K:
+        put(0, 7e-5f + sd(rng) * 0.01f);
+        put(2, 7e-5f + sd(rng) * 0.01f);
+        break;
       case DType::kQ6_K: put(208, 7e-5f + sd(rng) * 0.005f); break;
       default: break;
     }
@@ -100,10 +106,12 @@ std::string write_tiny_model(const TinySpec& s, uint64_t seed) {
   w.set(p + "block_count", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "embedding_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "feed_forward_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_ff)));
-  w.set(p + "attention.head_count", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_head)));
+  w.set(p + "attention.head_count",
+        GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_head)));
   w.set(p + "attention.head_count_kv",
         GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_head_kv)));
-  w.set(p + "attention.key_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.head_dim)));
+  w.set(p + "attention.key_length",
+        GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.head_dim)));
   w.set(p + "context_length", GgufWriter::Value::of<uint32_t>(static_cast<uint32_t>(s.n_ctx)));
   w.set(p + "attention.layer_norm_rms_epsilon", GgufWriter::Value::of<float>(1e-6f));
   w.set(p + "rope.freq_base", GgufWriter::Value::of<float>(10000.0f));
@@ -256,22 +264,23 @@ TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
       // Local layers keep window + max_batch - 1 rows: less than the full cache.
       auto c = (*gpu_model)->create_cache(n_ctx);
       ASSERT_TRUE(c.ok());
-      const uint64_t full = 2ull * static_cast<uint64_t>(spec.n_layer * n_ctx * spec.n_head_kv *
-                                                         spec.head_dim * 2);
+      const uint64_t full =
+          2ull * static_cast<uint64_t>(spec.n_layer * n_ctx * spec.n_head_kv * spec.head_dim * 2);
       EXPECT_LT(c->bytes(), full);
     }
   }
   std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Formats, LlamaCudaModelTest,
-    ::testing::Combine(::testing::Values("llama", "gemma3"),
-                       ::testing::Values(DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                                         DType::kQ4_1, DType::kQ4_K)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Formats, LlamaCudaModelTest,
+                         ::testing::Combine(::testing::Values("llama", "gemma3"),
+                                            ::testing::Values(DType::kF32, DType::kBF16,
+                                                              DType::kQ8_0, DType::kQ4_0,
+                                                              DType::kQ4_1, DType::kQ4_K)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param)));
+                         });
 
 // The weight blocks this file generates, through the device layouts and kernels alone.
 TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {

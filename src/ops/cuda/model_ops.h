@@ -1,7 +1,8 @@
 // Small CUDA operators the model samples need around the big kernels of ops_cuda.h: residual
 // adds, scaling, bias rows, per-head RMSNorm inside a fused QKV buffer, row gathers. Each queues
 // one kernel on `stream` (graph-capturable, allocation-free) and returns a Status; scalar
-// references and tests: tests/ops_cuda/model_ops_cuda_test.cpp.
+// references and tests: tests/ops_cuda/model_ops_cuda_test.cpp (rms_norm_q16:
+// elementwise_cuda_test.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,8 +26,8 @@ Status add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t n, int
 
 // Per-head RMSNorm in place: for token t < n_tokens and head h < n_heads, the head_dim floats at
 // x + t * token_stride + h * head_dim become rms_norm(.) * w (w: [head_dim] f32).
-Status rms_norm_heads(float* x, const float* w, int64_t n_tokens, int64_t n_heads,
-                      int64_t head_dim, int64_t token_stride, float eps, cudaStream_t stream);
+Status rms_norm_heads(float* x, const float* w, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                      int64_t token_stride, float eps, cudaStream_t stream);
 
 // dst[r, :] = src[rows[r], :] for r < n_rows; rows of n floats, src rows src_stride apart,
 // dst contiguous. rows: device int32.

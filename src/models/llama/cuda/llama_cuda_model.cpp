@@ -30,13 +30,13 @@ constexpr int64_t kLogitRowsPerPass = 64;
 
 // Every weight matrix of one block on the device.
 struct DeviceLayer {
-  DeviceWeight wqkv;            // [q_dim + 2 kv_dim, n_embd] when merged, else undefined
-  DeviceWeight wq, wk, wv;      // when not merged
-  DeviceWeight wo;              // [n_embd, q_dim]
-  DeviceWeight wgu;             // [2 n_ff, n_embd] when merged (gate rows, then up rows)
-  DeviceWeight w_gate, w_up;    // when not merged
-  DeviceWeight w_down;          // [n_embd, n_ff]
-  DeviceBuffer vecs;            // the f32 vectors below, in one allocation
+  DeviceWeight wqkv;          // [q_dim + 2 kv_dim, n_embd] when merged, else undefined
+  DeviceWeight wq, wk, wv;    // when not merged
+  DeviceWeight wo;            // [n_embd, q_dim]
+  DeviceWeight wgu;           // [2 n_ff, n_embd] when merged (gate rows, then up rows)
+  DeviceWeight w_gate, w_up;  // when not merged
+  DeviceWeight w_down;        // [n_embd, n_ff]
+  DeviceBuffer vecs;          // the f32 vectors below, in one allocation
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;
   const float* bqkv = nullptr;  // [q_dim + 2 kv_dim] or nullptr
@@ -116,18 +116,18 @@ class LlamaCudaModel final : public DecoderModel {
   // caching allocator serves them from its free lists; the plain one calls cudaMalloc/cudaFree).
   struct Scratch {
     std::vector<DeviceBuffer> owned;
-    float* x = nullptr;       // [nt, n_embd] residual stream
-    float* h = nullptr;       // [nt, n_embd] normed input (decode)
-    uint16_t* hb = nullptr;   // [nt, n_embd] bf16 normed input (prefill)
-    float* qkv = nullptr;     // [nt, qkv_dim]
-    float* q = nullptr;       // [nt, q_dim] contiguous queries (prefill)
-    float* attn = nullptr;    // [nt, q_dim] f32 (decode) ...
+    float* x = nullptr;         // [nt, n_embd] residual stream
+    float* h = nullptr;         // [nt, n_embd] normed input (decode)
+    uint16_t* hb = nullptr;     // [nt, n_embd] bf16 normed input (prefill)
+    float* qkv = nullptr;       // [nt, qkv_dim]
+    float* q = nullptr;         // [nt, q_dim] contiguous queries (prefill)
+    float* attn = nullptr;      // [nt, q_dim] f32 (decode) ...
     uint16_t* attnb = nullptr;  // ... or bf16 (prefill)
-    float* o = nullptr;       // [nt, n_embd]
-    float* gu = nullptr;      // [nt, 2 n_ff]
-    float* act = nullptr;     // [nt, n_ff] f32 (decode)
+    float* o = nullptr;         // [nt, n_embd]
+    float* gu = nullptr;        // [nt, 2 n_ff]
+    float* act = nullptr;       // [nt, n_ff] f32 (decode)
     uint16_t* actb = nullptr;   // [nt, n_ff] bf16 (prefill)
-    void* q16 = nullptr;      // quantized activation workspace (decode)
+    void* q16 = nullptr;        // quantized activation workspace (decode)
     size_t q16_bytes = 0;
     void* gemm_ws = nullptr;  // dequantization workspace (prefill)
     size_t gemm_ws_bytes = 0;
@@ -188,8 +188,6 @@ class LlamaCudaModel final : public DecoderModel {
   cuda::DeviceAllocator* alloc_ = nullptr;
   cuda::Stream stream_;
   cuda::CublasLt lt_;
-  std::shared_ptr<const void> host_source_;  // unused after load; kept for describe()
-  std::string source_desc_;
 
   DeviceWeight tok_embd_;
   DeviceWeight output_;  // undefined when tied (tok_embd_ is the output projection)
@@ -204,7 +202,7 @@ class LlamaCudaModel final : public DecoderModel {
     return static_cast<size_t>(3 * opts_.max_batch + 1) * sizeof(int32_t);
   }
   // Pinned staging for inputs and decode logits.
-  void* pinned_in_ = nullptr;   // 3 * max_batch + 1 int32
+  void* pinned_in_ = nullptr;       // 3 * max_batch + 1 int32
   float* pinned_logits_ = nullptr;  // [n_vocab]
   std::vector<int32_t> rows_;
 
@@ -237,8 +235,9 @@ class LlamaCudaModel final : public DecoderModel {
 };
 
 Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const DecoderHParams& hp,
-                                                                      const LoadOptions& opts) {
-  if (!opts.device.is_cuda()) return invalid_argument("CUDA model on device {}", opts.device.to_string());
+                                                                     const LoadOptions& opts) {
+  if (!opts.device.is_cuda())
+    return invalid_argument("CUDA model on device {}", opts.device.to_string());
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
   m->hp_ = hp;
   m->opts_ = opts;
@@ -364,8 +363,8 @@ Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
   cudaStream_t st = stream_.get();
   uint64_t s = seed;
   auto rnd = [&](int64_t n_out, int64_t n_in, DeviceWeight& out) -> Status {
-    RINFER_ASSIGN_OR_RETURN(out,
-                            cuda::random_device_weight(dtype, n_out, n_in, s++, device_, st, alloc_));
+    RINFER_ASSIGN_OR_RETURN(
+        out, cuda::random_device_weight(dtype, n_out, n_in, s++, device_, st, alloc_));
     if (!is_quantized(dtype)) {
       // Keep activations tame: uniform [-1, 1) / sqrt(n_in).
       const float a = 1.0f / std::sqrt(static_cast<float>(n_in));
@@ -376,13 +375,14 @@ Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
     weight_bytes_ += out.bytes;
     return ok_status();
   };
-  auto vecs = [&](DeviceBuffer& buf, std::initializer_list<std::pair<const float**, int64_t>> v)
-      -> Status {
+  auto vecs = [&](DeviceBuffer& buf,
+                  std::initializer_list<std::pair<const float**, int64_t>> v) -> Status {
     VecPack p;
     std::vector<float> ones;
     for (auto [slot, n] : v) {
       ones.assign(static_cast<size_t>(n), 0.0f);
-      for (int64_t i = 0; i < n; ++i) ones[static_cast<size_t>(i)] = 0.9f + 0.2f * static_cast<float>(i * 7919 % 97) / 97.0f;
+      for (int64_t i = 0; i < n; ++i)
+        ones[static_cast<size_t>(i)] = 0.9f + 0.2f * static_cast<float>(i * 7919 % 97) / 97.0f;
       p.add(slot, ones.data(), n);
     }
     return p.upload(buf, device_, st, alloc_);
@@ -426,8 +426,8 @@ Status LlamaCudaModel::finish_load() {
   ws(tok_embd_);
   ws(output_);
   for (const DeviceLayer& d : layers_) {
-    for (const DeviceWeight* w : {&d.wqkv, &d.wq, &d.wk, &d.wv, &d.wo, &d.wgu, &d.w_gate, &d.w_up,
-                                  &d.w_down}) {
+    for (const DeviceWeight* w :
+         {&d.wqkv, &d.wq, &d.wk, &d.wv, &d.wo, &d.wgu, &d.w_gate, &d.w_up, &d.w_down}) {
       ws(*w);
     }
   }
@@ -441,8 +441,7 @@ std::string LlamaCudaModel::describe() const {
       "of weights on the device ({} layout), {:.1f} MB read per token; graphs {}, allocator {}",
       hp_.architecture, device_, hp_.n_layer, hp_.n_embd, hp_.n_ff, hp_.n_head, hp_.n_head_kv,
       hp_.head_dim, hp_.n_vocab, static_cast<double>(weight_device_bytes_) / 1e6,
-      layers_.empty() ? "?"
-                      : dtype_name(layers_[0].wo.dtype),
+      layers_.empty() ? "?" : dtype_name(layers_[0].wo.dtype),
       static_cast<double>(weight_bytes_) / 1e6, opts_.cuda_graphs ? "on" : "off", alloc_->name());
 }
 
@@ -459,9 +458,11 @@ Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
     }
     const size_t bytes = static_cast<size_t>(rows * kv_dim_ * 2);
     auto k = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
-    if (!k.ok()) return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
+    if (!k.ok())
+      return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
     auto v = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
-    if (!v.ok()) return v.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
+    if (!v.ok())
+      return v.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
     kv->k.push_back(std::move(k).value());
     kv->v.push_back(std::move(v).value());
     kv->rows.push_back(rows);
@@ -475,8 +476,8 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
   Scratch s;
   cudaStream_t st = stream_.get();
   auto get = [&](size_t bytes) -> Result<void*> {
-    RINFER_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::create(std::max<size_t>(bytes, 16),
-                                                                 device_, st, alloc_));
+    RINFER_ASSIGN_OR_RETURN(DeviceBuffer b,
+                            DeviceBuffer::create(std::max<size_t>(bytes, 16), device_, st, alloc_));
     void* p = b.data();
     s.bytes += b.bytes();
     s.owned.push_back(std::move(b));
@@ -545,8 +546,7 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
 
 Status LlamaCudaModel::stage_inputs(std::span<const int32_t> tokens,
                                     std::span<const int32_t> positions,
-                                    std::span<const int32_t> rows, int64_t n_kv,
-                                    const Scratch& s) {
+                                    std::span<const int32_t> rows, int64_t n_kv, const Scratch& s) {
   const auto nt = static_cast<int64_t>(tokens.size());
   auto* p = static_cast<int32_t*>(pinned_in_);
   // The pinned buffer may still feed the previous chunk's copy: wait for it.
@@ -575,8 +575,8 @@ Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> w
 }
 
 Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
-                               const uint16_t* x_bf16, bool x_quantized, const Scratch& s,
-                               float* y, int64_t y_stride) {
+                               const uint16_t* x_bf16, bool x_quantized, const Scratch& s, float* y,
+                               int64_t y_stride) {
   cudaStream_t st = stream_.get();
   if (nt == 1) {
     if (x_quantized && q16_layout(w)) {
@@ -592,9 +592,8 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
   return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
 }
 
-Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w,
-                                           int64_t nt, const Scratch& s, bool bf16_out,
-                                           bool want_q16) {
+Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w, int64_t nt,
+                                           const Scratch& s, bool bf16_out, bool want_q16) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
   if (want_q16 && nt == 1 && opts_.fusion.residual_norm && e % 32 == 0) {
@@ -684,14 +683,14 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   void* vc = kv.v[static_cast<size_t>(il)].data();
   if (opts_.fusion.qkv) {
     // RoPE of q and k and the K/V store in one kernel (rows at s.positions).
-    RINFER_RETURN_IF_ERROR(cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl,
-                                               kc, vc, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl, kc, vc, st));
   } else {
     // q and k heads are adjacent in each qkv row and rotate alike: one launch for both.
     RINFER_RETURN_IF_ERROR(
         cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
-    RINFER_RETURN_IF_ERROR(cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st,
-                                          decode ? s.positions : nullptr));
+    RINFER_RETURN_IF_ERROR(
+        cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st, decode ? s.positions : nullptr));
   }
 
   cuda::AttentionParams ap;
@@ -704,8 +703,8 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   if (decode) {
     ap.n_kv_device = s.n_kv;
     ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
-    RINFER_RETURN_IF_ERROR(cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws,
-                                                  s.attn_ws_bytes, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws, s.attn_ws_bytes, st));
   } else {
     // The prefill kernel reads contiguous queries.
     RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.q, q_dim_ * 4, q, qkv_dim_ * 4, q_dim_ * 4, nt,
@@ -722,10 +721,9 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
     RINFER_RETURN_IF_ERROR(
         cuda::rms_norm(s.o, d.post_attn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
   }
-  RINFER_ASSIGN_OR_RETURN(
-      const bool hq,
-      residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
-                    decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
+  RINFER_ASSIGN_OR_RETURN(const bool hq,
+                          residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
+                                        decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
 
   // MLP.
   const float* gate = s.gu;
@@ -778,8 +776,8 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
     RINFER_ASSIGN_OR_RETURN(const bool hq,
-                            residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s,
-                                          !decode, decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+                            residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
+                                          decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq));
   }
   // x += o of the last block; the requested rows through the output norm and projection.
@@ -837,8 +835,8 @@ Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* l
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = batch.tokens[static_cast<size_t>(i)];
     if (t < 0 || t >= hp_.n_vocab) {
-      return invalid_argument("infer: token {} at index {} is outside the vocabulary [0, {})", t,
-                              i, hp_.n_vocab);
+      return invalid_argument("infer: token {} at index {} is outside the vocabulary [0, {})", t, i,
+                              hp_.n_vocab);
     }
     if (batch.positions[static_cast<size_t>(i)] != n_past + i) {
       return invalid_argument("infer: token {} is at position {}, expected {}", i,
@@ -934,10 +932,9 @@ Status LlamaCudaModel::decode_step_graph(int32_t token, int64_t pos, DeviceKvSto
   }
   const int32_t one_row = 0;
   const auto pos32 = static_cast<int32_t>(pos);
-  RINFER_RETURN_IF_ERROR(stage_inputs(std::span<const int32_t>(&token, 1),
-                                      std::span<const int32_t>(&pos32, 1),
-                                      std::span<const int32_t>(&one_row, 1), pos + 1,
-                                      *graph_scratch_));
+  RINFER_RETURN_IF_ERROR(
+      stage_inputs(std::span<const int32_t>(&token, 1), std::span<const int32_t>(&pos32, 1),
+                   std::span<const int32_t>(&one_row, 1), pos + 1, *graph_scratch_));
   RINFER_CUDA_RETURN(cudaGraphLaunch(graph_exec_, st));
   RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
   if (logits != nullptr) {
@@ -954,8 +951,8 @@ Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel
   return std::unique_ptr<DecoderModel>(std::move(m));
 }
 
-Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp,
-                                                             DType dtype, uint64_t seed,
+Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp, DType dtype,
+                                                             uint64_t seed,
                                                              const LoadOptions& opts) {
   RINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaModel> m,
                           LlamaCudaModel::create_empty(hp, opts));

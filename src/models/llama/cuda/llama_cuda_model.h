@@ -4,7 +4,7 @@
 // Per layer, with the fusions of LoadOptions::fusion (each has its unfused baseline):
 //   h = rms_norm(x) * attn_norm               fused with the previous block's residual add
 //   qkv = h [Wq|Wk|Wv]^T (+ b)                qkv: one merged matrix (else three)
-//   q, k = per-head norms (Gemma), rope
+//   q, k = per-head norms (Gemma), rope      qkv: rope + K/V cache store in one kernel
 //   K/V cache rows <- k, v (bf16)
 //   attn = attention(q, K, V)                 flash kernels (decode: split-K; prefill: FA2)
 //   o = attn Wo^T (Gemma: o = rms_norm(o) * post_attn_norm)
@@ -19,7 +19,9 @@
 // Q4_1 and Q4_K weights. More tokens (prefill) run bf16 GEMMs through cuBLASLt (quantized
 // weights dequantized per call into one workspace). With LoadOptions::cuda_graphs, a decode
 // step is captured once into a CUDA graph per KV cache and replayed: the token, its position
-// and the KV length are read from device memory, so the same graph serves every step.
+// and the KV length are read from device memory, so the same graph serves every step. The
+// decode kernels use programmatic dependent launch (each one's launch overlaps the previous
+// one's tail; RINFER_CUDA_PDL=0 turns it off).
 #pragma once
 
 #include <memory>
@@ -39,8 +41,8 @@ Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel
 
 // A model of the given shape with random weights made on the device in `dtype` (bf16, f16,
 // q8_0, q4_0, q4_1, q4_k), for benchmarks of real shapes without model files.
-Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp,
-                                                             DType dtype, uint64_t seed,
+Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp, DType dtype,
+                                                             uint64_t seed,
                                                              const LoadOptions& opts);
 
 }  // namespace rinfer::llama
