@@ -14,8 +14,7 @@ namespace rinfer {
 
 namespace {
 
-// Converting weights at load is done by the CUDA model; the CPU model runs the file's stored
-// formats. Flip when the CPU loader honours LoadOptions::weight_format.
+// The host loader converts weights at load (LlamaModel::convert_weights) for every device.
 constexpr bool kCpuConvertsWeights = true;
 
 const std::vector<std::string_view> kWeightNames{"keep", "f32",  "f16",  "bf16",
