@@ -58,7 +58,8 @@ TEST(RecipeTest, ParsesEveryKey) {
   EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\nUser:", "###"}));
   EXPECT_EQ(r->chat_template, "chatml");
   EXPECT_EQ(r->strategies_summary(),
-            "kv_cache off, kernels reference, threads 1, activations int8, context 1024");
+            "kv_cache off, kernels reference, threads 1, fusion swiglu+qkv, activations int8, "
+            "context 1024");
 }
 
 TEST(RecipeTest, DefaultsAndRelativeModelPaths) {

@@ -2,6 +2,7 @@
 // engine can tokenize): the JSON fields, the table's shape, the README block, the SVG, the
 // baseline choice and the errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -71,8 +72,12 @@ TEST(BenchCli, TinyModelJsonTableReadme) {
       << recipe(model, "  kv_cache: {enabled: false}\n  threads: {count: 1}\n");
   std::ofstream(dir + "/kv.yaml") << recipe(model,
                                             "  kv_cache: {enabled: true}\n  threads: {count: 1}\n");
-  std::ofstream(dir + "/README.md") << "# tiny\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n"
-                                       "after\n";
+  // One table per machine: the markers carry the machine name bench uses on a CPU.
+  const std::string machine = "cpu-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "core";
+  const std::string readme_in =
+      "# tiny\n\n<!-- bench:begin " + machine + " -->\nold\n<!-- bench:end " + machine +
+      " -->\nafter\n<!-- bench:begin h200 -->\nother\n<!-- " + "bench:end h200 -->\n";
+  std::ofstream(dir + "/README.md") << readme_in;
   const std::string json = dir + "/out/tiny.json";
   auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
                              "' --repeat 2 --warmup 1 --prompt-tokens 12 --gen-tokens 6 "
@@ -129,11 +134,11 @@ TEST(BenchCli, TinyModelJsonTableReadme) {
 
   // The README block is the table made from the JSON, and nothing else changed.
   const std::string readme = read(dir + "/README.md");
-  EXPECT_EQ(readme, bench::replace_between_markers("# tiny\n\n<!-- bench:begin -->\nold\n<!-- "
-                                                   "bench:end -->\nafter\n",
-                                                   bench::markdown_table(j)));
+  EXPECT_EQ(j["machine"]["name"], machine);
+  EXPECT_EQ(readme, bench::replace_between_markers(readme_in, bench::markdown_table(j), machine));
   EXPECT_EQ(readme.find("old"), std::string::npos);
   EXPECT_NE(readme.find("after\n"), std::string::npos);
+  EXPECT_NE(readme.find("other\n"), std::string::npos);  // another machine's table stays
   const std::string svg = read(dir + "/out/tiny.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find(">kv<"), std::string::npos);
