@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/quantize.h"
+#include "models/llama/bind_util.h"
 #include "models/llama/llama_model.h"
 
 namespace rinfer::llama {
@@ -31,10 +32,6 @@ Result<int64_t> optional_dim(const GgufFile& f, const std::string& key, int64_t 
                              int64_t max) {
   if (f.find(key) == nullptr) return fallback;
   return require_dim(f, key, max);
-}
-
-std::string shape_string(std::span<const int64_t> shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 // Gemma 3 (llama.cpp's gemma3 graph): embeddings scaled by sqrt(n_embd), per-head Q/K norms,
@@ -204,17 +201,13 @@ class Binder {
       return not_found("{}: tensor '{}' is missing (expected shape {})", f_->path(), name,
                        shape_string(want));
     }
-    if (t->shape != want) {
-      return data_loss("{}: tensor '{}' has shape {}, expected {}", f_->path(), name,
-                       shape_string(t->shape), shape_string(want));
-    }
+    RINFER_RETURN_IF_ERROR(check_shape(f_->path(), name, t->shape, want));
     if (!dtype_traits(t->dtype).is_float) {
       return unsupported("{}: tensor '{}' has dtype {}, which is not a float or quantized float",
                          f_->path(), name, dtype_name(t->dtype));
     }
-    auto tensor = Tensor::wrap(t->data, t->nbytes, Dims(std::span<const int64_t>(t->shape)),
-                               t->dtype, Device::cpu(), f_);
-    if (!tensor.ok()) return tensor.status().with_context(fmt::format("tensor '{}'", name));
+    auto tensor = view_tensor(name, t->data, t->nbytes, t->shape, t->dtype, f_);
+    if (!tensor.ok()) return tensor.status();
     bytes_ += t->nbytes;
     return tensor;
   }
@@ -222,10 +215,7 @@ class Binder {
   // A vector (norm weight, bias) converted to contiguous f32.
   Result<Tensor> vector_f32(const std::string& name, int64_t n, bool optional = false) {
     RINFER_ASSIGN_OR_RETURN(Tensor t, weight(name, {n}, optional));
-    if (!t.defined() || t.dtype() == DType::kF32) return t;
-    auto f32 = t.to_f32();
-    if (!f32.ok()) return f32.status().with_context(fmt::format("tensor '{}'", name));
-    return f32;
+    return vector_as_f32(std::move(t), name);
   }
 
   uint64_t bytes() const { return bytes_; }
@@ -309,7 +299,8 @@ Status LlamaModel::convert_weights() {
   auto conv = [&](Tensor& w, const std::string& what, bool whole) -> Status {
     if (!w.defined() || w.dtype() == to) return ok_status();
     auto c = convert_weight(w, to, opts_.ops.pool);
-    if (!c.ok()) return c.status().with_context(fmt::format("converting {} to {}", what, dtype_name(to)));
+    if (!c.ok())
+      return c.status().with_context(fmt::format("converting {} to {}", what, dtype_name(to)));
     const uint64_t before = w.nbytes(), after = c->nbytes();
     if (whole) weight_bytes_ = weight_bytes_ - before + after;
     w = std::move(c).value();
@@ -330,7 +321,8 @@ Status LlamaModel::convert_weights() {
   if (opts_.convert_embeddings) {
     const uint64_t row_before = tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
     RINFER_RETURN_IF_ERROR(conv(tok_embd_, "token_embd", false));
-    weight_bytes_ = weight_bytes_ - row_before + tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
+    weight_bytes_ =
+        weight_bytes_ - row_before + tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);
     if (hp_.tied_output) {
       weight_bytes_ = weight_bytes_ - output_.nbytes() + tok_embd_.nbytes();
       output_ = tok_embd_;

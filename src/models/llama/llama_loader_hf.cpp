@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "models/llama/bind_util.h"
 #include "models/llama/llama_model.h"
 
 namespace rinfer::llama {
@@ -34,10 +35,6 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
-
-std::string shape_string(std::span<const int64_t> shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
 
 // architectures[] entry -> our architecture name.
 std::string_view arch_for(std::string_view hf_arch) {
@@ -208,28 +205,21 @@ class HfBinder {
                        shape_string(want));
     }
     const std::string& where = st_->shard_of(name)->path();
-    if (t->shape != want) {
-      return data_loss("{}: tensor '{}' has shape {}, expected {}", where, name,
-                       shape_string(t->shape), shape_string(want));
-    }
+    RINFER_RETURN_IF_ERROR(check_shape(where, name, t->shape, want));
     if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16) {
       return unsupported("{}: tensor '{}' has dtype {} (F32, F16 or BF16 expected)", where, name,
                          dtype_name(t->dtype));
     }
     used_.insert(name);
-    auto tensor = Tensor::wrap(t->data, t->nbytes, Dims(std::span<const int64_t>(t->shape)),
-                               t->dtype, Device::cpu(), st_);
-    if (!tensor.ok()) return tensor.status().with_context(fmt::format("tensor '{}'", name));
+    auto tensor = view_tensor(name, t->data, t->nbytes, t->shape, t->dtype, st_);
+    if (!tensor.ok()) return tensor.status();
     bytes_ += t->nbytes;
     return tensor;
   }
 
   Result<Tensor> vector_f32(const std::string& name, int64_t n, bool optional = false) {
     RINFER_ASSIGN_OR_RETURN(Tensor t, weight(name, {n}, optional));
-    if (!t.defined() || t.dtype() == DType::kF32) return t;
-    auto f32 = t.to_f32();
-    if (!f32.ok()) return f32.status().with_context(fmt::format("tensor '{}'", name));
-    return f32;
+    return vector_as_f32(std::move(t), name);
   }
 
   // A tensor nobody asked for: an error naming it (rotary_emb.inv_freq buffers of old

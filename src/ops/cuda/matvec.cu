@@ -98,15 +98,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * R;
   // Groups past the last row walk no chunks (they still reach the split-K barrier).
   const int64_t nc = row0 < w.n_out ? w_chunks<F>(w) : 0;
-  const int64_t rb = w_row_bytes<F>(w);
   const int64_t nb = w.n_in / 32;  // blocks of 32 per row (Q8_0 / Q4_0 / Q4_1 scales)
   int64_t rows[R];
   const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    rows[r] = min(row0 + r, w.n_out - 1);  // tail rows recompute the last row, unstored
-    rp[r] = static_cast<const uint8_t*>(w.data) + rows[r] * rb;
-  }
+  matvec_rows<F, R>(w, row0, rows, rp);
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -117,26 +112,7 @@ __global__ void __launch_bounds__(kThreads)
     uint4 wv[U][R];
     uint4 hdr[U][R];    // Q4_K super-block headers
     uint32_t sc[U][R];  // Q8_0 / Q4_0: f16 scale; Q4_1: (d, m) f16 pair
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
-      if (c < nc) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          wv[u][r] = ld_stream16(rp[r] + w_chunk_offset<F>(c));
-          if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp[r] + (c >> 3) * 144);
-          if constexpr (F == kWQ8_0) {
-            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c / 2);
-          }
-          if constexpr (F == kWQ4_0) {
-            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c);
-          }
-          if constexpr (F == kWQ4_1) {
-            sc[u][r] = __ldg(static_cast<const uint32_t*>(w.scales) + rows[r] * nb + c);
-          }
-        }
-      }
-    }
+    matvec_load_step<F, U, R>(w, rp, rows, nb, c0, kWarp * S, nc, wv, hdr, sc);
     // The first step's weight loads are in flight before waiting for the previous kernel (PDL).
     if (c0 == c_first) pdl_begin();
 #pragma unroll

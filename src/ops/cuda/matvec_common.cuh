@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/weight_decode.cuh"
 
 namespace rinfer::cuda::kern {
 
@@ -39,6 +41,49 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R], int lane, int wi, 
     const int64_t row = row0 + lane;
     if (add != nullptr) v += add[row];
     y[row] = v;
+  }
+}
+
+// The rows a warp reads: R consecutive rows from row0, clamped to the last row (tail rows
+// recompute it and are never stored), and their base pointers.
+template <int F, int R>
+__device__ __forceinline__ void matvec_rows(const WeightView& w, int64_t row0, int64_t (&rows)[R],
+                                            const uint8_t* (&rp)[R]) {
+  const int64_t rb = w_row_bytes<F>(w);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    rows[r] = min(row0 + r, w.n_out - 1);
+    rp[r] = static_cast<const uint8_t*>(w.data) + rows[r] * rb;
+  }
+}
+
+// One step's weight loads, all issued before any is used: chunks c0 + u * step (u < U, below nc)
+// of the R rows, with the Q4_K super-block headers and the Q8_0 / Q4_0 f16 scales or Q4_1 (d, m)
+// pairs. nb: 32-element blocks per row.
+template <int F, int U, int R>
+__device__ __forceinline__ void matvec_load_step(const WeightView& w, const uint8_t* const (&rp)[R],
+                                                 const int64_t (&rows)[R], int64_t nb, int64_t c0,
+                                                 int64_t step, int64_t nc, uint4 (&wv)[U][R],
+                                                 uint4 (&hdr)[U][R], uint32_t (&sc)[U][R]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = c0 + static_cast<int64_t>(u) * step;
+    if (c < nc) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        wv[u][r] = ld_stream16(rp[r] + w_chunk_offset<F>(c));
+        if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp[r] + (c >> 3) * 144);
+        if constexpr (F == kWQ8_0) {
+          sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c / 2);
+        }
+        if constexpr (F == kWQ4_0) {
+          sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c);
+        }
+        if constexpr (F == kWQ4_1) {
+          sc[u][r] = __ldg(static_cast<const uint32_t*>(w.scales) + rows[r] * nb + c);
+        }
+      }
+    }
   }
 }
 

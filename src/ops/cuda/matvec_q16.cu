@@ -96,15 +96,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * kRows;
   // Groups past the last row walk no chunks (they still reach the split-K barrier).
   const int64_t nc = row0 < w.n_out ? w_chunks<F>(w) : 0;
-  const int64_t rb = w_row_bytes<F>(w);
   const int64_t nb = w.n_in / 32;
   int64_t rows[kRows];
   const uint8_t* rp[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    rows[r] = min(row0 + r, w.n_out - 1);
-    rp[r] = static_cast<const uint8_t*>(w.data) + rows[r] * rb;
-  }
+  matvec_rows<F, kRows>(w, row0, rows, rp);
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
@@ -114,26 +109,7 @@ __global__ void __launch_bounds__(kThreads)
     uint4 wv[kUnroll][kRows];
     uint4 hdr[kUnroll][kRows];
     uint32_t sc[kUnroll][kRows];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
-      if (c < nc) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          wv[u][r] = ld_stream16(rp[r] + w_chunk_offset<F>(c));
-          if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp[r] + (c >> 3) * 144);
-          if constexpr (F == kWQ8_0) {
-            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c / 2);
-          }
-          if constexpr (F == kWQ4_0) {
-            sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c);
-          }
-          if constexpr (F == kWQ4_1) {
-            sc[u][r] = __ldg(static_cast<const uint32_t*>(w.scales) + rows[r] * nb + c);
-          }
-        }
-      }
-    }
+    matvec_load_step<F, kUnroll, kRows>(w, rp, rows, nb, c0, kWarp * S, nc, wv, hdr, sc);
     // The weights do not depend on the previous kernel: the first step's loads are in flight
     // before waiting for it (PDL); x is read only after.
     if (c0 == c_first) pdl_begin();

@@ -564,14 +564,8 @@ Status LlamaCudaModel::stage_inputs(std::span<const int32_t> tokens,
 Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> ws, const float* h,
                                     int64_t n, const Scratch& s, bool& quantized) {
   quantized = false;
-  bool any = false;
-  for (const DeviceWeight* w : ws) any = any || (w->data != nullptr && q16_layout(*w));
-  if (!any || n % 32 != 0) return ok_status();
-  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
-                          cuda::quantized_activation_in(s.q16, s.q16_bytes, n));
-  RINFER_RETURN_IF_ERROR(cuda::quantize_activation(h, qa, stream_.get()));
-  quantized = true;
-  return ok_status();
+  if (!any_q16(ws)) return ok_status();
+  return quantize_for_all(h, n, s, quantized);
 }
 
 Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
