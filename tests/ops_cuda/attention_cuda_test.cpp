@@ -353,6 +353,141 @@ TEST_F(CudaAttention, GraphReplayedDecodeOverARingCache) {
   }
 }
 
+// The fused decode step (RoPE + KV store + attention + in-kernel split merge + int16 output)
+// gives what rope_kv_store, attention_decode and quantize_activation give in turn: the same cache
+// bytes, the same output to f32 rounding (the merge adds the splits in another order) and int16
+// blocks equal to quantize_activation of its own output. Each case runs twice with the same
+// counters (they must come back zero) and the row of the new position starts as NaN, so a
+// stale read of it shows.
+TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
+  struct RopeCase {
+    Case c;
+    Extra x;
+    int64_t n_rot;
+    cpu::RopeMode mode;
+  };
+  const cpu::RopeMode kN = cpu::RopeMode::kNormal, kX = cpu::RopeMode::kNeox;
+  const std::vector<RopeCase> cases = {
+      {{1, 1, 4, 4, 128}, {}, 128, kN},                    // first token: one split
+      {{1, 200, 32, 8, 128}, {0, 0, 4096}, 128, kN},       // Llama-3-8B at a short context
+      {{1, 4099, 32, 8, 128}, {0, 0, 8192}, 128, kX},      // long context, many splits
+      {{1, 777, 36, 4, 128}, {}, 96, kX},                  // GQA 9 (two groups), partial rotary
+      {{1, 300, 9, 3, 64}, {}, 64, kN},                    // SmolLM2's GQA 3, head_dim 64
+      {{1, 1000, 4, 1, 256}, {512, 512, 4096}, 256, kX},   // Gemma 3 local layer on a ring
+      {{1, 2000, 8, 8, 256}, {300, 301, 0}, 128, kN},      // GQA 1, wrapped ring
+      {{1, 20000, 16, 2, 64}, {0, 0, 32768}, 64, kX},      // long context, device n_kv
+  };
+  uint64_t seed = 9100;
+  for (const RopeCase& rc : cases) {
+    for (bool q16 : {false, true}) {
+      const Case& c = rc.c;
+      SCOPED_TRACE(name(c, DType::kBF16, rc.x) + " n_rot " + std::to_string(rc.n_rot) +
+                   (rc.mode == kX ? " neox" : "") + (q16 ? " q16" : ""));
+      const int64_t hd = c.head_dim, width = c.n_head_kv * hd, row = width + 8;
+      const int64_t q_n = c.n_head * hd, qkv_n = (c.n_head + 2 * c.n_head_kv) * hd;
+      const int64_t pos = c.n_kv - 1;
+      const int64_t rows = rc.x.ring_rows > 0 ? rc.x.ring_rows : std::max(c.n_kv, rc.x.n_kv_upper);
+      // Earlier positions' keys and values everywhere; the new position's row NaN.
+      std::vector<uint16_t> cache_k(static_cast<size_t>(rows * row)), cache_v(cache_k.size());
+      const auto rk = test::random_floats(cache_k.size(), seed += 10, -1.0f, 1.0f);
+      const auto rv = test::random_floats(cache_k.size(), seed + 1, -1.0f, 1.0f);
+      for (size_t i = 0; i < cache_k.size(); ++i) {
+        cache_k[i] = f32_to_bf16(rk[i]);
+        cache_v[i] = f32_to_bf16(rv[i]);
+      }
+      const int64_t new_row = rc.x.ring_rows > 0 ? pos % rc.x.ring_rows : pos;
+      std::fill_n(cache_k.begin() + new_row * row, width, f32_to_bf16(std::nanf("")));
+      std::fill_n(cache_v.begin() + new_row * row, width, f32_to_bf16(std::nanf("")));
+      const auto qkv = test::random_floats(static_cast<size_t>(qkv_n), seed + 2, -1.0f, 1.0f);
+
+      cuda::AttentionParams p;
+      p.n_tokens = 1;
+      p.n_kv = c.n_kv;
+      p.n_head = c.n_head;
+      p.kv = {DType::kBF16, c.n_head_kv, hd, row, rc.x.ring_rows};
+      p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      p.window = rc.x.window;
+      cuda::DeviceBuffer dn_kv = upload(std::vector<int32_t>{static_cast<int32_t>(c.n_kv)});
+      cuda::DeviceBuffer dpos = upload(std::vector<int32_t>{static_cast<int32_t>(pos)});
+      if (rc.x.n_kv_upper > 0) p.n_kv = rc.x.n_kv_upper;
+      p.n_kv_device = dn_kv.as<int32_t>();
+      cpu::RopeParams rope;
+      rope.n_rot = rc.n_rot;
+      rope.freq_base = 500000.0f;
+      rope.freq_scale = 0.5f;
+      rope.mode = rc.mode;
+      const size_t ws_bytes = cuda::attention_decode_workspace_bytes(p) + 16;
+      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer ws, cuda::DeviceBuffer::create(ws_bytes, 0, stream()));
+      const size_t qb = cuda::quantized_activation_bytes(q_n);
+
+      // The unfused chain.
+      cuda::DeviceBuffer qkv_a = upload(qkv), ka = upload(cache_k), va = upload(cache_v);
+      cuda::DeviceBuffer out_a = poisoned<float>(static_cast<size_t>(q_n));
+      CU_ASSERT_OK(cuda::rope_kv_store(qkv_a.as<float>(), 1, c.n_head, qkv_n, dpos.as<int32_t>(),
+                                       rope, p.kv, ka.data(), va.data(), stream()));
+      CU_ASSERT_OK(cuda::attention_decode(p, qkv_a.as<float>(), ka.data(), va.data(),
+                                          out_a.as<float>(), ws.data(), ws_bytes, stream()));
+      const auto ref = download<float>(out_a, static_cast<size_t>(q_n));
+
+      // The fused step, twice over the same counters.
+      const int64_t n_counters = cuda::attention_decode_counters(p);
+      ASSERT_GT(n_counters, 0);
+      cuda::DeviceBuffer counters = upload(std::vector<uint32_t>(static_cast<size_t>(n_counters)));
+      cuda::DeviceBuffer qkv_b = upload(qkv), kb = upload(cache_k), vb = upload(cache_v);
+      cuda::DeviceBuffer q16_b = poisoned<uint8_t>(qb), q16_c = poisoned<uint8_t>(qb);
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa_b,
+                        cuda::quantized_activation_in(q16_b.data(), qb, q_n));
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa_c,
+                        cuda::quantized_activation_in(q16_c.data(), qb, q_n));
+      std::vector<float> got[2];
+      for (int run_i = 0; run_i < 2; ++run_i) {
+        cuda::DeviceBuffer out_b = poisoned<float>(static_cast<size_t>(q_n));
+        CU_ASSERT_OK(cuda::attention_decode_rope(
+            p, rope, qkv_b.as<float>(), kb.data(), vb.data(), out_b.as<float>(),
+            q16 ? &qa_b : nullptr, counters.as<unsigned>(), ws.data(), ws_bytes, stream()));
+        got[run_i] = download<float>(out_b, static_cast<size_t>(q_n));
+        if (q16 && run_i == 0) {
+          CU_ASSERT_OK(cuda::quantize_activation(out_b.as<float>(), qa_c, stream()));
+          EXPECT_EQ(download<uint8_t>(q16_b, qb), download<uint8_t>(q16_c, qb));
+        }
+      }
+      EXPECT_EQ(test::count_non_finite(got[0]), 0u);
+      EXPECT_LT(test::rel_l2(got[0], ref), 1e-6);
+      EXPECT_EQ(got[0], got[1]);
+      EXPECT_EQ(download<uint32_t>(counters, static_cast<size_t>(n_counters)),
+                std::vector<uint32_t>(static_cast<size_t>(n_counters)));
+      EXPECT_EQ(download<uint16_t>(kb, cache_k.size()), download<uint16_t>(ka, cache_k.size()));
+      EXPECT_EQ(download<uint16_t>(vb, cache_k.size()), download<uint16_t>(va, cache_k.size()));
+      EXPECT_EQ(download<float>(qkv_b, qkv.size()), qkv);  // the input row stays raw
+    }
+  }
+  // Bad input: an f32 cache, a bad n_rot, no counters.
+  cuda::DeviceBuffer b = poisoned<float>(4096);
+  cuda::AttentionParams p;
+  p.n_tokens = 1;
+  p.n_kv = 4;
+  p.n_head = 2;
+  p.kv = {DType::kBF16, 1, 64, 64, 0};
+  cpu::RopeParams rope;
+  rope.n_rot = 64;
+  unsigned* cnt = reinterpret_cast<unsigned*>(b.data());
+  rope.n_rot = 65;
+  EXPECT_EQ(cuda::attention_decode_rope(p, rope, b.as<float>(), b.data(), b.data(), b.as<float>(),
+                                        nullptr, cnt, b.data(), 4096, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  rope.n_rot = 64;
+  EXPECT_EQ(cuda::attention_decode_rope(p, rope, b.as<float>(), b.data(), b.data(), b.as<float>(),
+                                        nullptr, nullptr, b.data(), 4096, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  p.kv.dtype = DType::kF32;
+  EXPECT_NE(cuda::attention_decode_rope(p, rope, b.as<float>(), b.data(), b.data(), b.as<float>(),
+                                        nullptr, cnt, b.data(), 4096, stream())
+                .code(),
+            StatusCode::kOk);
+}
+
 TEST_F(CudaAttention, RejectsBadShapes) {
   cuda::DeviceBuffer b = poisoned<float>(4096);
   cuda::AttentionParams p;

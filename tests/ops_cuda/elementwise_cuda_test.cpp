@@ -221,7 +221,8 @@ TEST_F(CudaElementwise, RopeKvStoreMatchesRopeThenKvStore) {
 }
 
 // The decode fusion residual add + RMSNorm + int16 quantization against the reference and
-// against quantize_activation of its own output (register and looping kernels).
+// against quantize_activation of its own output (1, 2, 4 and 8 float4 a thread), and
+// rms_norm_row (the same without the quantization).
 TEST_F(CudaElementwise, RmsNormQ16MatchesTheReference) {
   uint64_t seed = 900;
   for (int64_t n : {32, 576, 1024, 1056, 4096, 8192, 14336}) {
@@ -248,8 +249,22 @@ TEST_F(CudaElementwise, RmsNormQ16MatchesTheReference) {
       if (with_res) EXPECT_LT(test::rel_l2(download<float>(dr, sum.size()), sum), 1e-7);
       CU_ASSERT_OK(cuda::quantize_activation(out.as<float>(), *qa2, stream()));
       EXPECT_EQ(download<uint8_t>(ws1, qb), download<uint8_t>(ws2, qb));
+      // Without the quantization (rms_norm_row): the same output and residual.
+      cuda::DeviceBuffer dr2 = upload(r0);
+      cuda::DeviceBuffer out2 = poisoned<float>(static_cast<size_t>(n));
+      CU_ASSERT_OK(cuda::rms_norm_row(dx.as<float>(), with_res ? dr2.as<float>() : nullptr,
+                                      dw.as<float>(), n, 1e-5f, out2.as<float>(), stream()));
+      EXPECT_EQ(download<float>(out2, static_cast<size_t>(n)), y);
+      if (with_res) {
+        EXPECT_EQ(download<float>(dr2, sum.size()), download<float>(dr, sum.size()));
+      }
     }
   }
+  cuda::DeviceBuffer b = poisoned<float>(64);
+  EXPECT_EQ(cuda::rms_norm_row(b.as<float>(), nullptr, b.as<float>(), 48, 1e-5f, b.as<float>(),
+                               stream())
+                .code(),
+            StatusCode::kInvalidArgument);  // not a multiple of 32
 }
 
 TEST_F(CudaElementwise, KvStoreWritesRowsAtAnOffset) {

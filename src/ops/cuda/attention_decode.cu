@@ -101,22 +101,69 @@ __device__ __forceinline__ void load_row(const void* base, int64_t elem,
   }
 }
 
+constexpr int kMaxSplits = 256;
+
+// kRope (the fused decode step, bf16 cache only): the group's q heads, and in the block that owns
+// the new position its k and v heads, are read raw from the qkv row into shared memory, rotated
+// there (cos/sin per pair computed once per block, in double like rope.cu), k and v are written
+// to the cache, and this block's row of the new position is taken from shared memory (the bf16
+// values just stored) rather than reloaded. Its ring row cannot be one another split reads: a
+// ring holds at least window rows.
+__device__ __forceinline__ void rope_pairs_smem(float* s_cs2, int64_t pos, const AttnRopeArgs& r) {
+  const int half = static_cast<int>(r.n_rot / 2);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const double inv_freq =
+        pow(r.freq_base, -2.0 * static_cast<double>(j) / static_cast<double>(r.n_rot));
+    const double theta = static_cast<double>(pos) * r.freq_scale * inv_freq;
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    s_cs2[2 * j] = static_cast<float>(cd);
+    s_cs2[2 * j + 1] = static_cast<float>(sd);
+  }
+}
+
 // grid: (n_splits, n_head_kv * n_groups); a group is up to kG query heads of one kv head.
-template <bool kBf16, int kD, int kG>
+template <bool kBf16, int kD, int kG, bool kRope>
 __global__ void __launch_bounds__(
     kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks>()))
     attn_decode_kernel(AttnArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
-                       int n_groups) {
+                       int n_groups, AttnRopeArgs r) {
   using C = DecCfg<kBf16, kD>;
   constexpr int E = C::kEpt;
   constexpr int SG = C::kSubgroups;
   constexpr int kRowsInFlight = rows_in_flight<kG>();
+  constexpr int kQ = kRope ? kG : 1;  // shared arrays the fused step alone uses
+  constexpr int kQD = kRope ? kD : 1;
   __shared__ float s_m[SG][kG];
   __shared__ float s_l[SG][kG];
   __shared__ float s_acc[SG][kG][kD];
+  __shared__ float s_q[kQ][kQD];      // kRope: the rotated q heads, at the end the output
+  __shared__ float s_new[2][kQD];     // kRope: the new k and v (bf16 values)
+  __shared__ float s_cs[kQD];         // kRope: cos, sin of each pair
+  __shared__ int s_last;
 
   pdl_begin();
+  const int hk = blockIdx.y / n_groups;
+  const int64_t ratio = a.n_head / a.n_head_kv;
+  const int64_t h0 = hk * ratio + static_cast<int64_t>(blockIdx.y % n_groups) * kG;
+  const int64_t left = hk * ratio + ratio - h0;  // query heads of this kv head from h0 on
+  const int ng = static_cast<int>(left < kG ? left : kG);
+  // kRope: the raw q heads of the group and the k and v heads, loaded before n_kv is known (they
+  // do not depend on it), so these loads, the n_kv load and the angles overlap.
+  constexpr int kRaw = kRope ? ((kG + 2) * kD + kThreads - 1) / kThreads : 1;
+  float raw[kRaw];
+  if constexpr (kRope) {
+#pragma unroll
+    for (int u = 0; u < kRaw; ++u) {
+      const int idx = threadIdx.x + u * kThreads;
+      const int g = idx / kD, d = idx % kD;
+      if (g < ng + 2) {
+        const int64_t src = g < ng ? h0 + g : a.n_head + (g - ng) * a.n_head_kv + hk;
+        raw[u] = q[src * kD + d];
+      }
+    }
+  }
   const DecRange range = dec_range(a, static_cast<int>(gridDim.x));
   const int split = blockIdx.x;
   if (split >= range.n_active) return;  // past the real positions (the merge skips it)
@@ -124,22 +171,63 @@ __global__ void __launch_bounds__(
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int sg = warp * C::kRpw + lane / C::kTpr;
   const int li = lane % C::kTpr;  // position in the row
-  const int hk = blockIdx.y / n_groups;
-  const int64_t ratio = a.n_head / a.n_head_kv;
-  const int64_t h0 = hk * ratio + static_cast<int64_t>(blockIdx.y % n_groups) * kG;
-  const int64_t left = hk * ratio + ratio - h0;  // query heads of this kv head from h0 on
-  const int ng = static_cast<int>(left < kG ? left : kG);
   const int64_t j_begin = range.lo + split * range.chunk;
   const int64_t j_end = min(range.end, j_begin + range.chunk);
   const auto ring = static_cast<uint32_t>(a.ring_rows);
+  const int64_t pos = range.end - 1;  // the new token (kRope)
+  const bool owner = kRope && split == range.n_active - 1;
 
   float qr[kG][E];
   const float qs = a.scale * kLog2e;
+  if constexpr (kRope) {
+    rope_pairs_smem(s_cs, pos, r);
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
+    for (int u = 0; u < kRaw; ++u) {
+      const int idx = threadIdx.x + u * kThreads;
+      const int g = idx / kD, d = idx % kD;
+      if (g < ng) {
+        s_q[g][d] = raw[u];
+      } else if (g < ng + 2) {
+        s_new[g - ng][d] = raw[u];
+      }
+    }
+    __syncthreads();
+    const int half = static_cast<int>(r.n_rot / 2);
+    const int nr = ng + (owner ? 1 : 0);  // heads to rotate
+    for (int idx = threadIdx.x; idx < nr * half; idx += kThreads) {
+      const int g = idx / half, j = idx % half;
+      float* xh = g < ng ? s_q[g] : s_new[0];
+      const int i0 = r.neox ? j : 2 * j, i1 = r.neox ? j + half : 2 * j + 1;
+      const float c = s_cs[2 * j], sn = s_cs[2 * j + 1];
+      const float x0 = xh[i0], x1 = xh[i1];
+      xh[i0] = x0 * c - x1 * sn;
+      xh[i1] = x0 * sn + x1 * c;
+    }
+    __syncthreads();
+    if (owner) {
+      const int64_t row = ring != 0 ? static_cast<int64_t>(static_cast<uint32_t>(pos) % ring) : pos;
+      const int64_t off = row * a.kv_row_stride + static_cast<int64_t>(hk) * kD;
+      for (int d = threadIdx.x; d < kD; d += kThreads) {
+        const uint16_t kb = f32_to_bf16_bits(s_new[0][d]), vb = f32_to_bf16_bits(s_new[1][d]);
+        static_cast<uint16_t*>(const_cast<void*>(k))[off + d] = kb;
+        static_cast<uint16_t*>(const_cast<void*>(v))[off + d] = vb;
+        s_new[0][d] = __uint_as_float(static_cast<uint32_t>(kb) << 16);
+        s_new[1][d] = __uint_as_float(static_cast<uint32_t>(vb) << 16);
+      }
+      __syncthreads();
+    }
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      qr[g][e] = g < ng ? q[(h0 + g) * kD + C::elem(li, e)] * qs : 0.0f;
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) qr[g][e] = g < ng ? s_q[g][C::elem(li, e)] * qs : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        qr[g][e] = g < ng ? q[(h0 + g) * kD + C::elem(li, e)] * qs : 0.0f;
+      }
     }
   }
   float m[kG], l[kG], acc[kG][E];
@@ -165,6 +253,15 @@ __global__ void __launch_bounds__(
       const int64_t off = row * a.kv_row_stride + head_off;
       load_row<kBf16, kD>(k, off, kr[t]);
       load_row<kBf16, kD>(v, off, vr[t]);
+      if constexpr (kRope) {
+        if (owner && j == pos) {  // the row this block just stored
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            kr[t][e] = s_new[0][C::elem(li, e)];
+            vr[t][e] = s_new[1][C::elem(li, e)];
+          }
+        }
+      }
     }
     float s[kRowsInFlight][kG];
 #pragma unroll
@@ -223,13 +320,86 @@ __global__ void __launch_bounds__(
     }
     const int64_t h = h0 + g;
     if (range.n_active == 1) {
-      out[h * kD + d] = o / lsum;
+      if constexpr (kRope) {
+        s_q[g][d] = o / lsum;
+      } else {
+        out[h * kD + d] = o / lsum;
+      }
     } else {
       ws_o[(static_cast<int64_t>(split) * a.n_head + h) * kD + d] = o;
       if (d == 0) {
         ws_ml[(static_cast<int64_t>(split) * a.n_head + h) * 2] = mx;
         ws_ml[(static_cast<int64_t>(split) * a.n_head + h) * 2 + 1] = lsum;
       }
+    }
+  }
+  if constexpr (kRope) {
+    if (range.n_active > 1) {
+      // The last block of this head group to finish merges every split (threadfence reduction).
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const unsigned prev = atomicAdd(&r.counters[blockIdx.y], 1u);
+        s_last = prev == static_cast<unsigned>(range.n_active - 1);
+      }
+      __syncthreads();
+      if (!s_last) return;
+      __threadfence();
+      // Per head (a warp each): split weights 2^(m_s - M) into shared memory, and the sum of l.
+      static_assert(SG * kD >= kMaxSplits, "split weights live in s_acc");
+      float* s_w = &s_acc[0][0][0];  // [kG][kMaxSplits]
+      for (int g = warp; g < ng; g += kWarps) {
+        const int64_t h = h0 + g;
+        float mx = -INFINITY;
+        for (int sp = lane; sp < range.n_active; sp += kWarp) {
+          mx = fmaxf(mx, __ldcg(ws_ml + (sp * a.n_head + h) * 2));
+        }
+        mx = warp_max(mx);
+        float lsum = 0.0f;
+        for (int sp = lane; sp < range.n_active; sp += kWarp) {
+          const float ms = __ldcg(ws_ml + (sp * a.n_head + h) * 2);
+          const float w = ms == -INFINITY ? 0.0f : exp2f(ms - mx);
+          s_w[g * kMaxSplits + sp] = w;
+          lsum = fmaf(__ldcg(ws_ml + (sp * a.n_head + h) * 2 + 1), w, lsum);
+        }
+        lsum = warp_sum(lsum);
+        if (lane == 0) s_l[0][g] = lsum;
+      }
+      __syncthreads();
+      // Four output elements a thread, 16-byte loads of each split's partial output.
+      for (int idx = threadIdx.x; idx < ng * kD / 4; idx += kThreads) {
+        const int g = idx * 4 / kD, d = idx * 4 % kD;
+        const int64_t h = h0 + g;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int sp = 0; sp < range.n_active; ++sp) {
+          const float4 p =
+              __ldcg(reinterpret_cast<const float4*>(ws_o + (sp * a.n_head + h) * kD + d));
+          const float w = s_w[g * kMaxSplits + sp];
+          o.x = fmaf(p.x, w, o.x);
+          o.y = fmaf(p.y, w, o.y);
+          o.z = fmaf(p.z, w, o.z);
+          o.w = fmaf(p.w, w, o.w);
+        }
+        const float inv = 1.0f / s_l[0][g];
+        s_q[g][d] = o.x * inv;
+        s_q[g][d + 1] = o.y * inv;
+        s_q[g][d + 2] = o.z * inv;
+        s_q[g][d + 3] = o.w * inv;
+      }
+      if (threadIdx.x == 0) r.counters[blockIdx.y] = 0;  // left zero for the next launch
+    }
+    __syncthreads();
+    // The output (and its int16 blocks), four elements a thread: 8-lane groups hold 32-element
+    // blocks, which never cross a head; every lane of a warp takes the same trip count.
+    for (int base = threadIdx.x - lane; base < ng * kD / 4; base += kThreads) {
+      const int idx = base + lane;
+      const bool valid = idx < ng * kD / 4;
+      const int g = valid ? idx * 4 / kD : 0, d = valid ? idx * 4 % kD : 0;
+      const int64_t i = (h0 + g) * kD + d;
+      const float4 o = make_float4(s_q[g][d], s_q[g][d + 1], s_q[g][d + 2], s_q[g][d + 3]);
+      if (valid) *reinterpret_cast<float4*>(out + i) = o;
+      if (r.q16 != nullptr) quantize4(o, i, valid, r.q16, r.q16_scale, r.q16_sum16);
     }
   }
 }
@@ -239,7 +409,6 @@ __global__ void __launch_bounds__(
 // thread (g, d) sums output element d over splits g, g + n_cg, ... (a few independent loads each
 // instead of a long chain), and the groups are added through shared memory. Only the splits
 // that hold positions (dec_range) are read; with one, the decode kernel wrote out itself.
-constexpr int kMaxSplits = 256;
 constexpr int kCombineGroups = 8;
 
 __global__ void attn_combine_kernel(AttnArgs a, const float* __restrict__ ws_o,
@@ -298,39 +467,55 @@ int sm_count() {
   return cached[dev];
 }
 
-template <bool kBf16, int kD, int kG>
-cudaError_t launch_t(const AttnArgs& a, const float* q, const void* k, const void* v, float* out,
-                     float* ws_o, float* ws_ml, int n_splits, int n_groups, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(a.n_head_kv * n_groups));
-  return launch_pdl(attn_decode_kernel<kBf16, kD, kG>, grid, dim3(kThreads), 0, stream, a, q, k, v,
-                    out, ws_o, ws_ml, n_groups);
+// Launch arguments shared by both decode paths.
+struct DecLaunch {
+  const float* q;
+  const void* k;
+  const void* v;
+  float* out;
+  float* ws_o;
+  float* ws_ml;
+  int n_splits, n_groups;
+  AttnRopeArgs r;
+};
+
+template <bool kBf16, int kD, int kG, bool kRope>
+cudaError_t launch_t(const AttnArgs& a, const DecLaunch& l, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(l.n_splits), static_cast<unsigned>(a.n_head_kv * l.n_groups));
+  return launch_pdl(attn_decode_kernel<kBf16, kD, kG, kRope>, grid, dim3(kThreads), 0, stream, a,
+                    l.q, l.k, l.v, l.out, l.ws_o, l.ws_ml, l.n_groups, l.r);
 }
 
-template <bool kBf16, int kD>
-cudaError_t launch_d(const AttnArgs& a, int g, const float* q, const void* k, const void* v,
-                     float* out, float* ws_o, float* ws_ml, int n_splits, int n_groups,
-                     cudaStream_t stream) {
+template <bool kBf16, int kD, bool kRope>
+cudaError_t launch_d(const AttnArgs& a, int g, const DecLaunch& l, cudaStream_t stream) {
   switch (g) {
-    case 1: return launch_t<kBf16, kD, 1>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
-    case 4: return launch_t<kBf16, kD, 4>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
-    default:
-      return launch_t<kBf16, kD, 8>(a, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    case 1: return launch_t<kBf16, kD, 1, kRope>(a, l, stream);
+    case 4: return launch_t<kBf16, kD, 4, kRope>(a, l, stream);
+    default: return launch_t<kBf16, kD, 8, kRope>(a, l, stream);
   }
 }
 
-template <bool kBf16>
-cudaError_t launch_b(const AttnArgs& a, int g, const float* q, const void* k, const void* v,
-                     float* out, float* ws_o, float* ws_ml, int n_splits, int n_groups,
-                     cudaStream_t stream) {
+template <bool kBf16, bool kRope>
+cudaError_t launch_b(const AttnArgs& a, int g, const DecLaunch& l, cudaStream_t stream) {
   switch (a.head_dim) {
-    case 64:
-      return launch_d<kBf16, 64>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
-    case 128:
-      return launch_d<kBf16, 128>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
-    case 256:
-      return launch_d<kBf16, 256>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
+    case 64: return launch_d<kBf16, 64, kRope>(a, g, l, stream);
+    case 128: return launch_d<kBf16, 128, kRope>(a, g, l, stream);
+    case 256: return launch_d<kBf16, 256, kRope>(a, g, l, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+// Grid shape and workspace split of one decode launch.
+DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace) {
+  g = group_heads(a);
+  DecLaunch l{};
+  l.n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
+  l.n_splits = attn_decode_splits(a);
+  l.ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]
+  l.ws_ml = l.ws_o == nullptr ? nullptr
+                              : l.ws_o + static_cast<int64_t>(l.n_splits) * a.n_head *
+                                             a.head_dim;  // [n_splits, n_head, 2]
+  return l;
 }
 
 }  // namespace
@@ -353,23 +538,40 @@ size_t attn_decode_workspace_bytes(const AttnArgs& a) {
   return static_cast<size_t>(s) * a.n_head * (a.head_dim + 2) * sizeof(float);
 }
 
+int attn_decode_counters(const AttnArgs& a) {
+  const int g = group_heads(a);
+  return static_cast<int>(a.n_head_kv * ((a.n_head / a.n_head_kv + g - 1) / g));
+}
+
 cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
                                float* out, void* workspace, cudaStream_t stream) {
-  const int g = group_heads(a);
-  const int n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
-  const int n_splits = attn_decode_splits(a);
-  auto* ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]
-  float* ws_ml = ws_o == nullptr ? nullptr
-                                 : ws_o + static_cast<int64_t>(n_splits) * a.n_head *
-                                              a.head_dim;  // [n_splits, n_head, 2]
+  int g = 0;
+  DecLaunch l = dec_launch(a, g, workspace);
+  l.q = q;
+  l.k = k;
+  l.v = v;
+  l.out = out;
   const cudaError_t err =
-      a.kv_bf16 ? launch_b<true>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream)
-                : launch_b<false>(a, g, q, k, v, out, ws_o, ws_ml, n_splits, n_groups, stream);
-  if (err != cudaSuccess || n_splits == 1) return err;
+      a.kv_bf16 ? launch_b<true, false>(a, g, l, stream) : launch_b<false, false>(a, g, l, stream);
+  if (err != cudaSuccess || l.n_splits == 1) return err;
   const int64_t n_cg = std::min<int64_t>(kCombineGroups, 1024 / a.head_dim);
   return launch_pdl(attn_combine_kernel, dim3(static_cast<unsigned>(a.n_head)),
-                    dim3(static_cast<unsigned>(a.head_dim * n_cg)), 0, stream, a, ws_o, ws_ml,
-                    n_splits, out);
+                    dim3(static_cast<unsigned>(a.head_dim * n_cg)), 0, stream, a, l.ws_o, l.ws_ml,
+                    l.n_splits, out);
+}
+
+cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
+                                    void* k, void* v, float* out, void* workspace,
+                                    cudaStream_t stream) {
+  if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
+  int g = 0;
+  DecLaunch l = dec_launch(a, g, workspace);
+  l.q = qkv;
+  l.k = k;
+  l.v = v;
+  l.out = out;
+  l.r = r;
+  return launch_b<true, true>(a, g, l, stream);
 }
 
 }  // namespace rinfer::cuda::kern

@@ -132,6 +132,34 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// The int16 activation blocks of matvec_q16 (quantize_q16.cu's layout), from four consecutive
+// elements per lane: v holds elements i..i+3 (i % 4 == 0) and lanes 8j..8j+7 of the warp hold one
+// 32-element block. scale = absmax / 32767 (0 for an all-zero block), q = round(v / scale), and
+// per 16 elements their f32 sum ((x + y) + (z + w) per lane, then over lane pairs). Every kernel
+// that writes these blocks (quantize_q16, the norm, GLU and attention fusions) uses this one
+// function, so their outputs agree bit for bit. The whole warp calls it; lanes with valid ==
+// false (whole 8-lane groups) take part in the shuffles and store nothing.
+__device__ __forceinline__ void quantize4(float4 v, int64_t i, bool valid, int16_t* q,
+                                          float* scale, float* sum16) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+  float s = (v.x + v.y) + (v.z + v.w);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  if (!valid) return;
+  const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+  const short4 qv = make_short4(static_cast<int16_t>(__float2int_rn(v.x * inv)),
+                                static_cast<int16_t>(__float2int_rn(v.y * inv)),
+                                static_cast<int16_t>(__float2int_rn(v.z * inv)),
+                                static_cast<int16_t>(__float2int_rn(v.w * inv)));
+  *reinterpret_cast<short4*>(q + i) = qv;
+  const int lane = threadIdx.x % kWarp;
+  if (lane % 8 == 0) scale[i / 32] = amax / 32767.0f;
+  if (lane % 4 == 0) sum16[i / 16] = s;
+}
+
 // Stores f32 as f32 or bf16.
 __device__ __forceinline__ void store_act(void* out, int64_t i, float v, bool bf16) {
   if (bf16) {

@@ -117,6 +117,25 @@ int attn_decode_splits(const AttnArgs& a);
 cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
                                float* out, void* workspace, cudaStream_t stream);
 
+// Decode with the new token's RoPE and KV store fused in and the splits merged by the last block
+// of each head group (one kernel): q is the raw qkv row [n_head q | n_head_kv k | n_head_kv v
+// heads] of the token at position n_kv - 1; q and k are rotated, k and v written to the bf16
+// cache row of that position (k, v non-const here), out [n_head, head_dim] f32 (+ int16 blocks
+// when q16 is set). counters: attn_decode_counters(a) ints, zero on entry, left zero.
+struct AttnRopeArgs {
+  int64_t n_rot = 0;
+  double freq_base = 10000.0, freq_scale = 1.0;
+  bool neox = false;
+  unsigned* counters = nullptr;
+  int16_t* q16 = nullptr;  // optional int16 output (quantize_q16 layout)
+  float* q16_scale = nullptr;
+  float* q16_sum16 = nullptr;
+};
+int attn_decode_counters(const AttnArgs& a);
+cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
+                                    void* k, void* v, float* out, void* workspace,
+                                    cudaStream_t stream);
+
 // Prefill: q [n_tokens, n_head, head_dim] f32 -> out [n_tokens, n_head, head_dim] f32 or bf16.
 // k, v bf16 (an f32 cache is converted into `workspace` first by the host side).
 cudaError_t launch_attn_prefill(const AttnArgs& a, const float* q, const uint16_t* k,

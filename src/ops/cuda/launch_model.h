@@ -18,7 +18,8 @@ cudaError_t launch_gather_rows(const float* src, int64_t src_stride, const int32
                                int64_t n_rows, int64_t n, float* dst, cudaStream_t s);
 
 // Decode fusions with the int16 activation quantization of matvec_q16 (n % 32 == 0):
-// [residual += x]; out = rms_norm(residual or x) * w, and q/scale/sum16 of out.
+// [residual += x]; out = rms_norm(residual or x) * w, and q/scale/sum16 of out (none when q is
+// null); one block, n <= 32768.
 cudaError_t launch_rms_norm_q16(const float* x, float* residual, const float* w, int64_t n,
                                 float eps, float* out, int16_t* q, float* scale, float* sum16,
                                 cudaStream_t s);

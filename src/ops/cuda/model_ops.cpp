@@ -75,14 +75,30 @@ Status check_q16(int64_t n, const QuantizedActivation& qa, const char* op) {
 
 }  // namespace
 
+constexpr int64_t kMaxNormRow = 32768;
+
 Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, float eps,
                     float* out, const QuantizedActivation& qa, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_q16(n, qa, "rms_norm_q16"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_q16"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_q16"));
+  if (n > kMaxNormRow) return invalid_argument("rms_norm_q16: n {} over {}", n, kMaxNormRow);
   return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, qa.q, qa.scale, qa.sum16,
                                             stream),
                   "rms_norm_q16 launch");
+}
+
+Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, float eps,
+                    float* out, cudaStream_t stream) {
+  if (n <= 0 || n % 32 != 0 || n > kMaxNormRow) {
+    return invalid_argument("rms_norm_row: n {} must be a positive multiple of 32, at most {}", n,
+                            kMaxNormRow);
+  }
+  RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_row"));
+  RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_row"));
+  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr,
+                                            stream),
+                  "rms_norm_row launch");
 }
 
 Status glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,

@@ -37,8 +37,12 @@ Status gather_rows(const float* src, int64_t src_stride, const int32_t* rows, in
 // Decode fusions with quantize_activation (one row, n a multiple of 32, qa.n == n):
 // residual != nullptr: residual += x, out = rms_norm(residual) * w; else out = rms_norm(x) * w.
 // out (f32 [n]) and qa receive the result (qa exactly as quantize_activation(out) would).
+// n <= 32768 (one block holds the row in registers).
 Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, float eps,
                     float* out, const QuantizedActivation& qa, cudaStream_t stream);
+// The same kernel without the quantization (decode with f32 activations: bf16/f16 weights).
+Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, float eps,
+                    float* out, cudaStream_t stream);
 // out = silu(gate) * up, or gelu_tanh(gate) * up when gelu; and qa = quantized out.
 Status glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                const QuantizedActivation& qa, cudaStream_t stream);

@@ -50,95 +50,64 @@ __global__ void gather_rows_kernel(const float* src, int64_t src_stride, const i
   dst[idx] = src[static_cast<int64_t>(rows[r]) * src_stride + i];
 }
 
-// Quantizes v (this lane's element of a 32-element block) to int16 like quantize_q16.cu:
-// scale = absmax / 32767, q = round(v / scale), per 16 elements the exact f32 sum.
-__device__ __forceinline__ void quantize_lane(float v, int64_t i, int16_t* q, float* scale,
-                                              float* sum16) {
-  const int lane = threadIdx.x % kWarp;
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  float sm = v;
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) sm += __shfl_xor_sync(0xffffffffu, sm, o);
-  const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-  q[i] = static_cast<int16_t>(__float2int_rn(v * inv));
-  if (lane == 0) scale[i / 32] = amax / 32767.0f;
-  if (lane % 16 == 0) sum16[i / 16] = sm;
-}
-
-// One row (decode): [residual += x]; out = rms_norm(.) * w as f32 and as int16 blocks.
-// n % 32 == 0; blockDim.x a multiple of 32.
+// One row (decode): [residual += x]; out = rms_norm(.) * w as f32 and (q != nullptr) as int16
+// blocks. A thread holds float4 number i4 = threadIdx.x + k blockDim.x (k < K) in registers, so
+// the residual is read and written once; the norm weights do not depend on the previous kernel
+// and are loaded before waiting for it (PDL). n % 32 == 0 and n <= 4 K blockDim.x; blockDim.x a
+// multiple of 32.
+template <int K>
 __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float* __restrict__ w,
                                     int64_t n, float eps, float* out, int16_t* q, float* scale,
                                     float* sum16) {
   __shared__ float scratch[32];
+  const int64_t n4 = n / 4;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 wv[K], v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    wv[k] = i4 < n4 ? ld_f4(w + 4 * i4) : zero;
+  }
   pdl_begin();
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = x[i];
-    if (residual != nullptr) {
-      v += residual[i];
-      residual[i] = v;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    v[k] = zero;
+    if (i4 < n4) {
+      v[k] = ld_f4(x + 4 * i4);
+      if (residual != nullptr) {
+        const float4 r = *reinterpret_cast<const float4*>(residual + 4 * i4);
+        v[k] = make_float4(v[k].x + r.x, v[k].y + r.y, v[k].z + r.z, v[k].w + r.w);
+      }
     }
-    ss = fmaf(v, v, ss);
-  }
-  ss = block_sum(ss, scratch);
-  const float sc = static_cast<float>(
-      1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
-  const float* src = residual != nullptr ? residual : x;
-  // Whole warps walk whole 32-element blocks, so each block's lanes quantize together.
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = src[i] * sc * w[i];
-    out[i] = v;
-    quantize_lane(v, i, q, scale, sum16);
-  }
-}
-
-// The same with the row held in registers: K elements a thread (i = threadIdx.x + k blockDim.x),
-// so the residual is read and written once and nothing waits on a second pass over memory; the
-// loads of a thread are all issued before the first use. n % 32 == 0, n <= K * blockDim.x.
-template <int K>
-__global__ void rms_norm_q16_reg_kernel(const float* x, float* residual,
-                                        const float* __restrict__ w, int64_t n, float eps,
-                                        float* out, int16_t* q, float* scale, float* sum16) {
-  __shared__ float scratch[32];
-  pdl_begin();
-  float v[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    v[k] = 0.0f;
-    if (i < n) v[k] = residual != nullptr ? x[i] + residual[i] : x[i];
   }
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < n && residual != nullptr) residual[i] = v[k];
-    ss = fmaf(v[k], v[k], ss);
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i4 < n4 && residual != nullptr) *reinterpret_cast<float4*>(residual + 4 * i4) = v[k];
+    ss = fmaf(v[k].x, v[k].x, ss);
+    ss = fmaf(v[k].y, v[k].y, ss);
+    ss = fmaf(v[k].z, v[k].z, ss);
+    ss = fmaf(v[k].w, v[k].w, ss);
   }
   ss = block_sum(ss, scratch);
   const float sc = static_cast<float>(
       1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < n) {  // whole warps (n and blockDim.x multiples of 32)
-      const float o = v[k] * sc * w[i];
-      out[i] = o;
-      quantize_lane(o, i, q, scale, sum16);
-    }
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    const bool valid = i4 < n4;  // whole 8-lane groups (n % 32 == 0)
+    const float4 o = make_float4(v[k].x * sc * wv[k].x, v[k].y * sc * wv[k].y,
+                                 v[k].z * sc * wv[k].z, v[k].w * sc * wv[k].w);
+    if (valid) *reinterpret_cast<float4*>(out + 4 * i4) = o;
+    if (q != nullptr) quantize4(o, 4 * i4, valid, q, scale, sum16);
   }
 }
 
-// SwiGLU / GeGLU (tanh) of one row with the output also quantized to int16 blocks.
-__global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bool gelu, float* out,
-                               int16_t* q, float* scale, float* sum16) {
-  pdl_begin();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;  // n % 32 == 0: whole warps return together
-  const float g = gate[i], u = up[i];
+// SwiGLU / GeGLU (tanh) of one row with the output also quantized to int16 blocks; four
+// elements a thread.
+__device__ __forceinline__ float glu1(float g, float u, bool gelu) {
   float a;
   if (gelu) {
     const float c = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -146,9 +115,22 @@ __global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bo
   } else {
     a = g / (1.0f + expf(-g));
   }
-  const float v = a * u;
-  out[i] = v;
-  quantize_lane(v, i, q, scale, sum16);
+  return a * u;
+}
+
+__global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bool gelu, float* out,
+                               int16_t* q, float* scale, float* sum16) {
+  pdl_begin();
+  const int64_t i4 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool valid = i4 < n / 4;  // n % 32 == 0: whole 8-lane groups
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (valid) {
+    const float4 g = ld_f4(gate + 4 * i4), u = ld_f4(up + 4 * i4);
+    o = make_float4(glu1(g.x, u.x, gelu), glu1(g.y, u.y, gelu), glu1(g.z, u.z, gelu),
+                    glu1(g.w, u.w, gelu));
+    *reinterpret_cast<float4*>(out + 4 * i4) = o;
+  }
+  quantize4(o, 4 * i4, valid, q, scale, sum16);
 }
 
 }  // namespace
@@ -156,32 +138,34 @@ __global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bo
 cudaError_t launch_rms_norm_q16(const float* x, float* residual, const float* w, int64_t n,
                                 float eps, float* out, int16_t* q, float* scale, float* sum16,
                                 cudaStream_t s) {
-  // Rows of up to 8192 in registers (one element a thread up to 1024); longer rows loop.
-  if (n <= 1024) {
-    return launch_pdl(rms_norm_q16_reg_kernel<1>, dim3(1), dim3(static_cast<unsigned>(n)), 0, s, x,
-                      residual, w, n, eps, out, q, scale, sum16);
+  // About 256 threads, each holding K float4 (K = 1, 2, 4, 8), up to 1024 threads.
+  const int64_t n4 = n / 4;
+  int k = 1;
+  while (k < 8 && n4 > 256 * k) k *= 2;
+  const int64_t per = (n4 + k - 1) / k;
+  const auto threads = static_cast<unsigned>((per + kWarp - 1) / kWarp * kWarp);
+  if (threads > 1024) return cudaErrorInvalidValue;  // n > 32768: checked by the caller
+  const dim3 grid(1);
+  switch (k) {
+    case 1:
+      return launch_pdl(rms_norm_q16_kernel<1>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
+                        out, q, scale, sum16);
+    case 2:
+      return launch_pdl(rms_norm_q16_kernel<2>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
+                        out, q, scale, sum16);
+    case 4:
+      return launch_pdl(rms_norm_q16_kernel<4>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
+                        out, q, scale, sum16);
+    default:
+      return launch_pdl(rms_norm_q16_kernel<8>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
+                        out, q, scale, sum16);
   }
-  if (n <= 2048) {
-    return launch_pdl(rms_norm_q16_reg_kernel<2>, dim3(1), dim3(1024), 0, s, x, residual, w, n, eps,
-                      out, q, scale, sum16);
-  }
-  if (n <= 4096) {
-    return launch_pdl(rms_norm_q16_reg_kernel<4>, dim3(1), dim3(1024), 0, s, x, residual, w, n, eps,
-                      out, q, scale, sum16);
-  }
-  if (n <= 8192) {
-    return launch_pdl(rms_norm_q16_reg_kernel<8>, dim3(1), dim3(1024), 0, s, x, residual, w, n, eps,
-                      out, q, scale, sum16);
-  }
-  const int threads = 1024;
-  return launch_pdl(rms_norm_q16_kernel, dim3(1), dim3(threads), 0, s, x, residual, w, n, eps, out,
-                    q, scale, sum16);
 }
 
 cudaError_t launch_glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                            int16_t* q, float* scale, float* sum16, cudaStream_t s) {
-  return launch_pdl(glu_q16_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, s, gate, up, n, gelu,
-                    out, q, scale, sum16);
+  return launch_pdl(glu_q16_kernel, dim3(blocks_for(n / 4)), dim3(kThreads), 0, s, gate, up, n,
+                    gelu, out, q, scale, sum16);
 }
 
 cudaError_t launch_add(const float* a, const float* b, int64_t n, float* out, cudaStream_t s) {

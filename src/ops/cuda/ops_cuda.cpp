@@ -390,6 +390,53 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
                   "attention_decode launch");
 }
 
+int64_t attention_decode_counters(const AttentionParams& p) {
+  if (p.kv.n_head_kv <= 0 || p.n_head <= 0) return 0;
+  kern::AttnArgs a{1, std::max<int64_t>(p.n_kv, 1), p.n_head, p.kv.n_head_kv, p.kv.head_dim,
+                   p.kv.kv_row_stride, p.scale, true};
+  return kern::attn_decode_counters(a);
+}
+
+Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
+                             const float* qkv, void* k_cache, void* v_cache, float* out,
+                             const QuantizedActivation* out_q16, unsigned* counters,
+                             void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "attention_decode_rope";
+  if (p.n_tokens != 1) return invalid_argument("{}: n_tokens {} (decode takes one token)", op, p.n_tokens);
+  if (p.kv.dtype != DType::kBF16) {
+    return unsupported("{}: KV cache dtype {} (bf16 only)", op, dtype_name(p.kv.dtype));
+  }
+  RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a, attn_args(p, qkv, k_cache, v_cache, out, op));
+  const int64_t hd = p.kv.head_dim;
+  if (rope.n_rot <= 0 || rope.n_rot > hd || rope.n_rot % 2 != 0) {
+    return invalid_argument("{}: n_rot {} must be even and in (0, head_dim {}]", op, rope.n_rot,
+                            hd);
+  }
+  const size_t need = kern::attn_decode_workspace_bytes(a);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need)) {
+    return invalid_argument("{}: needs a {}-byte workspace, got {}", op, need, workspace_bytes);
+  }
+  if (counters == nullptr) return invalid_argument("{}: null counters", op);
+  if (!aligned16(out)) return invalid_argument("{}: out must be 16-byte aligned", op);
+  kern::AttnRopeArgs r;
+  r.n_rot = rope.n_rot;
+  r.freq_base = static_cast<double>(rope.freq_base);
+  r.freq_scale = static_cast<double>(rope.freq_scale);
+  r.neox = rope.mode == cpu::RopeMode::kNeox;
+  r.counters = counters;
+  if (out_q16 != nullptr) {
+    if (out_q16->n != p.n_head * hd || out_q16->q == nullptr) {
+      return invalid_argument("{}: int16 output of {} elements for {} heads of {}", op, out_q16->n,
+                              p.n_head, hd);
+    }
+    r.q16 = out_q16->q;
+    r.q16_scale = out_q16->scale;
+    r.q16_sum16 = out_q16->sum16;
+  }
+  return launched(kern::launch_attn_decode_rope(a, r, qkv, k_cache, v_cache, out, workspace, stream),
+                  "attention_decode_rope launch");
+}
+
 size_t attention_prefill_workspace_bytes(const AttentionParams& p) {
   if (p.kv.dtype != DType::kF32 || p.n_kv <= 0) return 0;
   return 2 * static_cast<size_t>(prefill_rows(p)) * static_cast<size_t>(p.kv.n_head_kv) *

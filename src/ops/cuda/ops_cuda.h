@@ -195,6 +195,20 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
                         const void* v_cache, float* out, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream);
 
+// The decode step's RoPE, KV store and attention in one kernel (the splits are merged by the last
+// block of each head group, so no second kernel either). qkv: the raw f32 row of the new token,
+// [n_head q | n_head_kv k | n_head_kv v] heads of head_dim, at position n_kv - 1 (n_kv from
+// p.n_kv_device when set, as attention_decode); q and k are rotated by `rope` exactly as
+// rope_kv_store does, k and v go to the bf16 cache row of that position, and the attention
+// output to out [n_head, head_dim] f32 and, when out_q16 is not null (n_head * head_dim
+// elements), to its int16 blocks too. counters: attention_decode_counters(p) unsigned ints,
+// zero before the first call; each call leaves them zero. workspace as attention_decode.
+int64_t attention_decode_counters(const AttentionParams& p);
+Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
+                             const float* qkv, void* k_cache, void* v_cache, float* out,
+                             const QuantizedActivation* out_q16, unsigned* counters,
+                             void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 // Prefill (any n_tokens >= 1), FlashAttention-2 tiles on the tensor cores: q [n_tokens, n_head,
 // head_dim] f32 (16-byte aligned) -> out [n_tokens, n_head, head_dim] f32 or bf16. Q, K, V and
 // the probabilities are rounded to bf16 (f32 accumulation): bf16-level error for either cache

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <optional>
 
 #include "core/cuda/cublas_lt.h"
@@ -197,6 +198,7 @@ class LlamaCudaModel final : public DecoderModel {
   uint64_t weight_device_bytes_ = 0;
   int64_t qkv_dim_ = 0, q_dim_ = 0, kv_dim_ = 0;
   size_t gemm_ws_bytes_ = 0;
+  DeviceBuffer attn_counters_;  // cuda::attention_decode_rope's counters (zero between launches)
 
   size_t pinned_in_bytes() const {
     return static_cast<size_t>(3 * opts_.max_batch + 1) * sizeof(int32_t);
@@ -432,6 +434,19 @@ Status LlamaCudaModel::finish_load() {
     }
   }
   note_bytes(static_cast<int64_t>(weight_device_bytes_));
+  // The split-merge counters of the fused decode attention: zero once here, left zero by every
+  // launch (layers run one after another, so they share them).
+  cuda::AttentionParams ap;
+  ap.n_tokens = 1;
+  ap.n_head = hp_.n_head;
+  ap.kv.n_head_kv = hp_.n_head_kv;
+  const auto n_counters = static_cast<size_t>(cuda::attention_decode_counters(ap));
+  RINFER_ASSIGN_OR_RETURN(attn_counters_,
+                          DeviceBuffer::create(std::max<size_t>(n_counters, 1) * sizeof(unsigned),
+                                               device_, stream_.get(), alloc_));
+  RINFER_CUDA_RETURN(
+      cudaMemsetAsync(attn_counters_.data(), 0, attn_counters_.bytes(), stream_.get()));
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_.get()));
   return ok_status();
 }
 
@@ -590,15 +605,18 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
                                            const Scratch& s, bool bf16_out, bool want_q16) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
-  if (want_q16 && nt == 1 && opts_.fusion.residual_norm && e % 32 == 0) {
+  if (nt == 1 && opts_.fusion.residual_norm && e % 32 == 0 && e <= 32768) {
+    // Decode: one kernel, the row in registers; delta == nullptr: plain norm of x, else the
+    // residual x += delta and the norm of x; with want_q16 also the int16 form.
+    const float* in = delta == nullptr ? x : delta;
+    float* res = delta == nullptr ? nullptr : x;
+    if (!want_q16) {
+      RINFER_RETURN_IF_ERROR(cuda::rms_norm_row(in, res, w, e, hp_.norm_eps, s.h, st));
+      return false;
+    }
     RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
                             cuda::quantized_activation_in(s.q16, s.q16_bytes, e));
-    // delta == nullptr: plain norm of x; else residual x += delta, norm of x.
-    if (delta == nullptr) {
-      RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(x, nullptr, w, e, hp_.norm_eps, s.h, qa, st));
-    } else {
-      RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(delta, x, w, e, hp_.norm_eps, s.h, qa, st));
-    }
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(in, res, w, e, hp_.norm_eps, s.h, qa, st));
     return true;
   }
   void* out = bf16_out ? static_cast<void*>(s.hb) : static_cast<void*>(s.h);
@@ -675,18 +693,6 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   kl.ring_rows = rows < kv_n_ctx_ ? rows : 0;
   void* kc = kv.k[static_cast<size_t>(il)].data();
   void* vc = kv.v[static_cast<size_t>(il)].data();
-  if (opts_.fusion.qkv) {
-    // RoPE of q and k and the K/V store in one kernel (rows at s.positions).
-    RINFER_RETURN_IF_ERROR(
-        cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl, kc, vc, st));
-  } else {
-    // q and k heads are adjacent in each qkv row and rotate alike: one launch for both.
-    RINFER_RETURN_IF_ERROR(
-        cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
-    RINFER_RETURN_IF_ERROR(
-        cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st, decode ? s.positions : nullptr));
-  }
-
   cuda::AttentionParams ap;
   ap.n_tokens = nt;
   ap.n_kv = n_past + nt;
@@ -694,22 +700,48 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   ap.kv = kl;
   ap.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = window;
-  if (decode) {
+  bool aq = false;  // the attention output's int16 form is in s.q16
+  if (decode && opts_.fusion.qkv) {
+    // RoPE, the K/V store, attention and (for a quantized Wo) the int16 form of its output in
+    // one kernel.
     ap.n_kv_device = s.n_kv;
     ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
-    RINFER_RETURN_IF_ERROR(
-        cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws, s.attn_ws_bytes, st));
+    std::optional<cuda::QuantizedActivation> oq;
+    if (any_q16({&d.wo}) && q_dim_ % 32 == 0) {
+      RINFER_ASSIGN_OR_RETURN(oq, cuda::quantized_activation_in(s.q16, s.q16_bytes, q_dim_));
+    }
+    RINFER_RETURN_IF_ERROR(cuda::attention_decode_rope(
+        ap, rope, q, kc, vc, s.attn, oq ? &*oq : nullptr, attn_counters_.as<unsigned>(),
+        s.attn_ws, s.attn_ws_bytes, st));
+    aq = oq.has_value();
   } else {
-    // The prefill kernel reads contiguous queries.
-    RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.q, q_dim_ * 4, q, qkv_dim_ * 4, q_dim_ * 4, nt,
-                                         cudaMemcpyDeviceToDevice, st));
-    RINFER_RETURN_IF_ERROR(cuda::attention_prefill(ap, s.q, kc, vc, DType::kBF16, s.attnb,
-                                                   s.attn_ws, s.attn_ws_bytes, st));
+    if (opts_.fusion.qkv) {
+      // RoPE of q and k and the K/V store in one kernel (rows at s.positions).
+      RINFER_RETURN_IF_ERROR(
+          cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl, kc, vc, st));
+    } else {
+      // q and k heads are adjacent in each qkv row and rotate alike: one launch for both.
+      RINFER_RETURN_IF_ERROR(
+          cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
+      RINFER_RETURN_IF_ERROR(cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st,
+                                            decode ? s.positions : nullptr));
+    }
+    if (decode) {
+      ap.n_kv_device = s.n_kv;
+      ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
+      RINFER_RETURN_IF_ERROR(
+          cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws, s.attn_ws_bytes, st));
+    } else {
+      // The prefill kernel reads contiguous queries.
+      RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.q, q_dim_ * 4, q, qkv_dim_ * 4, q_dim_ * 4, nt,
+                                           cudaMemcpyDeviceToDevice, st));
+      RINFER_RETURN_IF_ERROR(cuda::attention_prefill(ap, s.q, kc, vc, DType::kBF16, s.attnb,
+                                                     s.attn_ws, s.attn_ws_bytes, st));
+    }
   }
 
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
-  bool aq = false;
-  if (decode) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
+  if (decode && !aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
   RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
   if (d.post_attn_norm != nullptr) {
     RINFER_RETURN_IF_ERROR(
