@@ -73,9 +73,10 @@ __host__ __device__ constexpr int rows_in_flight() {
 // Blocks per SM the register budget must allow: the splits aim at 4 per SM (at most 128
 // registers a thread), which holds when a thread's q and accumulators (2 kG kEpt floats) fit in
 // 64 registers with one 16-byte load per row; wider groups run fewer blocks without spilling.
-template <int kG, int kEpt, int kChunks>
+// The fused RoPE step keeps the first K/V rows in registers across its prologue: 3 blocks.
+template <int kG, int kEpt, int kChunks, bool kRope = false>
 __host__ __device__ constexpr int min_blocks() {
-  return kG * kEpt <= 32 && kChunks == 1 ? 4 : 1;
+  return kG * kEpt <= 32 && kChunks == 1 ? (kRope ? 3 : 4) : 1;
 }
 
 // Loads a lane's kEpt elements of one row; `elem` is the row's first element + li * kVec.
@@ -101,6 +102,37 @@ __device__ __forceinline__ void load_row(const void* base, int64_t elem,
   }
 }
 
+// One step's K and V rows of a sub-group: positions base + t * SG + sg (t < R); rows past j_end
+// read position j_begin's row and are marked invalid.
+template <bool kBf16, int kD, int R, int SG, bool kZeroInvalid>
+__device__ __forceinline__ void load_kv_step(const AttnArgs& a, const void* k, const void* v,
+                                             int64_t base, int64_t j_begin, int64_t j_end, int sg,
+                                             int64_t head_off, uint32_t ring,
+                                             float (&kr)[R][DecCfg<kBf16, kD>::kEpt],
+                                             float (&vr)[R][DecCfg<kBf16, kD>::kEpt],
+                                             bool (&valid)[R]) {
+#pragma unroll
+  for (int t = 0; t < R; ++t) {
+    const int64_t j = base + t * SG + sg;
+    valid[t] = j < j_end;
+    int64_t row = valid[t] ? j : j_begin;
+    if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
+    const int64_t off = row * a.kv_row_stride + head_off;
+    load_row<kBf16, kD>(k, off, kr[t]);
+    load_row<kBf16, kD>(v, off, vr[t]);
+  }
+  // An invalid row's values are never used, but its V enters acc += 0 * v: kZeroInvalid zeroes
+  // it when the row it read may not hold finite numbers yet (the fused step loads the new row
+  // before storing it; elsewhere j_begin's row is a stored position).
+  if constexpr (kZeroInvalid) {
+#pragma unroll
+    for (int t = 0; t < R; ++t) {
+#pragma unroll
+      for (int e = 0; e < DecCfg<kBf16, kD>::kEpt; ++e) vr[t][e] = valid[t] ? vr[t][e] : 0.0f;
+    }
+  }
+}
+
 constexpr int kMaxSplits = 256;
 
 // kRope (the fused decode step, bf16 cache only): the group's q heads, and in the block that owns
@@ -109,12 +141,12 @@ constexpr int kMaxSplits = 256;
 // to the cache, and this block's row of the new position is taken from shared memory (the bf16
 // values just stored) rather than reloaded. Its ring row cannot be one another split reads: a
 // ring holds at least window rows.
+// The inverse frequencies come from the host (AttnRopeArgs::inv_freq, the expression rope.cu
+// evaluates on the device), which leaves one double sincos per pair on the block's path.
 __device__ __forceinline__ void rope_pairs_smem(float* s_cs2, int64_t pos, const AttnRopeArgs& r) {
   const int half = static_cast<int>(r.n_rot / 2);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const double inv_freq =
-        pow(r.freq_base, -2.0 * static_cast<double>(j) / static_cast<double>(r.n_rot));
-    const double theta = static_cast<double>(pos) * r.freq_scale * inv_freq;
+    const double theta = static_cast<double>(pos) * r.freq_scale * r.inv_freq[j];
     double sd, cd;
     sincos(theta, &sd, &cd);
     s_cs2[2 * j] = static_cast<float>(cd);
@@ -125,7 +157,7 @@ __device__ __forceinline__ void rope_pairs_smem(float* s_cs2, int64_t pos, const
 // grid: (n_splits, n_head_kv * n_groups); a group is up to kG query heads of one kv head.
 template <bool kBf16, int kD, int kG, bool kRope>
 __global__ void __launch_bounds__(
-    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks>()))
+    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope>()))
     attn_decode_kernel(AttnArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
                        int n_groups, AttnRopeArgs r) {
@@ -142,6 +174,7 @@ __global__ void __launch_bounds__(
   __shared__ float s_new[2][kQD];     // kRope: the new k and v (bf16 values)
   __shared__ float s_cs[kQD];         // kRope: cos, sin of each pair
   __shared__ int s_last;
+  static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
 
   pdl_begin();
   const int hk = blockIdx.y / n_groups;
@@ -176,6 +209,15 @@ __global__ void __launch_bounds__(
   const auto ring = static_cast<uint32_t>(a.ring_rows);
   const int64_t pos = range.end - 1;  // the new token (kRope)
   const bool owner = kRope && split == range.n_active - 1;
+
+  // kRope: the first step's K/V rows are requested before the RoPE work (independent of it).
+  const int64_t head_off = static_cast<int64_t>(hk) * kD + li * C::kVec;
+  float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
+  bool valid[kRowsInFlight];
+  if constexpr (kRope) {
+    load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, j_begin, j_begin, j_end, sg, head_off,
+                                               ring, kr, vr, valid);
+  }
 
   float qr[kG][E];
   const float qs = a.scale * kLog2e;
@@ -239,22 +281,16 @@ __global__ void __launch_bounds__(
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
 
-  const int64_t head_off = static_cast<int64_t>(hk) * kD + li * C::kVec;
   // The trip count is the same for every thread (the shuffles below need whole warps).
   for (int64_t base = j_begin; base < j_end; base += SG * kRowsInFlight) {
-    float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
-    bool valid[kRowsInFlight];
+    if (!kRope || base != j_begin) {
+      load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg, head_off, ring,
+                                                 kr, vr, valid);
+    }
+    if constexpr (kRope) {
 #pragma unroll
-    for (int t = 0; t < kRowsInFlight; ++t) {
-      const int64_t j = base + t * SG + sg;
-      valid[t] = j < j_end;
-      int64_t row = valid[t] ? j : j_begin;
-      if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
-      const int64_t off = row * a.kv_row_stride + head_off;
-      load_row<kBf16, kD>(k, off, kr[t]);
-      load_row<kBf16, kD>(v, off, vr[t]);
-      if constexpr (kRope) {
-        if (owner && j == pos) {  // the row this block just stored
+      for (int t = 0; t < kRowsInFlight; ++t) {
+        if (owner && base + t * SG + sg == pos) {  // the row this block just stored
 #pragma unroll
           for (int e = 0; e < E; ++e) {
             kr[t][e] = s_new[0][C::elem(li, e)];
@@ -308,16 +344,29 @@ __global__ void __launch_bounds__(
     for (int e = 0; e < E; ++e) s_acc[sg][g][C::elem(li, e)] = acc[g][e];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < ng * kD; idx += kThreads) {
-    const int g = idx / kD, d = idx % kD;
+  // Per head, once: the sub-groups' weights 2^(m_i - M) (into s_m) and the total l (s_l[0]).
+  if (threadIdx.x < ng) {
+    const int g = threadIdx.x;
     float mx = -INFINITY;
+#pragma unroll
     for (int i = 0; i < SG; ++i) mx = fmaxf(mx, s_m[i][g]);
-    float lsum = 0.0f, o = 0.0f;
+    float lsum = 0.0f;
+#pragma unroll
     for (int i = 0; i < SG; ++i) {
       const float w = s_m[i][g] == -INFINITY ? 0.0f : exp2f(s_m[i][g] - mx);
       lsum = fmaf(s_l[i][g], w, lsum);
-      o = fmaf(s_acc[i][g][d], w, o);
+      s_m[i][g] = w;
     }
+    s_l[0][g] = lsum;
+    s_l[1][g] = mx;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * kD; idx += kThreads) {
+    const int g = idx / kD, d = idx % kD;
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SG; ++i) o = fmaf(s_acc[i][g][d], s_m[i][g], o);
+    const float lsum = s_l[0][g], mx = s_l[1][g];
     const int64_t h = h0 + g;
     if (range.n_active == 1) {
       if constexpr (kRope) {

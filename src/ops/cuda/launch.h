@@ -124,7 +124,8 @@ cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k,
 // when q16 is set). counters: attn_decode_counters(a) ints, zero on entry, left zero.
 struct AttnRopeArgs {
   int64_t n_rot = 0;
-  double freq_base = 10000.0, freq_scale = 1.0;
+  double freq_scale = 1.0;
+  double inv_freq[128] = {};  // pair j: freq_base^(-2j / n_rot), j < n_rot / 2 <= 128
   bool neox = false;
   unsigned* counters = nullptr;
   int16_t* q16 = nullptr;  // optional int16 output (quantize_q16 layout)

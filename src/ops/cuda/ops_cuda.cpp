@@ -2,6 +2,7 @@
 #include "ops/cuda/ops_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
@@ -420,8 +421,11 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
   if (!aligned16(out)) return invalid_argument("{}: out must be 16-byte aligned", op);
   kern::AttnRopeArgs r;
   r.n_rot = rope.n_rot;
-  r.freq_base = static_cast<double>(rope.freq_base);
   r.freq_scale = static_cast<double>(rope.freq_scale);
+  for (int64_t j = 0; j < rope.n_rot / 2; ++j) {  // as rope.cu evaluates them
+    r.inv_freq[j] = std::pow(static_cast<double>(rope.freq_base),
+                             -2.0 * static_cast<double>(j) / static_cast<double>(rope.n_rot));
+  }
   r.neox = rope.mode == cpu::RopeMode::kNeox;
   r.counters = counters;
   if (out_q16 != nullptr) {
