@@ -9,10 +9,11 @@
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
 //                  [--quick] [--out FILE.json]
-//   llm_cuda_bench --profile [--shape S] [--format F] [--decode-tokens N]
+//   llm_cuda_bench --profile [--shape S] [--format F] [--decode-tokens N | --prefill N]
 //       one shape and format: a 128-token prompt and warm-up steps, then N decode steps (default
 //       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
-//       times (per step, and kernel count per step from the launches seen) on stdout.
+//       times (per step, and kernel count per step from the launches seen) on stdout; with
+//       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -243,7 +244,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 }
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
-int profile_decode(const DecoderHParams& hp, DType t, int steps) {
+int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill) {
   LoadOptions o;
   o.device = Device::cuda(0);
   o.max_batch = 2048;
@@ -256,7 +257,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps) {
   auto cache = model.create_cache(4096);
   if (!cache.ok()) return 1;
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-  std::vector<int32_t> tokens(1024), pos(1024);
+  std::vector<int32_t> tokens(4096), pos(4096);
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
     pos[i] = static_cast<int32_t>(i);
@@ -272,6 +273,26 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps) {
                    std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
     return model.infer(d, *cache, logits.data());
   };
+  if (prefill > 0) {
+    // One forward of `prefill` tokens into an empty cache (a warm-up first), logits of the last.
+    const int32_t lrow = prefill - 1;
+    const size_t np = static_cast<size_t>(prefill);
+    DecoderBatch pb{std::span(tokens).first(np), std::span(pos).first(np), std::span(&lrow, 1)};
+    auto c2 = model.create_cache(4096);
+    if (!c2.ok()) return 1;
+    const auto t0 = Clock::now();
+    if (Status st = model.infer(pb, *c2, logits.data()); !st.ok()) return 1;
+    auto c3 = model.create_cache(4096);
+    if (!c3.ok()) return 1;
+    const double warm_ms = seconds_since(t0) * 1e3;
+    const auto t1 = Clock::now();
+    cudaProfilerStart();
+    const Status st = model.infer(pb, *c3, logits.data());
+    cudaProfilerStop();
+    std::printf("profile %s: prefill %d tokens %.3f ms (warm-up %.3f ms)\n",
+                std::string(dtype_name(t)).c_str(), prefill, seconds_since(t1) * 1e3, warm_ms);
+    return st.ok() ? 0 : 1;
+  }
   int64_t p = 128;
   std::vector<double> warm;
   for (int i = 0; i < 64; ++i, ++p) {
@@ -293,6 +314,7 @@ int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
   bool quick = false, profile = false;
+  int prefill = 0;
   std::string format = "q4_1";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -311,11 +333,13 @@ int main_impl(int argc, char** argv) {
       profile = true;
     else if (a == "--format")
       format = next();
+    else if (a == "--prefill")
+      prefill = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
                    "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
-                   "[--format F] [--decode-tokens N]\n");
+                   "[--format F] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -331,7 +355,7 @@ int main_impl(int argc, char** argv) {
       if (format == dtype_name(c)) t = c;
     }
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
-                          decode_tokens == 256 ? 4 : decode_tokens);
+                          decode_tokens == 256 ? 4 : decode_tokens, prefill);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",

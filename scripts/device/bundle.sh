@@ -25,6 +25,7 @@ for t in "$build"/tests/*_test "$build"/bench/*_bench; do
   fi
 done
 for bin in "$out"/bin/* "$out"/tests/*; do
+  [ -f "$bin" ] || continue  # an empty folder's unexpanded glob
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

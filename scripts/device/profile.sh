@@ -5,7 +5,8 @@
 # without the profiler, then (unless NCU=0) $OUT/profile_<shape>_<format>.csv (ncu's raw CSV)
 # and a summary per kernel and grid: calls, µs a call, MB read, GB/s (ncu_summary.py); TAG
 # suffixes the file names (runs with other RINFER_* settings); DETAIL=regex adds ncu's full
-# sections for the first launch of the matching kernels.
+# sections for the first launch of the matching kernels; ARGS adds llm_cuda_bench arguments
+# (ARGS="--prefill 2048": one prefill forward instead of a decode step).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/rinfer-out}"
@@ -20,12 +21,12 @@ for p in ${PROFILES:-llama3-8b:q4_0 llama3-8b:bf16}; do
   csv="$out/profile_${shape}_${fmt}${TAG:+_$TAG}.csv"
   # The step time without the profiler (64 warm steps), then the per-kernel times under ncu.
   timeout 120 "$b/bin/llm_cuda_bench" --profile --shape "$shape" --format "$fmt" \
-    --decode-tokens 1 | grep '^profile'
+    --decode-tokens 1 ${ARGS:-} | grep '^profile'
   [ "${NCU:-1}" = 1 ] || continue
   timeout 300 "$ncu_bin" --profile-from-start off --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
     "$b/bin/llm_cuda_bench" --profile --shape "$shape" --format "$fmt" --decode-tokens 1 \
-    >"$csv" 2>/tmp/ncu.log || tail -5 /tmp/ncu.log
+    ${ARGS:-} >"$csv" 2>/tmp/ncu.log || tail -5 /tmp/ncu.log
   python3 scripts/device/ncu_summary.py "$csv"
   if [ -n "${DETAIL:-}" ]; then
     # Full sections (speed of light, warp stalls, occupancy) for the first launch of the kernels

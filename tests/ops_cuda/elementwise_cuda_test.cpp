@@ -28,8 +28,14 @@ class CudaElementwise : public test::CudaTest {
 
 TEST_F(CudaElementwise, RmsNormMatchesTheReference) {
   uint64_t seed = 1;
-  for (auto [rows, n] :
-       {std::pair<int64_t, int64_t>{1, 1}, {3, 100}, {7, 4096}, {2, 14335}, {33, 577}}) {
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1},
+                         {3, 100},
+                         {7, 4096},
+                         {2, 14335},
+                         {33, 577},
+                         {4, 576},
+                         {5, 8192},
+                         {2, 2048}}) {
     SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(n));
     const size_t total = static_cast<size_t>(rows * n);
     const auto x = test::random_floats(total, ++seed, -3.0f, 3.0f);
@@ -125,28 +131,36 @@ TEST_F(CudaElementwise, RopeMatchesTheReferenceAtLongPositions) {
 }
 
 TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
-  // SwiGLU on the halves of a fused [rows, 2n] buffer.
-  const int64_t rows = 9, n = 1001;
-  const auto gu = test::random_floats(static_cast<size_t>(rows * 2 * n), 3, -6.0f, 6.0f);
-  std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
-      up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
+  // SwiGLU on the halves of a fused [rows, 2n] buffer: odd n (one element a thread) and n % 4
+  // == 0 (four a thread).
+  for (const int64_t n : {int64_t{1001}, int64_t{1024}}) {
+    SCOPED_TRACE("swiglu n " + std::to_string(n));
+    const int64_t rows = 9;
+    const auto gu = test::random_floats(static_cast<size_t>(rows * 2 * n), 3, -6.0f, 6.0f);
+    std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
+        up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
+      }
     }
+    cpu::swiglu(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
+    cuda::DeviceBuffer dgu = upload(gu);
+    cuda::DeviceBuffer out = poisoned<float>(ref.size());
+    CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kF32,
+                              out.data(), stream()));
+    auto y = download<float>(out, ref.size());
+    EXPECT_EQ(test::count_non_finite(y), 0u);
+    EXPECT_LT(test::rel_l2(y, ref), 1e-6);
+    cuda::DeviceBuffer outb = poisoned<uint16_t>(ref.size());
+    CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kBF16,
+                              outb.data(), stream()));
+    const auto yb = download<uint16_t>(outb, ref.size());
+    size_t off = 0;  // bf16 output is the f32 output rounded to nearest even
+    for (size_t i = 0; i < yb.size(); ++i) off += yb[i] != f32_to_bf16(y[i]) ? 1 : 0;
+    EXPECT_EQ(off, 0u);
+    EXPECT_LT(test::rel_l2(test::bf16_to_f32(yb), ref), 1e-2);
   }
-  cpu::swiglu(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
-  cuda::DeviceBuffer dgu = upload(gu);
-  cuda::DeviceBuffer out = poisoned<float>(ref.size());
-  CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kF32,
-                            out.data(), stream()));
-  auto y = download<float>(out, ref.size());
-  EXPECT_EQ(test::count_non_finite(y), 0u);
-  EXPECT_LT(test::rel_l2(y, ref), 1e-6);
-  cuda::DeviceBuffer outb = poisoned<uint16_t>(ref.size());
-  CU_ASSERT_OK(cuda::swiglu(dgu.as<float>(), dgu.as<float>() + n, rows, n, 2 * n, DType::kBF16,
-                            outb.data(), stream()));
-  EXPECT_LT(test::rel_l2(test::bf16_to_f32(download<uint16_t>(outb, ref.size())), ref), 1e-2);
 
   // Softmax rows, one of them as long as a vocabulary.
   for (auto [srows, sn] : {std::pair<int64_t, int64_t>{5, 1}, {3, 777}, {2, 128256}}) {
@@ -261,10 +275,10 @@ TEST_F(CudaElementwise, RmsNormQ16MatchesTheReference) {
     }
   }
   cuda::DeviceBuffer b = poisoned<float>(64);
-  EXPECT_EQ(cuda::rms_norm_row(b.as<float>(), nullptr, b.as<float>(), 48, 1e-5f, b.as<float>(),
-                               stream())
-                .code(),
-            StatusCode::kInvalidArgument);  // not a multiple of 32
+  EXPECT_EQ(
+      cuda::rms_norm_row(b.as<float>(), nullptr, b.as<float>(), 48, 1e-5f, b.as<float>(), stream())
+          .code(),
+      StatusCode::kInvalidArgument);  // not a multiple of 32
 }
 
 TEST_F(CudaElementwise, KvStoreWritesRowsAtAnOffset) {

@@ -170,9 +170,9 @@ __global__ void __launch_bounds__(
   __shared__ float s_m[SG][kG];
   __shared__ float s_l[SG][kG];
   __shared__ float s_acc[SG][kG][kD];
-  __shared__ float s_q[kQ][kQD];      // kRope: the rotated q heads, at the end the output
-  __shared__ float s_new[2][kQD];     // kRope: the new k and v (bf16 values)
-  __shared__ float s_cs[kQD];         // kRope: cos, sin of each pair
+  __shared__ float s_q[kQ][kQD];   // kRope: the rotated q heads, at the end the output
+  __shared__ float s_new[2][kQD];  // kRope: the new k and v (bf16 values)
+  __shared__ float s_cs[kQD];      // kRope: cos, sin of each pair
   __shared__ int s_last;
   static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
 
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(
   float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
   bool valid[kRowsInFlight];
   if constexpr (kRope) {
-    load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, j_begin, j_begin, j_end, sg, head_off,
-                                               ring, kr, vr, valid);
+    load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, j_begin, j_begin, j_end, sg,
+                                                      head_off, ring, kr, vr, valid);
   }
 
   float qr[kG][E];
@@ -284,8 +284,8 @@ __global__ void __launch_bounds__(
   // The trip count is the same for every thread (the shuffles below need whole warps).
   for (int64_t base = j_begin; base < j_end; base += SG * kRowsInFlight) {
     if (!kRope || base != j_begin) {
-      load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg, head_off, ring,
-                                                 kr, vr, valid);
+      load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg, head_off,
+                                                        ring, kr, vr, valid);
     }
     if constexpr (kRope) {
 #pragma unroll
@@ -530,7 +530,8 @@ struct DecLaunch {
 
 template <bool kBf16, int kD, int kG, bool kRope>
 cudaError_t launch_t(const AttnArgs& a, const DecLaunch& l, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(l.n_splits), static_cast<unsigned>(a.n_head_kv * l.n_groups));
+  const dim3 grid(static_cast<unsigned>(l.n_splits),
+                  static_cast<unsigned>(a.n_head_kv * l.n_groups));
   return launch_pdl(attn_decode_kernel<kBf16, kD, kG, kRope>, grid, dim3(kThreads), 0, stream, a,
                     l.q, l.k, l.v, l.out, l.ws_o, l.ws_ml, l.n_groups, l.r);
 }

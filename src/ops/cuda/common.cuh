@@ -139,8 +139,8 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // that writes these blocks (quantize_q16, the norm, GLU and attention fusions) uses this one
 // function, so their outputs agree bit for bit. The whole warp calls it; lanes with valid ==
 // false (whole 8-lane groups) take part in the shuffles and store nothing.
-__device__ __forceinline__ void quantize4(float4 v, int64_t i, bool valid, int16_t* q,
-                                          float* scale, float* sum16) {
+__device__ __forceinline__ void quantize4(float4 v, int64_t i, bool valid, int16_t* q, float* scale,
+                                          float* sum16) {
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));

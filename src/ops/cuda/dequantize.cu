@@ -1,6 +1,8 @@
 // Dequantization of a device weight to a bf16 matrix (the GEMM path for weights that are not
 // bf16: dequantized per call into a workspace, see ops_cuda.h). One thread per 16-byte chunk;
 // 16-byte stores of 8 bf16.
+#include <algorithm>
+
 #include "ops/cuda/weight_decode.cuh"
 
 namespace rinfer::cuda::kern {
@@ -25,12 +27,9 @@ __device__ __forceinline__ void store_bf16_run(uint16_t* dst, const float* v, in
 }
 
 template <int F>
-__global__ void dequant_kernel(WeightView w, uint16_t* __restrict__ out, int64_t ld_out) {
+__device__ __forceinline__ void dequant_chunk(const WeightView& w, int64_t row, int64_t c,
+                                              uint16_t* __restrict__ out, int64_t ld_out) {
   constexpr int E = WFmt<F>::kEpc;
-  const int64_t nc = w_chunks<F>(w);
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= w.n_out * nc) return;
-  const int64_t row = idx / nc, c = idx % nc;
   float v[E];
   decode_chunk<F>(w, row, c, v);
   uint16_t* orow = out + row * ld_out;
@@ -45,14 +44,23 @@ __global__ void dequant_kernel(WeightView w, uint16_t* __restrict__ out, int64_t
   }
 }
 
+// grid (chunks of a row / blockDim.x, rows): no division per thread (a 64-bit division per
+// chunk held the Q4 kernels near 450 GB/s); rows past gridDim.y loop.
+template <int F>
+__global__ void dequant_kernel(WeightView w, uint16_t* __restrict__ out, int64_t ld_out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= w_chunks<F>(w)) return;
+  for (int64_t row = blockIdx.y; row < w.n_out; row += gridDim.y)
+    dequant_chunk<F>(w, row, c, out, ld_out);
+}
+
 template <int F>
 cudaError_t launch_f(const WeightView& w, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
-  const int64_t n = w.n_out * w_chunks<F>(w);
-  const int threads = 256;
-  const int64_t blocks = (n + threads - 1) / threads;
-  if (blocks > 0) {
-    dequant_kernel<F><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(w, out, ld_out);
-  }
+  const int64_t nc = w_chunks<F>(w);
+  const int threads = nc >= 256 ? 256 : 128;
+  const dim3 grid(static_cast<unsigned>((nc + threads - 1) / threads),
+                  static_cast<unsigned>(std::min<int64_t>(w.n_out, 65535)));
+  if (nc > 0 && w.n_out > 0) dequant_kernel<F><<<grid, threads, 0, stream>>>(w, out, ld_out);
   return cudaGetLastError();
 }
 

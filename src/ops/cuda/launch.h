@@ -61,10 +61,14 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float* residual, int
                             int64_t n, float eps, bool out_bf16, void* out, cudaStream_t stream);
 
 // In place on x: token t at x + t * token_stride, [n_heads, head_dim] per token.
+// inv_freq[j] = freq_base^(-2j / n_rot) for the n_rot / 2 <= kMaxRopePairs pairs, computed on the
+// host in double (rope_inv_freq in ops_cuda.cpp) for both RoPE kernels.
+inline constexpr int kMaxRopePairs = 128;
 struct RopeArgs {
   int64_t n_tokens, n_heads, head_dim, token_stride, n_rot;
-  double freq_base, freq_scale;
+  double freq_scale;
   bool neox;
+  double inv_freq[kMaxRopePairs];
 };
 cudaError_t launch_rope(float* x, const int32_t* positions, const RopeArgs& a, cudaStream_t stream);
 // RoPE of q and k heads in a fused qkv token row [q heads | k heads | v heads] (a.n_heads = q + k
@@ -125,7 +129,7 @@ cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k,
 struct AttnRopeArgs {
   int64_t n_rot = 0;
   double freq_scale = 1.0;
-  double inv_freq[128] = {};  // pair j: freq_base^(-2j / n_rot), j < n_rot / 2 <= 128
+  double inv_freq[kMaxRopePairs] = {};  // as RopeArgs
   bool neox = false;
   unsigned* counters = nullptr;
   int16_t* q16 = nullptr;  // optional int16 output (quantize_q16 layout)

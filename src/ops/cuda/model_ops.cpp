@@ -39,24 +39,23 @@ Status add_bias_rows(float* x, const float* bias, int64_t n_rows, int64_t n, int
                   "add_bias_rows launch");
 }
 
-Status rms_norm_heads(float* x, const float* w, int64_t n_tokens, int64_t n_heads,
-                      int64_t head_dim, int64_t token_stride, float eps, cudaStream_t stream) {
+Status rms_norm_heads(float* x, const float* w, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                      int64_t token_stride, float eps, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_ptrs(n_tokens * n_heads, x, w, "rms_norm_heads"));
   if (n_tokens < 0 || n_heads < 0 || head_dim <= 0 || token_stride < n_heads * head_dim) {
     return invalid_argument("rms_norm_heads: bad shape [{}, {}, {}] token stride {}", n_tokens,
                             n_heads, head_dim, token_stride);
   }
-  return launched(kern::launch_rms_norm_heads(x, w, n_tokens, n_heads, head_dim, token_stride, eps,
-                                              stream),
-                  "rms_norm_heads launch");
+  return launched(
+      kern::launch_rms_norm_heads(x, w, n_tokens, n_heads, head_dim, token_stride, eps, stream),
+      "rms_norm_heads launch");
 }
 
 Status gather_rows(const float* src, int64_t src_stride, const int32_t* rows, int64_t n_rows,
                    int64_t n, float* dst, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_ptrs(n_rows * n, src, dst, "gather_rows"));
   if (n_rows < 0 || n < 0 || src_stride < n || (n_rows > 0 && rows == nullptr)) {
-    return invalid_argument("gather_rows: bad arguments [{}, {}] stride {}", n_rows, n,
-                            src_stride);
+    return invalid_argument("gather_rows: bad arguments [{}, {}] stride {}", n_rows, n, src_stride);
   }
   return launched(kern::launch_gather_rows(src, src_stride, rows, n_rows, n, dst, stream),
                   "gather_rows launch");
@@ -66,9 +65,10 @@ namespace {
 
 Status check_q16(int64_t n, const QuantizedActivation& qa, const char* op) {
   if (n <= 0 || n % 32 != 0 || qa.n != n || qa.q == nullptr) {
-    return invalid_argument("{}: n {} must be a positive multiple of 32 equal to the quantized "
-                            "activation's {}",
-                            op, n, qa.n);
+    return invalid_argument(
+        "{}: n {} must be a positive multiple of 32 equal to the quantized "
+        "activation's {}",
+        op, n, qa.n);
   }
   return ok_status();
 }
@@ -83,9 +83,9 @@ Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, 
   RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_q16"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_q16"));
   if (n > kMaxNormRow) return invalid_argument("rms_norm_q16: n {} over {}", n, kMaxNormRow);
-  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, qa.q, qa.scale, qa.sum16,
-                                            stream),
-                  "rms_norm_q16 launch");
+  return launched(
+      kern::launch_rms_norm_q16(x, residual, w, n, eps, out, qa.q, qa.scale, qa.sum16, stream),
+      "rms_norm_q16 launch");
 }
 
 Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, float eps,
@@ -96,9 +96,9 @@ Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, 
   }
   RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_row"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_row"));
-  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr,
-                                            stream),
-                  "rms_norm_row launch");
+  return launched(
+      kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr, stream),
+      "rms_norm_row launch");
 }
 
 Status glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,

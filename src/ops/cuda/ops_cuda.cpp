@@ -171,6 +171,32 @@ Status add_rms_norm(float* residual, const float* x, const float* w, int64_t n_r
       "add_rms_norm launch");
 }
 
+namespace {
+
+// freq_base^(-2j / n_rot) in double for the pairs j < n_rot / 2 (the CPU reference's expression).
+void rope_inv_freq(const cpu::RopeParams& p, double* out) {
+  for (int64_t j = 0; j < p.n_rot / 2 && j < kern::kMaxRopePairs; ++j) {
+    out[j] = std::pow(static_cast<double>(p.freq_base),
+                      -2.0 * static_cast<double>(j) / static_cast<double>(p.n_rot));
+  }
+}
+
+kern::RopeArgs rope_args(const cpu::RopeParams& p, int64_t n_tokens, int64_t n_heads,
+                         int64_t head_dim, int64_t token_stride) {
+  kern::RopeArgs a{};
+  a.n_tokens = n_tokens;
+  a.n_heads = n_heads;
+  a.head_dim = head_dim;
+  a.token_stride = token_stride;
+  a.n_rot = p.n_rot;
+  a.freq_scale = static_cast<double>(p.freq_scale);
+  a.neox = p.mode == cpu::RopeMode::kNeox;
+  rope_inv_freq(p, a.inv_freq);
+  return a;
+}
+
+}  // namespace
+
 Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t token_stride,
             const int32_t* positions, const cpu::RopeParams& p, cudaStream_t stream) {
   if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0) {
@@ -186,14 +212,10 @@ Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64
   if (n_tokens > 0 && (x == nullptr || positions == nullptr)) {
     return invalid_argument("rope: null pointer");
   }
-  const kern::RopeArgs a{n_tokens,
-                         n_heads,
-                         head_dim,
-                         token_stride,
-                         p.n_rot,
-                         static_cast<double>(p.freq_base),
-                         static_cast<double>(p.freq_scale),
-                         p.mode == cpu::RopeMode::kNeox};
+  if (p.n_rot / 2 > kern::kMaxRopePairs) {
+    return unsupported("rope: n_rot {} (at most {})", p.n_rot, 2 * kern::kMaxRopePairs);
+  }
+  const kern::RopeArgs a = rope_args(p, n_tokens, n_heads, head_dim, token_stride);
   return launched(kern::launch_rope(x, positions, a, stream), "rope launch");
 }
 
@@ -342,14 +364,10 @@ Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token
   if (n_tokens > 0 && (qkv == nullptr || positions == nullptr)) {
     return invalid_argument("rope_kv_store: null pointer");
   }
-  const kern::RopeArgs a{n_tokens,
-                         n_heads,
-                         hd,
-                         token_stride,
-                         p.n_rot,
-                         static_cast<double>(p.freq_base),
-                         static_cast<double>(p.freq_scale),
-                         p.mode == cpu::RopeMode::kNeox};
+  if (p.n_rot / 2 > kern::kMaxRopePairs) {
+    return unsupported("rope_kv_store: n_rot {} (at most {})", p.n_rot, 2 * kern::kMaxRopePairs);
+  }
+  const kern::RopeArgs a = rope_args(p, n_tokens, n_heads, hd, token_stride);
   kern::RopeKvArgs k;
   k.n_head_q = n_head;
   k.cache_bf16 = kv.dtype == DType::kBF16;
@@ -393,8 +411,14 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 
 int64_t attention_decode_counters(const AttentionParams& p) {
   if (p.kv.n_head_kv <= 0 || p.n_head <= 0) return 0;
-  kern::AttnArgs a{1, std::max<int64_t>(p.n_kv, 1), p.n_head, p.kv.n_head_kv, p.kv.head_dim,
-                   p.kv.kv_row_stride, p.scale, true};
+  kern::AttnArgs a{1,
+                   std::max<int64_t>(p.n_kv, 1),
+                   p.n_head,
+                   p.kv.n_head_kv,
+                   p.kv.head_dim,
+                   p.kv.kv_row_stride,
+                   p.scale,
+                   true};
   return kern::attn_decode_counters(a);
 }
 
@@ -403,7 +427,8 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
                              const QuantizedActivation* out_q16, unsigned* counters,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "attention_decode_rope";
-  if (p.n_tokens != 1) return invalid_argument("{}: n_tokens {} (decode takes one token)", op, p.n_tokens);
+  if (p.n_tokens != 1)
+    return invalid_argument("{}: n_tokens {} (decode takes one token)", op, p.n_tokens);
   if (p.kv.dtype != DType::kBF16) {
     return unsupported("{}: KV cache dtype {} (bf16 only)", op, dtype_name(p.kv.dtype));
   }
@@ -422,10 +447,7 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
   kern::AttnRopeArgs r;
   r.n_rot = rope.n_rot;
   r.freq_scale = static_cast<double>(rope.freq_scale);
-  for (int64_t j = 0; j < rope.n_rot / 2; ++j) {  // as rope.cu evaluates them
-    r.inv_freq[j] = std::pow(static_cast<double>(rope.freq_base),
-                             -2.0 * static_cast<double>(j) / static_cast<double>(rope.n_rot));
-  }
+  rope_inv_freq(rope, r.inv_freq);  // as rope and rope_kv_store
   r.neox = rope.mode == cpu::RopeMode::kNeox;
   r.counters = counters;
   if (out_q16 != nullptr) {
@@ -437,8 +459,9 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
     r.q16_scale = out_q16->scale;
     r.q16_sum16 = out_q16->sum16;
   }
-  return launched(kern::launch_attn_decode_rope(a, r, qkv, k_cache, v_cache, out, workspace, stream),
-                  "attention_decode_rope launch");
+  return launched(
+      kern::launch_attn_decode_rope(a, r, qkv, k_cache, v_cache, out, workspace, stream),
+      "attention_decode_rope launch");
 }
 
 size_t attention_prefill_workspace_bytes(const AttentionParams& p) {

@@ -25,8 +25,9 @@ cudaError_t launch_quantize_q16(const float* x, int64_t n, int16_t* q, float* sc
   const int threads = 256;
   if (n > 0) {
     const int64_t n4 = n / 4;
-    return launch_pdl(quantize_q16_kernel, dim3(static_cast<unsigned>((n4 + threads - 1) / threads)),
-                      dim3(threads), 0, stream, x, n, q, scale, sum16);
+    return launch_pdl(quantize_q16_kernel,
+                      dim3(static_cast<unsigned>((n4 + threads - 1) / threads)), dim3(threads), 0,
+                      stream, x, n, q, scale, sum16);
   }
   return cudaGetLastError();
 }

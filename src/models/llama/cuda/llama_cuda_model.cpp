@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "core/cuda/cublas_lt.h"
@@ -710,9 +710,9 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
     if (any_q16({&d.wo}) && q_dim_ % 32 == 0) {
       RINFER_ASSIGN_OR_RETURN(oq, cuda::quantized_activation_in(s.q16, s.q16_bytes, q_dim_));
     }
-    RINFER_RETURN_IF_ERROR(cuda::attention_decode_rope(
-        ap, rope, q, kc, vc, s.attn, oq ? &*oq : nullptr, attn_counters_.as<unsigned>(),
-        s.attn_ws, s.attn_ws_bytes, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::attention_decode_rope(ap, rope, q, kc, vc, s.attn, oq ? &*oq : nullptr,
+                                    attn_counters_.as<unsigned>(), s.attn_ws, s.attn_ws_bytes, st));
     aq = oq.has_value();
   } else {
     if (opts_.fusion.qkv) {
