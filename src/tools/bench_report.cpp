@@ -58,11 +58,17 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// RINFER_GIT_SHA (set by the GPU machine's scripts from the bundle, whose copy of .git may be
+// stale) overrides the checkout's HEAD and already says "+dirty" when the build was.
 std::string git_sha(const std::string& source_dir) {
+  const char* e = std::getenv("RINFER_GIT_SHA");
+  if (e != nullptr && *e != '\0') return e;
   return run_cmd("git -C '" + source_dir + "' rev-parse HEAD 2>/dev/null");
 }
 
 bool git_dirty(const std::string& source_dir, const std::string& paths) {
+  const char* e = std::getenv("RINFER_GIT_SHA");
+  if (e != nullptr && *e != '\0') return false;
   return !run_cmd("git -C '" + source_dir + "' status --porcelain -- " + paths + " 2>/dev/null")
               .empty();
 }
