@@ -277,8 +277,8 @@ std::string replace_between_markers(const std::string& text, const std::string& 
   if (b == std::string::npos || e == std::string::npos) {
     std::string out = text;
     if (!out.empty() && out.back() != '\n') out += '\n';
-    return out + "\n## Measured " + (tag.empty() ? std::string("results") : "on " + tag) +
-           "\n\n" + block + "\n";
+    return out + "\n## Measured " + (tag.empty() ? std::string("results") : "on " + tag) + "\n\n" +
+           block + "\n";
   }
   return text.substr(0, b) + block + text.substr(e + kEnd.size());
 }

@@ -14,6 +14,13 @@
 // split boundaries themselves from n_kv, which may be read from device memory (n_kv_dev): the
 // grid and workspace are sized for the upper bound a.n_kv, blocks past the real range exit at
 // once and the merge skips them, so one captured launch serves every decode step of a graph.
+//
+// The fused decode step (launch_attn_decode_rope, kRope) takes the raw qkv row instead of q: every
+// block rotates its group's q heads, the block that owns the new position also rotates k and
+// writes k and v to the cache, and the last block of each head group to finish (an atomic counter
+// per group, reset by that block) merges the splits and writes the output, with its int16 blocks
+// when the next matvec wants them: one kernel instead of RoPE + KV store, attention, merge and
+// quantization (H200, Llama-3-8B shape at 200 positions: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -555,12 +562,24 @@ cudaError_t launch_b(const AttnArgs& a, int g, const DecLaunch& l, cudaStream_t 
   }
 }
 
+// Splits for about blocks_per_sm blocks per SM (and at least 64 rows a split).
+int decode_splits(const AttnArgs& a, int blocks_per_sm) {
+  const int g = group_heads(a);
+  const int64_t n_groups = (a.n_head / a.n_head_kv + g - 1) / g;
+  const int64_t blocks = a.n_head_kv * n_groups;
+  // The most positions a step reads (a.n_kv is the upper bound when n_kv comes from the device).
+  const int64_t len = a.window > 0 ? std::min(a.window, a.n_kv) : a.n_kv;
+  const int64_t target = std::max<int64_t>(1, (blocks_per_sm * sm_count() + blocks - 1) / blocks);
+  const int64_t max_by_len = std::max<int64_t>(1, (len + 63) / 64);
+  return static_cast<int>(std::min<int64_t>({target, max_by_len, kMaxSplits}));
+}
+
 // Grid shape and workspace split of one decode launch.
-DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace) {
+DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits) {
   g = group_heads(a);
   DecLaunch l{};
   l.n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
-  l.n_splits = attn_decode_splits(a);
+  l.n_splits = n_splits;
   l.ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]
   l.ws_ml = l.ws_o == nullptr ? nullptr
                               : l.ws_o + static_cast<int64_t>(l.n_splits) * a.n_head *
@@ -570,17 +589,8 @@ DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace) {
 
 }  // namespace
 
-int attn_decode_splits(const AttnArgs& a) {
-  const int g = group_heads(a);
-  const int64_t n_groups = (a.n_head / a.n_head_kv + g - 1) / g;
-  const int64_t blocks = a.n_head_kv * n_groups;
-  // The most positions a step reads (a.n_kv is the upper bound when n_kv comes from the device).
-  const int64_t len = a.window > 0 ? std::min(a.window, a.n_kv) : a.n_kv;
-  // About 4 blocks per SM, and at least 64 rows per split.
-  const int64_t target = std::max<int64_t>(1, (4 * sm_count() + blocks - 1) / blocks);
-  const int64_t max_by_len = std::max<int64_t>(1, (len + 63) / 64);
-  return static_cast<int>(std::min<int64_t>({target, max_by_len, kMaxSplits}));
-}
+// The workspace serves both paths: the fused one (3 blocks per SM) never has more splits.
+int attn_decode_splits(const AttnArgs& a) { return decode_splits(a, 4); }
 
 size_t attn_decode_workspace_bytes(const AttnArgs& a) {
   const int s = attn_decode_splits(a);
@@ -596,7 +606,7 @@ int attn_decode_counters(const AttnArgs& a) {
 cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
                                float* out, void* workspace, cudaStream_t stream) {
   int g = 0;
-  DecLaunch l = dec_launch(a, g, workspace);
+  DecLaunch l = dec_launch(a, g, workspace, attn_decode_splits(a));
   l.q = q;
   l.k = k;
   l.v = v;
@@ -615,7 +625,7 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
                                     cudaStream_t stream) {
   if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
   int g = 0;
-  DecLaunch l = dec_launch(a, g, workspace);
+  DecLaunch l = dec_launch(a, g, workspace, decode_splits(a, 3));
   l.q = qkv;
   l.k = k;
   l.v = v;
