@@ -10,14 +10,8 @@
 #   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows) -> $OUT/llm_cuda.json.
 # PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out="${OUT:-/tmp/rinfer-out}"
-mkdir -p "$out"
-b=.device
-lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
-export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
-# The bundle's commit: the copy of .git here may be older than the build.
-export RINFER_SOURCE_DIR="$PWD" PYTHONUNBUFFERED=1 RINFER_GIT_SHA="$(cat $b/git_sha 2>/dev/null)"
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+export PYTHONUNBUFFERED=1
 fail=0
 work=/tmp/rinfer-parity
 mkdir -p "$work"

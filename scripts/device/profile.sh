@@ -8,12 +8,7 @@
 # sections for the first launch of the matching kernels; ARGS adds llm_cuda_bench arguments
 # (ARGS="--prefill 2048": one prefill forward instead of a decode step).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out="${OUT:-/tmp/rinfer-out}"
-mkdir -p "$out"
-b=.device
-lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
-export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 ncu_bin="$(command -v ncu || find /usr/local/cuda*/bin /opt -name ncu -type f 2>/dev/null | head -1)"
 for p in ${PROFILES:-llama3-8b:q4_0 llama3-8b:bf16}; do
   shape=${p%%:*}

@@ -5,14 +5,7 @@
 # compute-sanitizer memcheck pass (SANITIZE=1).
 # Files under $OUT: gpu.txt, test-logs.tgz, bench.txt, cuda_ops.json, memcheck-logs.tgz.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out="${OUT:-/tmp/rinfer-out}"
-mkdir -p "$out"
-b=.device
-lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
-[ -n "$lt" ] || { echo "libcublasLt.so.13 not found on this machine"; exit 1; }
-export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
-export RINFER_SOURCE_DIR="$PWD" RINFER_GIT_SHA="$(cat $b/git_sha)"
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 echo "cublasLt: $lt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
   --format=csv | tee "$out/gpu.txt"

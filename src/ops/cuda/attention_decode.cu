@@ -509,20 +509,6 @@ int group_heads(const AttnArgs& a) {
   return ratio == 1 ? 1 : (ratio <= 4 ? 4 : 8);
 }
 
-int sm_count() {
-  static int cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  if (cached[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      n = 132;
-    }
-    cached[dev] = n;
-  }
-  return cached[dev];
-}
-
 // Launch arguments shared by both decode paths.
 struct DecLaunch {
   const float* q;

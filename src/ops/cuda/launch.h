@@ -17,6 +17,10 @@ namespace rinfer::cuda::kern {
 void set_pdl(bool on);
 bool pdl_enabled();
 
+// Multiprocessors of the current device (cached per device; 132 when it cannot be read). Defined
+// in matvec.cu; the split choices of matvec and decode attention use it.
+int sm_count();
+
 // Weight formats of the device layout (see DeviceWeight in ops_cuda.h).
 enum WFormat : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_1, kWQ4_K, kWFormatCount };
 

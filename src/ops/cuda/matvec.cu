@@ -21,7 +21,6 @@
 #include "ops/cuda/weight_decode.cuh"
 
 namespace rinfer::cuda::kern {
-namespace {
 
 int sm_count() {
   static int cached[64] = {};
@@ -36,8 +35,6 @@ int sm_count() {
   }
   return cached[dev];
 }
-
-}  // namespace
 
 int matvec_split(int64_t n_out, int rows, int64_t chunks) {
   static const int forced = [] {

@@ -1,0 +1,12 @@
+# Sourced by the scripts that run on the GPU machine (run-tests.sh, llm.sh, profile.sh): from the
+# repository root, sets out ($OUT or /tmp/rinfer-out, created), b (the bundle, .device), the
+# library path (the bundle's libraries, then the machine's cuBLASLt: lt) and the bundle's commit
+# for the benchmarks' JSON (the copy of .git there may be older than the build).
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${OUT:-/tmp/rinfer-out}"
+mkdir -p "$out"
+b=.device
+lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
+[ -n "$lt" ] || { echo "libcublasLt.so.13 not found on this machine"; exit 1; }
+export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
+export RINFER_SOURCE_DIR="$PWD" RINFER_GIT_SHA="$(cat "$b/git_sha" 2>/dev/null)"
