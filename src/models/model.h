@@ -68,7 +68,7 @@ struct LoadOptions {
   std::vector<int64_t> keep_precision_layers;
   bool convert_embeddings = false;
   FusionOptions fusion;
-  bool cuda_graphs = true;                       // decode steps replayed from a CUDA graph
+  bool cuda_graphs = true;  // decode steps replayed from a CUDA graph
   AllocatorKind allocator = AllocatorKind::kCaching;
 };
 
@@ -130,6 +130,11 @@ struct DecoderBatch {
   std::span<const int32_t> positions;   // [n_tokens]
   std::span<const int32_t> logit_rows;  // [n_out], indices into tokens
 };
+
+// What every DecoderModel::infer checks of a batch against its cache, whatever the device: tokens
+// present, one position each, room left in the cache, positions that continue it, logit rows
+// ascending inside the batch, an output buffer when rows are asked for.
+Status check_decoder_batch(const DecoderBatch& batch, const KvCache& cache, const float* logits);
 
 class DecoderModel : public ModelSample {
  public:

@@ -38,11 +38,8 @@ Result<KvCache> LlamaModel::create_cache(int64_t n_ctx) const {
 }
 
 Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
+  RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
   const auto n = static_cast<int64_t>(batch.tokens.size());
-  if (n == 0) return invalid_argument("infer: empty batch");
-  if (batch.positions.size() != batch.tokens.size()) {
-    return invalid_argument("infer: {} tokens but {} positions", n, batch.positions.size());
-  }
   if (cache.n_layer() != hp_.n_layer || cache.kv_dim() != hp_.kv_dim()) {
     return invalid_argument("infer: KV cache is [{} layers, kv_dim {}], model needs [{}, {}]",
                             cache.n_layer(), cache.kv_dim(), hp_.n_layer, hp_.kv_dim());
@@ -60,27 +57,6 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
     }
   }
   const int64_t n_past = cache.size();
-  if (n > cache.free_positions()) {
-    return out_of_range("infer: {} cached + {} new tokens exceed the context length {}", n_past, n,
-                        cache.n_ctx());
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (batch.positions[static_cast<size_t>(i)] != n_past + i) {
-      return invalid_argument(
-          "infer: token {} is at position {}, expected {} (positions must "
-          "continue the KV cache)",
-          i, batch.positions[static_cast<size_t>(i)], n_past + i);
-    }
-  }
-  for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
-    const int32_t row = batch.logit_rows[r];
-    if (row < 0 || row >= n || (r > 0 && row <= batch.logit_rows[r - 1])) {
-      return invalid_argument("infer: logit row {} is out of range or not ascending", row);
-    }
-  }
-  if (!batch.logit_rows.empty() && logits == nullptr) {
-    return invalid_argument("infer: logits requested but no output buffer");
-  }
 
   // A ring layer's cache limits the chunk (its first token must still see its window).
   const int64_t chunk = std::min(opts_.max_batch, cache.max_chunk());

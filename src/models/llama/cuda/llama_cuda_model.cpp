@@ -844,39 +844,19 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
 }
 
 Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
+  RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
   const auto n = static_cast<int64_t>(batch.tokens.size());
-  if (n == 0) return invalid_argument("infer: empty batch");
-  if (batch.positions.size() != batch.tokens.size()) {
-    return invalid_argument("infer: {} tokens but {} positions", n, batch.positions.size());
-  }
   auto* kv = dynamic_cast<DeviceKvStorage*>(cache.backend());
   if (kv == nullptr || cache.n_layer() != hp_.n_layer || cache.kv_dim() != kv_dim_) {
     return invalid_argument("infer: the KV cache was not made by this CUDA model (create_cache)");
   }
   const int64_t n_past = cache.size();
-  if (n > cache.free_positions()) {
-    return out_of_range("infer: {} cached + {} new tokens exceed the context length {}", n_past, n,
-                        cache.n_ctx());
-  }
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = batch.tokens[static_cast<size_t>(i)];
     if (t < 0 || t >= hp_.n_vocab) {
       return invalid_argument("infer: token {} at index {} is outside the vocabulary [0, {})", t, i,
                               hp_.n_vocab);
     }
-    if (batch.positions[static_cast<size_t>(i)] != n_past + i) {
-      return invalid_argument("infer: token {} is at position {}, expected {}", i,
-                              batch.positions[static_cast<size_t>(i)], n_past + i);
-    }
-  }
-  for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
-    const int32_t row = batch.logit_rows[r];
-    if (row < 0 || row >= n || (r > 0 && row <= batch.logit_rows[r - 1])) {
-      return invalid_argument("infer: logit row {} is out of range or not ascending", row);
-    }
-  }
-  if (!batch.logit_rows.empty() && logits == nullptr) {
-    return invalid_argument("infer: logits requested but no output buffer");
   }
   kv_n_ctx_ = cache.n_ctx();
   RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
