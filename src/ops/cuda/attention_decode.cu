@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(
   __shared__ int s_last;
   static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
 
-  pdl_begin();
+  pdl_trigger_then_wait();
   const int hk = blockIdx.y / n_groups;
   const int64_t ratio = a.n_head / a.n_head_kv;
   const int64_t h0 = hk * ratio + static_cast<int64_t>(blockIdx.y % n_groups) * kG;

@@ -68,7 +68,7 @@ __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float
     const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     wv[k] = i4 < n4 ? ld_f4(w + 4 * i4) : zero;
   }
-  pdl_begin();
+  pdl_trigger_then_wait();
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
@@ -120,7 +120,7 @@ __device__ __forceinline__ float glu1(float g, float u, bool gelu) {
 
 __global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                                int16_t* q, float* scale, float* sum16) {
-  pdl_begin();
+  pdl_trigger_then_wait();
   const int64_t i4 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = i4 < n / 4;  // n % 32 == 0: whole 8-lane groups
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
