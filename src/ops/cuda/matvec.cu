@@ -96,31 +96,29 @@ __global__ void __launch_bounds__(kThreads)
   const int ks = wi % S;  // this warp's share of the row (split-K)
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * R;
   // Groups past the last row walk no chunks (they still reach the split-K barrier).
-  const int64_t nc = row0 < w.n_out ? w_chunks<F>(w) : 0;
-  const int64_t nb = w.n_in / 32;  // blocks of 32 per row (Q8_0 / Q4_0 / Q4_1 scales)
-  int64_t rows[R];
-  const uint8_t* rp[R];
-  matvec_rows<F, R>(w, row0, rows, rp);
+  // Chunk indices are 32-bit (a row has far fewer than 2^31), which saves registers.
+  const int32_t nc = row0 < w.n_out ? static_cast<int32_t>(w_chunks<F>(w)) : 0;
+  const MvRows rs = matvec_rows<F>(w, row0);
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
-  const int64_t c_first = lane + static_cast<int64_t>(ks) * kWarp;
-  for (int64_t c0 = c_first; c0 < nc; c0 += kWarp * S * U) {
+  const int32_t c_first = lane + ks * kWarp;
+  for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * U) {
     // Issue every load of this step before the first use.
     uint4 wv[U][R];
     uint4 hdr[U][R];    // Q4_K super-block headers
     uint32_t sc[U][R];  // Q8_0 / Q4_0: f16 scale; Q4_1: (d, m) f16 pair
-    matvec_load_step<F, U, R>(w, rp, rows, nb, c0, kWarp * S, nc, wv, hdr, sc);
+    matvec_load_step<F, U, R>(rs, c0, kWarp * S, nc, wv, hdr, sc);
     // The first step's weight loads are in flight before waiting for the previous kernel (PDL).
     if (c0 == c_first) pdl_begin();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
+      const int32_t c = c0 + u * kWarp * S;
       if (c >= nc) break;
       if constexpr (!is_q4<F>()) {
         float xr[E];
-        load_x(x, c * E, w.n_in, xr);
+        load_x(x, static_cast<int64_t>(c) * E, w.n_in, xr);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};

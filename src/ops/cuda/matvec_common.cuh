@@ -45,42 +45,57 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R], int lane, int wi, 
 }
 
 // The rows a warp reads: R consecutive rows from row0, clamped to the last row (tail rows
-// recompute it and are never stored), and their base pointers.
-template <int F, int R>
-__device__ __forceinline__ void matvec_rows(const WeightView& w, int64_t row0, int64_t (&rows)[R],
-                                            const uint8_t* (&rp)[R]) {
-  const int64_t rb = w_row_bytes<F>(w);
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    rows[r] = min(row0 + r, w.n_out - 1);
-    rp[r] = static_cast<const uint8_t*>(w.data) + rows[r] * rb;
-  }
+// recompute it and are never stored), as base pointers at row0 and 32-bit row offsets (fewer
+// registers than R 64-bit pointers: the kernels' occupancy is register-bound).
+struct MvRows {
+  const uint8_t* w0 = nullptr;  // row0's weights
+  const uint8_t* s0 = nullptr;  // row0's scales (Q8_0 / Q4_0: f16; Q4_1: f16 pairs)
+  int32_t last = 0;             // the last row that exists, relative to row0
+  int32_t rb = 0;               // weight bytes per row
+  int32_t sb = 0;               // scale bytes per row
+  __device__ __forceinline__ int32_t row(int r) const { return min(r, last); }
+};
+
+template <int F>
+__device__ __forceinline__ MvRows matvec_rows(const WeightView& w, int64_t row0) {
+  MvRows m;
+  m.rb = static_cast<int32_t>(w_row_bytes<F>(w));
+  const int64_t nb = w.n_in / 32;
+  m.sb = static_cast<int32_t>(F == kWQ4_1 ? nb * 4 : nb * 2);
+  const int64_t r0 = min(row0, w.n_out - 1);
+  m.last = static_cast<int32_t>(w.n_out - 1 - r0);
+  m.w0 = static_cast<const uint8_t*>(w.data) + r0 * m.rb;
+  // Integer arithmetic: the 16-bit layouts have no scales (null), and are never read here.
+  m.s0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(w.scales) +
+                                          static_cast<uintptr_t>(r0 * m.sb));
+  return m;
 }
 
 // One step's weight loads, all issued before any is used: chunks c0 + u * step (u < U, below nc)
 // of the R rows, with the Q4_K super-block headers and the Q8_0 / Q4_0 f16 scales or Q4_1 (d, m)
-// pairs. nb: 32-element blocks per row.
+// pairs.
 template <int F, int U, int R>
-__device__ __forceinline__ void matvec_load_step(const WeightView& w, const uint8_t* const (&rp)[R],
-                                                 const int64_t (&rows)[R], int64_t nb, int64_t c0,
-                                                 int64_t step, int64_t nc, uint4 (&wv)[U][R],
-                                                 uint4 (&hdr)[U][R], uint32_t (&sc)[U][R]) {
+__device__ __forceinline__ void matvec_load_step(const MvRows& m, int32_t c0, int32_t step,
+                                                 int32_t nc, uint4 (&wv)[U][R], uint4 (&hdr)[U][R],
+                                                 uint32_t (&sc)[U][R]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t c = c0 + static_cast<int64_t>(u) * step;
-    if (c < nc) {
+    const int32_t ci = c0 + u * step;
+    if (ci < nc) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        wv[u][r] = ld_stream16(rp[r] + w_chunk_offset<F>(c));
-        if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp[r] + (c >> 3) * 144);
-        if constexpr (F == kWQ8_0) {
-          sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c / 2);
-        }
-        if constexpr (F == kWQ4_0) {
-          sc[u][r] = __ldg(static_cast<const uint16_t*>(w.scales) + rows[r] * nb + c);
-        }
-        if constexpr (F == kWQ4_1) {
-          sc[u][r] = __ldg(static_cast<const uint32_t*>(w.scales) + rows[r] * nb + c);
+        const uint8_t* rp = m.w0 + m.row(r) * m.rb;
+        wv[u][r] = ld_stream16(rp + w_chunk_offset<F>(ci));
+        if constexpr (F == kWQ4_K) hdr[u][r] = ld_stream16(rp + (ci >> 3) * 144);
+        if constexpr (F == kWQ8_0 || F == kWQ4_0 || F == kWQ4_1) {
+          const uint8_t* sp = m.s0 + m.row(r) * m.sb;
+          if constexpr (F == kWQ8_0) {
+            sc[u][r] = __ldg(reinterpret_cast<const uint16_t*>(sp) + ci / 2);
+          } else if constexpr (F == kWQ4_0) {
+            sc[u][r] = __ldg(reinterpret_cast<const uint16_t*>(sp) + ci);
+          } else {
+            sc[u][r] = __ldg(reinterpret_cast<const uint32_t*>(sp) + ci);
+          }
         }
       }
     }

@@ -34,6 +34,13 @@ template <int F>
 struct Q16Cfg {
   static constexpr int kRows = 4;
   static constexpr int kUnroll = 2;
+  // Blocks per SM the registers must allow: occupancy is register-bound, and more resident warps
+  // keep more loads in flight. Q8_0 and Q4_0 fit 5 (88 and 96 registers) and Q4_K 4 (124)
+  // without spilling; Q4_1 would spill a few bytes and is left free (SmolLM2 q4_1 step 0.548 ->
+  // 0.559 ms capped). H200, Llama-3-8B decode step, with the 32-bit chunk indices and row
+  // offsets (MvRows): q4_0 1.94 -> 1.89 ms, q8_0 2.56 -> 2.50, q4_k 2.39 -> 2.14. Capping Q4_0
+  // at 5 before those (24 bytes of spills) was slower, 1.92 -> 2.10.
+  static constexpr int kMinBlocks = F == kWQ4_K ? 4 : (F == kWQ4_1 ? 1 : 5);
 };
 
 // The 6-bit scales and mins of sub-blocks 2g and 2g+1 of a Q4_K super-block, from its header
@@ -87,7 +94,7 @@ __device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1
 }
 
 template <int F, int S>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Q16Cfg<F>::kMinBlocks)
     matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y) {
   constexpr int kRows = Q16Cfg<F>::kRows;
   constexpr int kUnroll = Q16Cfg<F>::kUnroll;
@@ -96,27 +103,25 @@ __global__ void __launch_bounds__(kThreads)
   const int ks = wi % S;  // this warp's share of the row (split-K)
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * kRows;
   // Groups past the last row walk no chunks (they still reach the split-K barrier).
-  const int64_t nc = row0 < w.n_out ? w_chunks<F>(w) : 0;
-  const int64_t nb = w.n_in / 32;
-  int64_t rows[kRows];
-  const uint8_t* rp[kRows];
-  matvec_rows<F, kRows>(w, row0, rows, rp);
+  // Chunk indices are 32-bit (a row has far fewer than 2^31): registers bound the occupancy.
+  const int32_t nc = row0 < w.n_out ? static_cast<int32_t>(w_chunks<F>(w)) : 0;
+  const MvRows rs = matvec_rows<F>(w, row0);
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
-  const int64_t c_first = lane + static_cast<int64_t>(ks) * kWarp;
-  for (int64_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
+  const int32_t c_first = lane + ks * kWarp;
+  for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
     uint4 wv[kUnroll][kRows];
     uint4 hdr[kUnroll][kRows];
     uint32_t sc[kUnroll][kRows];
-    matvec_load_step<F, kUnroll, kRows>(w, rp, rows, nb, c0, kWarp * S, nc, wv, hdr, sc);
+    matvec_load_step<F, kUnroll, kRows>(rs, c0, kWarp * S, nc, wv, hdr, sc);
     // The weights do not depend on the previous kernel: the first step's loads are in flight
     // before waiting for it (PDL); x is read only after.
     if (c0 == c_first) pdl_begin();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + static_cast<int64_t>(u) * kWarp * S;
+      const int32_t c = c0 + u * kWarp * S;
       if (c >= nc) break;
       if constexpr (F == kWQ8_0) {
         int xw[8];
