@@ -36,13 +36,24 @@ int sm_count() {
   return cached[dev];
 }
 
-int matvec_split(int64_t n_out, int rows, int64_t chunks) {
+namespace {
+int forced_split() {
   static const int forced = [] {
     const char* e = std::getenv("RINFER_MATVEC_SPLIT");
     const int v = e != nullptr ? std::atoi(e) : 0;
     return v == 1 || v == 2 || v == 4 ? v : 0;
   }();
-  if (forced != 0) return forced;
+  return forced;
+}
+}  // namespace
+
+int matvec_split_q16(int64_t chunks) {
+  if (forced_split() != 0) return forced_split();
+  return chunks >= 2 * 2 * kWarp ? 2 : 1;
+}
+
+int matvec_split(int64_t n_out, int rows, int64_t chunks) {
+  if (forced_split() != 0) return forced_split();
   const int64_t groups = (n_out + rows - 1) / rows;
   const int64_t target = 32 * static_cast<int64_t>(sm_count());
   int s = 1;

@@ -15,6 +15,13 @@ namespace rinfer::cuda::kern {
 // bandwidth; RINFER_MATVEC_SPLIT=1|2|4 in the environment forces a value (measurements).
 // Defined in matvec.cu.
 int matvec_split(int64_t n_out, int rows, int64_t chunks);
+// The integer kernel (matvec_q16.cu): 2 wherever each warp keeps a chunk per lane, else 1. Its
+// register cap leaves fewer resident warps than matvec_split's target assumes, and on the H200
+// (Llama-3-8B decode step) split 2 everywhere beat that target's choice (4 for qkv, Wo and
+// down, 1 for gate|up and the output): q4_0 1.89 -> 1.81 ms, q8_0 2.50 -> 2.47, q4_k 2.16 ->
+// 2.10, SmolLM2 q4_1 0.548 -> 0.540; the 16-bit formats keep matvec_split (split 2 everywhere:
+// bf16 3.88 -> 3.97).
+int matvec_split_q16(int64_t chunks);
 
 // The end of a decode matvec (matvec.cu, matvec_q16.cu): a warp holds per-lane partial sums
 // acc[r] of rows row0 + r; with split-K, S adjacent warps of the block hold partial sums of the

@@ -182,7 +182,7 @@ cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, f
 template <int F>
 cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, float* y,
                      cudaStream_t stream) {
-  switch (matvec_split(w.n_out, Q16Cfg<F>::kRows, w_chunks<F>(w))) {
+  switch (matvec_split_q16(w_chunks<F>(w))) {
     case 4: return launch_fs<F, 4>(w, x, add, y, stream);
     case 2: return launch_fs<F, 2>(w, x, add, y, stream);
     default: return launch_fs<F, 1>(w, x, add, y, stream);
