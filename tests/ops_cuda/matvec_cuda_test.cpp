@@ -39,7 +39,9 @@ std::vector<Shape> shapes_for(DType t) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
-      return {{1, 1}, {37, 100}, {5, 33}, {129, 4096}, {1000, 257}, {4096, 512}, {37, 1000}};
+      // 2048 and wider: eight rows a warp (matvec.cu's kWide).
+      return {{1, 1},      {37, 100},   {5, 33},    {129, 4096},
+              {1000, 257}, {4096, 512}, {37, 1000}, {37, 2048}};
     case DType::kQ4_K:
     case DType::kQ6_K: return {{1, 256}, {37, 768}, {130, 4096}, {1001, 512}, {41, 2048}};
     default:

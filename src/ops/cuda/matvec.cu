@@ -69,18 +69,22 @@ constexpr int kThreads = 128;  // 4 warps
 // Rows per warp and chunks in flight per lane and row, as measured on the H200: for the 16-bit
 // formats four rows and 2 chunks beat two rows and 4 (Llama-3-8B shape bf16 decode step 4.22 ->
 // 4.05 ms: each x load serves more rows), which beat one row and 8; Q4 rows share the larger x
-// loads (four rows and 4 chunks was slower: q4_0 1.97 -> 2.04 ms).
-template <int F>
+// loads (four rows and 4 chunks was slower: q4_0 1.97 -> 2.04 ms). kWide (16-bit formats, rows
+// of 2048 elements or more): eight rows and one chunk, so each x load serves eight rows.
+template <int F, bool kWide = false>
 struct MvCfg {
-  static constexpr int kRows = F == kWF32 ? 1 : 4;
-  static constexpr int kUnroll = F == kWF32 ? 4 : 2;
+  static constexpr int kRows = F == kWF32 ? 1 : (kWide ? 8 : 4);
+  static constexpr int kUnroll = F == kWF32 || kWide ? (F == kWF32 ? 4 : 1) : 2;
   // Blocks per SM the registers must allow (more resident warps, more loads in flight): the
-  // 16-bit formats fit 8 (64 registers) without spilling; H200 decode step, Llama-3-8B bf16
-  // 4.06 -> 3.89 ms (SmolLM2 bf16 0.568 -> 0.577, its matrices too small to gain). The others
-  // keep the occupancy they had uncapped (f32 48 registers, Q8_0 96, Q4 125, Q4_K 168): an
-  // explicit minimum of 1 lets the compiler take up to 239.
+  // 16-bit formats fit 8 (64 registers), 6 wide (80), without spilling. H200 decode step,
+  // Llama-3-8B bf16: uncapped 4.06 ms, capped 3.89, wide 3.78 (SmolLM2 bf16: 0.568, 0.577, and
+  // 0.63 wide, so its 576-wide rows keep four). The others keep the occupancy they had uncapped
+  // (f32 48 registers, Q8_0 96, Q4 125, Q4_K 168): an explicit minimum of 1 lets the compiler
+  // take up to 239.
   static constexpr int kMinBlocks =
-      F == kWBF16 || F == kWF16 || F == kWF32 ? 8 : (F == kWQ8_0 ? 5 : (F == kWQ4_K ? 3 : 4));
+      kWide ? 6
+            : (F == kWBF16 || F == kWF16 || F == kWF32 ? 8
+                                                       : (F == kWQ8_0 ? 5 : (F == kWQ4_K ? 3 : 4)));
 };
 
 // x[base, base + n) into registers; elements at or past n_in read as 0 (only the last chunk of a
@@ -103,11 +107,11 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, int64_t base
   }
 }
 
-template <int F, int S>
-__global__ void __launch_bounds__(kThreads, MvCfg<F>::kMinBlocks)
+template <int F, int S, bool kWide>
+__global__ void __launch_bounds__(kThreads, MvCfg<F, kWide>::kMinBlocks)
     matvec_kernel(WeightView w, const float* __restrict__ x, const float* add, float* y) {
-  constexpr int R = MvCfg<F>::kRows;
-  constexpr int U = MvCfg<F>::kUnroll;
+  constexpr int R = MvCfg<F, kWide>::kRows;
+  constexpr int U = MvCfg<F, kWide>::kUnroll;
   constexpr int E = WFmt<F>::kEpc;
   const int lane = threadIdx.x % kWarp;
   const int wi = threadIdx.x / kWarp;
@@ -212,23 +216,32 @@ __global__ void __launch_bounds__(kThreads, MvCfg<F>::kMinBlocks)
   matvec_store<R, S>(acc, lane, wi, row0, w.n_out, add, y);
 }
 
-template <int F, int S>
+template <int F, int S, bool kWide>
 cudaError_t launch_fs(const WeightView& w, const float* x, const float* add, float* y,
                       cudaStream_t stream) {
-  constexpr int rows_per_block = (kThreads / kWarp / S) * MvCfg<F>::kRows;
+  constexpr int rows_per_block = (kThreads / kWarp / S) * MvCfg<F, kWide>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  return launch_pdl(matvec_kernel<F, S>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
-                    stream, w, x, add, y);
+  return launch_pdl(matvec_kernel<F, S, kWide>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                    0, stream, w, x, add, y);
+}
+
+template <int F, bool kWide>
+cudaError_t launch_fw(const WeightView& w, const float* x, const float* add, float* y,
+                      cudaStream_t stream) {
+  switch (matvec_split(w.n_out, MvCfg<F, kWide>::kRows, w_chunks<F>(w))) {
+    case 4: return launch_fs<F, 4, kWide>(w, x, add, y, stream);
+    case 2: return launch_fs<F, 2, kWide>(w, x, add, y, stream);
+    default: return launch_fs<F, 1, kWide>(w, x, add, y, stream);
+  }
 }
 
 template <int F>
 cudaError_t launch_f(const WeightView& w, const float* x, const float* add, float* y,
                      cudaStream_t stream) {
-  switch (matvec_split(w.n_out, MvCfg<F>::kRows, w_chunks<F>(w))) {
-    case 4: return launch_fs<F, 4>(w, x, add, y, stream);
-    case 2: return launch_fs<F, 2>(w, x, add, y, stream);
-    default: return launch_fs<F, 1>(w, x, add, y, stream);
+  if constexpr (F == kWBF16 || F == kWF16) {
+    if (w.n_in >= 2048) return launch_fw<F, true>(w, x, add, y, stream);
   }
+  return launch_fw<F, false>(w, x, add, y, stream);
 }
 
 }  // namespace
