@@ -31,9 +31,9 @@ struct Shape {
   int64_t n_out, n_in;
 };
 
-// Rows of few-row matrices are split over 1, 2 or 4 warps (split-K, matvec_split): the shapes
-// cover each, with a partial last row group and (odd group counts at split 2) a block whose
-// second group has no rows.
+// Rows are split over 1, 2 or 4 warps (split-K: matvec_split for f32 activations, 1 or 2 from
+// matvec_split_q16 for int16 ones): the shapes cover each, with a partial last row group and
+// (odd group counts at split 2) a block whose second group has no rows.
 std::vector<Shape> shapes_for(DType t) {
   switch (t) {
     case DType::kF32:

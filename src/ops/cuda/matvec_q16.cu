@@ -11,8 +11,8 @@
 // is the int16 rounding of x: relative ~1.5e-5.
 //
 // Work split as matvec.cu: a warp owns kRows rows, lanes walk 16-byte chunks with kUnroll in
-// flight per row, and the int16 x of a chunk is loaded once for all kRows rows; matrices with few
-// rows split each row over S warps (split-K, matvec_split). Q4_K's packed
+// flight per row, and the int16 x of a chunk is loaded once for all kRows rows; each row is split
+// over S warps (split-K, matvec_split_q16: 2 where rows have 128 chunks or more). Q4_K's packed
 // 6-bit scales are decoded two at a time with 16-bit masks (llama.cpp's trick).
 //
 // Measured on the H200 (bench/cuda_ops_bench.cpp): staging the chunks through shared memory with
