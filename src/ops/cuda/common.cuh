@@ -178,6 +178,65 @@ __device__ __forceinline__ void quantize4(float4 v, int64_t i, bool valid, int16
   if (lane % 4 == 0) sum16[i / 16] = s;
 }
 
+// The RMSNorm scale 1 / sqrt(mean(x^2) + eps), in double from the f32 sum of squares, as the
+// CPU reference computes it.
+__device__ __forceinline__ float rms_scale(float ss, int64_t n, float eps) {
+  return static_cast<float>(
+      1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
+}
+
+// Rows held as K float4s a thread: float4 number i4 = threadIdx.x + k blockDim.x of n4.
+// load_row4: p's float4s (fill where p is null or past the row).
+template <int K>
+__device__ __forceinline__ void load_row4(const float* p, int64_t n4, float4 fill, float4 (&v)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    v[k] = i4 < n4 && p != nullptr ? ld_f4(p + 4 * i4) : fill;
+  }
+}
+
+// v = x (+ residual, written back when residual != nullptr; zeros past the row); returns this
+// thread's sum of squares. All loads are issued before the first store.
+template <int K>
+__device__ __forceinline__ float load_residual_row4(const float* x, float* residual, int64_t n4,
+                                                    float4 (&v)[K]) {
+  load_row4<K>(x, n4, make_float4(0.0f, 0.0f, 0.0f, 0.0f), v);
+  if (residual != nullptr) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i4 < n4) {
+        const float4 r = *reinterpret_cast<const float4*>(residual + 4 * i4);
+        v[k] = make_float4(v[k].x + r.x, v[k].y + r.y, v[k].z + r.z, v[k].w + r.w);
+      }
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i4 < n4 && residual != nullptr) *reinterpret_cast<float4*>(residual + 4 * i4) = v[k];
+    ss = fmaf(v[k].x, v[k].x, ss);
+    ss = fmaf(v[k].y, v[k].y, ss);
+    ss = fmaf(v[k].z, v[k].z, ss);
+    ss = fmaf(v[k].w, v[k].w, ss);
+  }
+  return ss;
+}
+
+// Stores four f32 as float4 number i4 of an f32 array or four bf16 of a bf16 one.
+__device__ __forceinline__ void store_act4(void* out, int64_t i4, float4 o, bool bf16) {
+  if (bf16) {
+    uint2 b;
+    b.x = pack_bf16x2(o.x, o.y);
+    b.y = pack_bf16x2(o.z, o.w);
+    static_cast<uint2*>(out)[i4] = b;
+  } else {
+    static_cast<float4*>(out)[i4] = o;
+  }
+}
+
 // Stores f32 as f32 or bf16.
 __device__ __forceinline__ void store_act(void* out, int64_t i, float v, bool bf16) {
   if (bf16) {

@@ -61,39 +61,11 @@ __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float
                                     float* sum16) {
   __shared__ float scratch[32];
   const int64_t n4 = n / 4;
-  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float4 wv[K], v[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    wv[k] = i4 < n4 ? ld_f4(w + 4 * i4) : zero;
-  }
+  load_row4<K>(w, n4, make_float4(0.0f, 0.0f, 0.0f, 0.0f), wv);
   pdl_trigger_then_wait();
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    v[k] = zero;
-    if (i4 < n4) {
-      v[k] = ld_f4(x + 4 * i4);
-      if (residual != nullptr) {
-        const float4 r = *reinterpret_cast<const float4*>(residual + 4 * i4);
-        v[k] = make_float4(v[k].x + r.x, v[k].y + r.y, v[k].z + r.z, v[k].w + r.w);
-      }
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i4 < n4 && residual != nullptr) *reinterpret_cast<float4*>(residual + 4 * i4) = v[k];
-    ss = fmaf(v[k].x, v[k].x, ss);
-    ss = fmaf(v[k].y, v[k].y, ss);
-    ss = fmaf(v[k].z, v[k].z, ss);
-    ss = fmaf(v[k].w, v[k].w, ss);
-  }
-  ss = block_sum(ss, scratch);
-  const float sc = static_cast<float>(
-      1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
+  const float ss = load_residual_row4<K>(x, residual, n4, v);
+  const float sc = rms_scale(block_sum(ss, scratch), n, eps);
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;

@@ -28,9 +28,7 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
     }
     ss = fmaf(v, v, ss);
   }
-  ss = block_sum(ss, scratch);
-  const float scale = static_cast<float>(
-      1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
+  const float scale = rms_scale(block_sum(ss, scratch), n, eps);
   const float* src = rr != nullptr ? rr : xr;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     float v = src[i] * scale;
@@ -46,53 +44,19 @@ __global__ void rms_norm_v4_kernel(const float* x, const float* __restrict__ w, 
                                    int64_t n, float eps, bool out_bf16, void* out) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x, n4 = n / 4;
-  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
   float4 wv[K], v[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    wv[k] = i4 < n4 && w != nullptr ? ld_f4(w + 4 * i4) : one;
-  }
+  load_row4<K>(w, n4, make_float4(1.0f, 1.0f, 1.0f, 1.0f), wv);
   pdl_begin();
-  const float* xr = x + row * n;
-  float* rr = residual != nullptr ? residual + row * n : nullptr;
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    v[k] = zero;
-    if (i4 < n4) {
-      v[k] = ld_f4(xr + 4 * i4);
-      if (rr != nullptr) {
-        const float4 r = *reinterpret_cast<const float4*>(rr + 4 * i4);
-        v[k] = make_float4(v[k].x + r.x, v[k].y + r.y, v[k].z + r.z, v[k].w + r.w);
-        *reinterpret_cast<float4*>(rr + 4 * i4) = v[k];
-      }
-    }
-    ss = fmaf(v[k].x, v[k].x, ss);
-    ss = fmaf(v[k].y, v[k].y, ss);
-    ss = fmaf(v[k].z, v[k].z, ss);
-    ss = fmaf(v[k].w, v[k].w, ss);
-  }
-  ss = block_sum(ss, scratch);
-  const float scale = static_cast<float>(
-      1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(n) + static_cast<double>(eps)));
+  const float ss =
+      load_residual_row4<K>(x + row * n, residual != nullptr ? residual + row * n : nullptr, n4, v);
+  const float scale = rms_scale(block_sum(ss, scratch), n, eps);
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (i4 >= n4) continue;
     const float4 o = make_float4(v[k].x * scale * wv[k].x, v[k].y * scale * wv[k].y,
                                  v[k].z * scale * wv[k].z, v[k].w * scale * wv[k].w);
-    const int64_t at = row * n4 + i4;
-    if (out_bf16) {
-      uint2 b;
-      b.x = pack_bf16x2(o.x, o.y);
-      b.y = pack_bf16x2(o.z, o.w);
-      static_cast<uint2*>(out)[at] = b;
-    } else {
-      static_cast<float4*>(out)[at] = o;
-    }
+    store_act4(out, row * n4 + i4, o, out_bf16);
   }
 }
 

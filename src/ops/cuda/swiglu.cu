@@ -31,14 +31,7 @@ __global__ void swiglu_v4_kernel(const float* gate, const float* up, uint32_t n_
   const float4 u = ld_f4(up + 4 * (static_cast<int64_t>(r) * stride4 + i));
   const float4 o = make_float4(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
                                g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w);
-  if (out_bf16) {
-    uint2 b;
-    b.x = pack_bf16x2(o.x, o.y);
-    b.y = pack_bf16x2(o.z, o.w);
-    reinterpret_cast<uint2*>(out)[idx] = b;
-  } else {
-    reinterpret_cast<float4*>(out)[idx] = o;
-  }
+  store_act4(out, idx, o, out_bf16);
 }
 
 }  // namespace
