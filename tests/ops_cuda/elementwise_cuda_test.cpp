@@ -130,6 +130,17 @@ TEST_F(CudaElementwise, RopeMatchesTheReferenceAtLongPositions) {
   }
 }
 
+// The gate and up halves of a fused [rows, 2n] buffer, each as [rows, n].
+void split_halves(const std::vector<float>& gu, int64_t rows, int64_t n, std::vector<float>& gate,
+                  std::vector<float>& up) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
+      up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
+    }
+  }
+}
+
 TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
   // SwiGLU on the halves of a fused [rows, 2n] buffer: odd n (one element a thread) and n % 4
   // == 0 (four a thread).
@@ -138,12 +149,7 @@ TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
     const int64_t rows = 9;
     const auto gu = test::random_floats(static_cast<size_t>(rows * 2 * n), 3, -6.0f, 6.0f);
     std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < n; ++i) {
-        gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
-        up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
-      }
-    }
+    split_halves(gu, rows, n, gate, up);
     cpu::swiglu(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
     cuda::DeviceBuffer dgu = upload(gu);
     cuda::DeviceBuffer out = poisoned<float>(ref.size());
@@ -332,12 +338,7 @@ TEST_F(CudaElementwise, GegluTanhMatchesTheReference) {
     gu[0] = -30.0f;
     if (n > 2) gu[2] = 25.0f;
     std::vector<float> gate, up, ref(static_cast<size_t>(rows * n));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < n; ++i) {
-        gate.push_back(gu[static_cast<size_t>(r * 2 * n + i)]);
-        up.push_back(gu[static_cast<size_t>(r * 2 * n + n + i)]);
-      }
-    }
+    split_halves(gu, rows, n, gate, up);
     cpu::geglu_tanh(ref_ctx(), gate.data(), up.data(), rows * n, ref.data());
     cuda::DeviceBuffer dgu = upload(gu);
     cuda::DeviceBuffer out = poisoned<float>(ref.size());

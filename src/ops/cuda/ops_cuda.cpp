@@ -181,8 +181,11 @@ void rope_inv_freq(const cpu::RopeParams& p, double* out) {
   }
 }
 
-kern::RopeArgs rope_args(const cpu::RopeParams& p, int64_t n_tokens, int64_t n_heads,
-                         int64_t head_dim, int64_t token_stride) {
+Result<kern::RopeArgs> rope_args(const cpu::RopeParams& p, int64_t n_tokens, int64_t n_heads,
+                                 int64_t head_dim, int64_t token_stride, const char* op) {
+  if (p.n_rot / 2 > kern::kMaxRopePairs) {
+    return unsupported("{}: n_rot {} (at most {})", op, p.n_rot, 2 * kern::kMaxRopePairs);
+  }
   kern::RopeArgs a{};
   a.n_tokens = n_tokens;
   a.n_heads = n_heads;
@@ -212,10 +215,8 @@ Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64
   if (n_tokens > 0 && (x == nullptr || positions == nullptr)) {
     return invalid_argument("rope: null pointer");
   }
-  if (p.n_rot / 2 > kern::kMaxRopePairs) {
-    return unsupported("rope: n_rot {} (at most {})", p.n_rot, 2 * kern::kMaxRopePairs);
-  }
-  const kern::RopeArgs a = rope_args(p, n_tokens, n_heads, head_dim, token_stride);
+  RINFER_ASSIGN_OR_RETURN(const kern::RopeArgs a,
+                          rope_args(p, n_tokens, n_heads, head_dim, token_stride, "rope"));
   return launched(kern::launch_rope(x, positions, a, stream), "rope launch");
 }
 
@@ -364,10 +365,8 @@ Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token
   if (n_tokens > 0 && (qkv == nullptr || positions == nullptr)) {
     return invalid_argument("rope_kv_store: null pointer");
   }
-  if (p.n_rot / 2 > kern::kMaxRopePairs) {
-    return unsupported("rope_kv_store: n_rot {} (at most {})", p.n_rot, 2 * kern::kMaxRopePairs);
-  }
-  const kern::RopeArgs a = rope_args(p, n_tokens, n_heads, hd, token_stride);
+  RINFER_ASSIGN_OR_RETURN(const kern::RopeArgs a,
+                          rope_args(p, n_tokens, n_heads, hd, token_stride, "rope_kv_store"));
   kern::RopeKvArgs k;
   k.n_head_q = n_head;
   k.cache_bf16 = kv.dtype == DType::kBF16;
