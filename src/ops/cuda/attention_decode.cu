@@ -22,6 +22,7 @@
 // when the next matvec wants them: one kernel instead of RoPE + KV store, attention, merge and
 // quantization (H200, Llama-3-8B shape at 200 positions: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
 #include <algorithm>
+#include <climits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/launch.h"
@@ -50,23 +51,39 @@ struct DecCfg {
 };
 
 // Fewest positions per split (below this the merge costs more than the split saves).
-constexpr int64_t kMinChunk = 32;
+constexpr int kMinChunk = 32;
+
+// AttnArgs' sizes as 32-bit integers (checked on the host by dec_args): the decode kernels are
+// latency-bound, and 64-bit divisions and products cost each thread hundreds of instructions.
+// ncu (scripts/device/ncu_sass.sh), fused kernel, Llama-3-8B shape: 679k -> 486k warp
+// instructions a launch (150 of 64-bit split arithmetic in every warp, the 360 idle blocks
+// included); H200 decode step q4_0 1.775 -> 1.760 ms, SmolLM2 q4_1 0.542 -> 0.508.
+struct DecArgs {
+  int n_kv;      // positions, or their upper bound when n_kv_dev is set
+  int n_head, n_head_kv, ratio;
+  int stride;    // kv_row_stride
+  int window;    // > 0: sliding window
+  int ring;      // > 0: rows of a ring cache
+  float scale;
+  const int32_t* n_kv_dev;
+};
 
 // The positions of one decode step and their cut into splits, derived on the device from n_kv
-// (read from n_kv_dev when set, clamped to [1, a.n_kv]) and the grid's split count.
+// (read from n_kv_dev when set, clamped to [1, n_kv]) and the grid's split count.
 struct DecRange {
-  int64_t lo, end, chunk;
+  int lo, end, chunk;
   int n_active;
 };
-__device__ __forceinline__ DecRange dec_range(const AttnArgs& a, int n_splits) {
-  int64_t n_kv = a.n_kv;
-  if (a.n_kv_dev != nullptr) n_kv = max(int64_t{1}, min(static_cast<int64_t>(*a.n_kv_dev), a.n_kv));
+__device__ __forceinline__ DecRange dec_range(const DecArgs& a, int n_splits) {
+  int n_kv = a.n_kv;
+  if (a.n_kv_dev != nullptr) n_kv = max(1, min(*a.n_kv_dev, a.n_kv));
   DecRange r;
-  r.lo = a.window > 0 ? max(int64_t{0}, n_kv - a.window) : 0;
+  r.lo = a.window > 0 ? max(0, n_kv - a.window) : 0;
   r.end = n_kv;
-  const int64_t len = n_kv - r.lo;
-  r.chunk = max(kMinChunk, (len + n_splits - 1) / n_splits);
-  r.n_active = static_cast<int>((len + r.chunk - 1) / r.chunk);
+  const auto len = static_cast<unsigned>(n_kv - r.lo);
+  const auto ns = static_cast<unsigned>(n_splits);
+  r.chunk = max(kMinChunk, static_cast<int>((len + ns - 1) / ns));
+  r.n_active = static_cast<int>((len + r.chunk - 1) / static_cast<unsigned>(r.chunk));
   return r;
 }
 
@@ -88,13 +105,14 @@ __host__ __device__ constexpr int min_blocks() {
 
 // Loads a lane's kEpt elements of one row; `elem` is the row's first element + li * kVec.
 template <bool kBf16, int kD>
-__device__ __forceinline__ void load_row(const void* base, int64_t elem,
+__device__ __forceinline__ void load_row(const void* base, uint32_t elem,
                                          float (&out)[DecCfg<kBf16, kD>::kEpt]) {
   using C = DecCfg<kBf16, kD>;
   const auto* b = static_cast<const uint8_t*>(base);
 #pragma unroll
   for (int c = 0; c < C::kChunks; ++c) {
-    const uint4 v = ld_stream16(b + (elem + c * C::kTpr * C::kVec) * (kBf16 ? 2 : 4));
+    const uint4 v =
+        ld_stream16(b + static_cast<size_t>(elem + c * C::kTpr * C::kVec) * (kBf16 ? 2 : 4));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     if constexpr (kBf16) {
 #pragma unroll
@@ -112,19 +130,19 @@ __device__ __forceinline__ void load_row(const void* base, int64_t elem,
 // One step's K and V rows of a sub-group: positions base + t * SG + sg (t < R); rows past j_end
 // read position j_begin's row and are marked invalid.
 template <bool kBf16, int kD, int R, int SG, bool kZeroInvalid>
-__device__ __forceinline__ void load_kv_step(const AttnArgs& a, const void* k, const void* v,
-                                             int64_t base, int64_t j_begin, int64_t j_end, int sg,
-                                             int64_t head_off, uint32_t ring,
+__device__ __forceinline__ void load_kv_step(const DecArgs& a, const void* k, const void* v,
+                                             int base, int j_begin, int j_end, int sg,
+                                             uint32_t head_off,
                                              float (&kr)[R][DecCfg<kBf16, kD>::kEpt],
                                              float (&vr)[R][DecCfg<kBf16, kD>::kEpt],
                                              bool (&valid)[R]) {
 #pragma unroll
   for (int t = 0; t < R; ++t) {
-    const int64_t j = base + t * SG + sg;
+    const int j = base + t * SG + sg;
     valid[t] = j < j_end;
-    int64_t row = valid[t] ? j : j_begin;
-    if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
-    const int64_t off = row * a.kv_row_stride + head_off;
+    auto row = static_cast<uint32_t>(valid[t] ? j : j_begin);
+    if (a.ring > 0) row %= static_cast<uint32_t>(a.ring);
+    const uint32_t off = row * static_cast<uint32_t>(a.stride) + head_off;
     load_row<kBf16, kD>(k, off, kr[t]);
     load_row<kBf16, kD>(v, off, vr[t]);
   }
@@ -165,7 +183,7 @@ __device__ __forceinline__ void rope_pairs_smem(float* s_cs2, int64_t pos, const
 template <bool kBf16, int kD, int kG, bool kRope>
 __global__ void __launch_bounds__(
     kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope>()))
-    attn_decode_kernel(AttnArgs a, const float* __restrict__ q, const void* __restrict__ k,
+    attn_decode_kernel(DecArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
                        int n_groups, AttnRopeArgs r) {
   using C = DecCfg<kBf16, kD>;
@@ -183,27 +201,23 @@ __global__ void __launch_bounds__(
   __shared__ int s_last;
   static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
 
-  pdl_trigger_then_wait();
-  const int hk = blockIdx.y / n_groups;
-  const int64_t ratio = a.n_head / a.n_head_kv;
-  const int64_t h0 = hk * ratio + static_cast<int64_t>(blockIdx.y % n_groups) * kG;
-  const int64_t left = hk * ratio + ratio - h0;  // query heads of this kv head from h0 on
-  const int ng = static_cast<int>(left < kG ? left : kG);
-  // kRope: the raw q heads of the group and the k and v heads, loaded before n_kv is known (they
-  // do not depend on it), so these loads, the n_kv load and the angles overlap.
+  // kRope: everything up to the raw qkv loads reads only what the host and earlier decode steps
+  // wrote (n_kv, the cached K/V rows of older positions) or nothing (the angles), so it runs
+  // before the PDL wait, overlapping the QKV matvec's tail where the SM has room (measured about
+  // neutral on the Llama-3-8B shape: the matvec's blocks fill the SMs to the end); the other
+  // path waits first.
+  if constexpr (kRope) {
+    pdl_trigger();
+  } else {
+    pdl_trigger_then_wait();
+  }
+  const int hk = static_cast<int>(blockIdx.y) / n_groups;
+  const int h0 = hk * a.ratio + (static_cast<int>(blockIdx.y) % n_groups) * kG;
+  const int left = hk * a.ratio + a.ratio - h0;  // query heads of this kv head from h0 on
+  const int ng = left < kG ? left : kG;
+  // kRope: the raw q heads of the group and the k and v heads (loaded after the wait).
   constexpr int kRaw = kRope ? ((kG + 2) * kD + kThreads - 1) / kThreads : 1;
   float raw[kRaw];
-  if constexpr (kRope) {
-#pragma unroll
-    for (int u = 0; u < kRaw; ++u) {
-      const int idx = threadIdx.x + u * kThreads;
-      const int g = idx / kD, d = idx % kD;
-      if (g < ng + 2) {
-        const int64_t src = g < ng ? h0 + g : a.n_head + (g - ng) * a.n_head_kv + hk;
-        raw[u] = q[src * kD + d];
-      }
-    }
-  }
   const DecRange range = dec_range(a, static_cast<int>(gridDim.x));
   const int split = blockIdx.x;
   if (split >= range.n_active) return;  // past the real positions (the merge skips it)
@@ -211,25 +225,34 @@ __global__ void __launch_bounds__(
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int sg = warp * C::kRpw + lane / C::kTpr;
   const int li = lane % C::kTpr;  // position in the row
-  const int64_t j_begin = range.lo + split * range.chunk;
-  const int64_t j_end = min(range.end, j_begin + range.chunk);
-  const auto ring = static_cast<uint32_t>(a.ring_rows);
-  const int64_t pos = range.end - 1;  // the new token (kRope)
+  const int j_begin = range.lo + split * range.chunk;
+  const int j_end = min(range.end, j_begin + range.chunk);
+  const int pos = range.end - 1;  // the new token (kRope)
   const bool owner = kRope && split == range.n_active - 1;
 
   // kRope: the first step's K/V rows are requested before the RoPE work (independent of it).
-  const int64_t head_off = static_cast<int64_t>(hk) * kD + li * C::kVec;
+  const auto head_off = static_cast<uint32_t>(hk * kD + li * C::kVec);
   float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
   bool valid[kRowsInFlight];
   if constexpr (kRope) {
     load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, j_begin, j_begin, j_end, sg,
-                                                      head_off, ring, kr, vr, valid);
+                                                      head_off, kr, vr, valid);
   }
 
   float qr[kG][E];
   const float qs = a.scale * kLog2e;
   if constexpr (kRope) {
     rope_pairs_smem(s_cs, pos, r);
+    pdl_wait();
+#pragma unroll
+    for (int u = 0; u < kRaw; ++u) {
+      const int idx = threadIdx.x + u * kThreads;
+      const int g = idx / kD, d = idx % kD;
+      if (g < ng + 2) {
+        const int src = g < ng ? h0 + g : a.n_head + (g - ng) * a.n_head_kv + hk;
+        raw[u] = q[src * kD + d];
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kRaw; ++u) {
       const int idx = threadIdx.x + u * kThreads;
@@ -254,8 +277,9 @@ __global__ void __launch_bounds__(
     }
     __syncthreads();
     if (owner) {
-      const int64_t row = ring != 0 ? static_cast<int64_t>(static_cast<uint32_t>(pos) % ring) : pos;
-      const int64_t off = row * a.kv_row_stride + static_cast<int64_t>(hk) * kD;
+      const auto row = a.ring > 0 ? static_cast<uint32_t>(pos) % static_cast<uint32_t>(a.ring)
+                                  : static_cast<uint32_t>(pos);
+      const size_t off = row * static_cast<uint32_t>(a.stride) + static_cast<uint32_t>(hk * kD);
       for (int d = threadIdx.x; d < kD; d += kThreads) {
         const uint16_t kb = f32_to_bf16_bits(s_new[0][d]), vb = f32_to_bf16_bits(s_new[1][d]);
         static_cast<uint16_t*>(const_cast<void*>(k))[off + d] = kb;
@@ -289,10 +313,10 @@ __global__ void __launch_bounds__(
   }
 
   // The trip count is the same for every thread (the shuffles below need whole warps).
-  for (int64_t base = j_begin; base < j_end; base += SG * kRowsInFlight) {
+  for (int base = j_begin; base < j_end; base += SG * kRowsInFlight) {
     if (!kRope || base != j_begin) {
       load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg, head_off,
-                                                        ring, kr, vr, valid);
+                                                        kr, vr, valid);
     }
     if constexpr (kRope) {
 #pragma unroll
@@ -374,7 +398,7 @@ __global__ void __launch_bounds__(
 #pragma unroll
     for (int i = 0; i < SG; ++i) o = fmaf(s_acc[i][g][d], s_m[i][g], o);
     const float lsum = s_l[0][g], mx = s_l[1][g];
-    const int64_t h = h0 + g;
+    const int h = h0 + g;
     if (range.n_active == 1) {
       if constexpr (kRope) {
         s_q[g][d] = o / lsum;
@@ -382,10 +406,10 @@ __global__ void __launch_bounds__(
         out[h * kD + d] = o / lsum;
       }
     } else {
-      ws_o[(static_cast<int64_t>(split) * a.n_head + h) * kD + d] = o;
+      ws_o[(split * a.n_head + h) * kD + d] = o;
       if (d == 0) {
-        ws_ml[(static_cast<int64_t>(split) * a.n_head + h) * 2] = mx;
-        ws_ml[(static_cast<int64_t>(split) * a.n_head + h) * 2 + 1] = lsum;
+        ws_ml[(split * a.n_head + h) * 2] = mx;
+        ws_ml[(split * a.n_head + h) * 2 + 1] = lsum;
       }
     }
   }
@@ -405,7 +429,7 @@ __global__ void __launch_bounds__(
       static_assert(SG * kD >= kMaxSplits, "split weights live in s_acc");
       float* s_w = &s_acc[0][0][0];  // [kG][kMaxSplits]
       for (int g = warp; g < ng; g += kWarps) {
-        const int64_t h = h0 + g;
+        const int h = h0 + g;
         float mx = -INFINITY;
         for (int sp = lane; sp < range.n_active; sp += kWarp) {
           mx = fmaxf(mx, __ldcg(ws_ml + (sp * a.n_head + h) * 2));
@@ -425,7 +449,7 @@ __global__ void __launch_bounds__(
       // Four output elements a thread, 16-byte loads of each split's partial output.
       for (int idx = threadIdx.x; idx < ng * kD / 4; idx += kThreads) {
         const int g = idx * 4 / kD, d = idx * 4 % kD;
-        const int64_t h = h0 + g;
+        const int h = h0 + g;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
         for (int sp = 0; sp < range.n_active; ++sp) {
@@ -452,7 +476,7 @@ __global__ void __launch_bounds__(
       const int idx = base + lane;
       const bool valid = idx < ng * kD / 4;
       const int g = valid ? idx * 4 / kD : 0, d = valid ? idx * 4 % kD : 0;
-      const int64_t i = (h0 + g) * kD + d;
+      const int i = (h0 + g) * kD + d;
       const float4 o = make_float4(s_q[g][d], s_q[g][d + 1], s_q[g][d + 2], s_q[g][d + 3]);
       if (valid) *reinterpret_cast<float4*>(out + i) = o;
       if (r.q16 != nullptr) quantize4(o, i, valid, r.q16, r.q16_scale, r.q16_sum16);
@@ -467,7 +491,7 @@ __global__ void __launch_bounds__(
 // that hold positions (dec_range) are read; with one, the decode kernel wrote out itself.
 constexpr int kCombineGroups = 8;
 
-__global__ void attn_combine_kernel(AttnArgs a, const float* __restrict__ ws_o,
+__global__ void attn_combine_kernel(DecArgs a, int head_dim, const float* __restrict__ ws_o,
                                     const float* __restrict__ ws_ml, int n_splits, float* out) {
   __shared__ float s_w[kMaxSplits];
   __shared__ float s_part[1024];
@@ -475,11 +499,11 @@ __global__ void attn_combine_kernel(AttnArgs a, const float* __restrict__ ws_o,
   pdl_begin();
   const int n_active = dec_range(a, n_splits).n_active;
   if (n_active <= 1) return;
-  const int64_t n_head = a.n_head, head_dim = a.head_dim;
-  const int64_t h = blockIdx.x;
-  const int tid = threadIdx.x;
-  const int n_cg = static_cast<int>(blockDim.x / head_dim);
-  const int d = tid % static_cast<int>(head_dim), g = tid / static_cast<int>(head_dim);
+  const int n_head = a.n_head;
+  const int h = static_cast<int>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int n_cg = static_cast<int>(blockDim.x) / head_dim;
+  const int d = tid % head_dim, g = tid / head_dim;
   float mx = -INFINITY;
   for (int s = tid; s < n_active; s += blockDim.x) mx = fmaxf(mx, ws_ml[(s * n_head + h) * 2]);
   mx = block_max(mx, scratch);
@@ -518,6 +542,7 @@ struct DecLaunch {
   float* ws_o;
   float* ws_ml;
   int n_splits, n_groups;
+  DecArgs d;
   AttnRopeArgs r;
 };
 
@@ -525,7 +550,7 @@ template <bool kBf16, int kD, int kG, bool kRope>
 cudaError_t launch_t(const AttnArgs& a, const DecLaunch& l, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(l.n_splits),
                   static_cast<unsigned>(a.n_head_kv * l.n_groups));
-  return launch_pdl(attn_decode_kernel<kBf16, kD, kG, kRope>, grid, dim3(kThreads), 0, stream, a,
+  return launch_pdl(attn_decode_kernel<kBf16, kD, kG, kRope>, grid, dim3(kThreads), 0, stream, l.d,
                     l.q, l.k, l.v, l.out, l.ws_o, l.ws_ml, l.n_groups, l.r);
 }
 
@@ -560,17 +585,33 @@ int decode_splits(const AttnArgs& a, int blocks_per_sm) {
   return static_cast<int>(std::min<int64_t>({target, max_by_len, kMaxSplits}));
 }
 
-// Grid shape and workspace split of one decode launch.
-DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits) {
+// Grid shape, workspace split and 32-bit sizes of one decode launch; false when a size does not
+// fit the kernels' 32-bit arithmetic (positions, heads, and the elements of a layer's cache).
+bool dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits, DecLaunch& l) {
+  constexpr int64_t kMax = INT32_MAX;
+  const int64_t rows = a.ring_rows > 0 ? a.ring_rows : a.n_kv;
+  if (a.n_kv < 1 || a.n_kv > kMax || a.n_head > kMax / kMaxSplits / 256 || a.window > kMax ||
+      a.ring_rows > kMax || a.kv_row_stride > kMax || rows * a.kv_row_stride > kMax) {
+    return false;
+  }
   g = group_heads(a);
-  DecLaunch l{};
+  l = DecLaunch{};
+  l.d.n_kv = static_cast<int>(a.n_kv);
+  l.d.n_head = static_cast<int>(a.n_head);
+  l.d.n_head_kv = static_cast<int>(a.n_head_kv);
+  l.d.ratio = static_cast<int>(a.n_head / a.n_head_kv);
+  l.d.stride = static_cast<int>(a.kv_row_stride);
+  l.d.window = static_cast<int>(a.window);
+  l.d.ring = static_cast<int>(a.ring_rows);
+  l.d.scale = a.scale;
+  l.d.n_kv_dev = a.n_kv_dev;
   l.n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
   l.n_splits = n_splits;
   l.ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]
   l.ws_ml = l.ws_o == nullptr ? nullptr
                               : l.ws_o + static_cast<int64_t>(l.n_splits) * a.n_head *
                                              a.head_dim;  // [n_splits, n_head, 2]
-  return l;
+  return true;
 }
 
 }  // namespace
@@ -592,7 +633,8 @@ int attn_decode_counters(const AttnArgs& a) {
 cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
                                float* out, void* workspace, cudaStream_t stream) {
   int g = 0;
-  DecLaunch l = dec_launch(a, g, workspace, attn_decode_splits(a));
+  DecLaunch l;
+  if (!dec_launch(a, g, workspace, attn_decode_splits(a), l)) return cudaErrorInvalidValue;
   l.q = q;
   l.k = k;
   l.v = v;
@@ -602,8 +644,8 @@ cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k,
   if (err != cudaSuccess || l.n_splits == 1) return err;
   const int64_t n_cg = std::min<int64_t>(kCombineGroups, 1024 / a.head_dim);
   return launch_pdl(attn_combine_kernel, dim3(static_cast<unsigned>(a.n_head)),
-                    dim3(static_cast<unsigned>(a.head_dim * n_cg)), 0, stream, a, l.ws_o, l.ws_ml,
-                    l.n_splits, out);
+                    dim3(static_cast<unsigned>(a.head_dim * n_cg)), 0, stream, l.d,
+                    static_cast<int>(a.head_dim), l.ws_o, l.ws_ml, l.n_splits, out);
 }
 
 cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
@@ -611,7 +653,8 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
                                     cudaStream_t stream) {
   if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
   int g = 0;
-  DecLaunch l = dec_launch(a, g, workspace, decode_splits(a, 3));
+  DecLaunch l;
+  if (!dec_launch(a, g, workspace, decode_splits(a, 3), l)) return cudaErrorInvalidValue;
   l.q = qkv;
   l.k = k;
   l.v = v;

@@ -21,12 +21,21 @@ inline constexpr int kWarp = 32;
 // was launched without the attribute), then launch_dependents lets the next kernel's blocks be
 // scheduled into the free SM slots, so its launch latency overlaps this kernel's work and tail.
 // Nothing global may be read or written before pdl_begin() (a matvec's weights excepted: they
-// do not depend on any kernel).
-__device__ __forceinline__ void pdl_begin() {
+// do not depend on any kernel; nor do data that only the host or earlier decode steps wrote,
+// which the fused decode attention reads before its pdl_wait()).
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_trigger();
 }
 
 // For the latency-bound kernels of the decode chain (norm, GLU, attention: a few blocks, no
@@ -41,10 +50,8 @@ __device__ __forceinline__ void pdl_begin() {
 // keep pdl_begin (trigger after their first loads): triggering first in every kernel gained
 // nothing more on the 8B shape and lost 3-5% on SmolLM2.
 __device__ __forceinline__ void pdl_trigger_then_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_trigger();
+  pdl_wait();
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
