@@ -9,6 +9,7 @@
 #include "core/cuda/cublas_lt.h"
 #include "cuda_test_util.h"
 #include "ops/cpu/ops.h"
+#include "ops/cuda/model_ops.h"
 #include "ops/cuda/ops_cuda.h"
 
 namespace rinfer {
@@ -156,6 +157,103 @@ TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
   EXPECT_EQ(cuda::matvec_q16(dq, qa, nullptr, y.as<float>(), stream()).code(),
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(cuda::quantized_activation_in(qbuf.data(), qb, 48).ok());
+}
+
+// The split norm (matvec_q16_res_norm, then matvec_q16 with a SplitNorm) against the same
+// matrices with the norm kernel between them (matvec_q16, rms_norm_q16, matvec_q16), and both
+// against the CPU reference in f32: the producer's 256- and 512-thread blocks (split 1 and 2),
+// consumers with a partial last row group.
+TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
+  uint64_t seed = 700;
+  constexpr float kEps = 1e-5f;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+    for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
+                                       {512, 4608, 130}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
+                   std::to_string(n_in));
+      const Tensor wp = test::random_weight(t, e, n_in, ++seed);
+      const Tensor wc = test::random_weight(t, n_c, e, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dp, cuda::upload_weight(wp, 0, stream()));
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dc, cuda::upload_weight(wc, 0, stream()));
+      const auto x = test::random_floats(static_cast<size_t>(n_in), ++seed, -2.0f, 2.0f);
+      const auto res = test::random_floats(static_cast<size_t>(e), ++seed, -3.0f, 3.0f);
+      const auto g = test::random_floats(static_cast<size_t>(e), ++seed, 0.5f, 1.5f);
+      cuda::DeviceBuffer dx = upload(x), dres = upload(res), dres2 = upload(res), dg = upload(g);
+      const size_t qb = cuda::quantized_activation_bytes(std::max(e, n_in));
+      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qin, cuda::DeviceBuffer::create(qb, 0, stream()));
+      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qout, cuda::DeviceBuffer::create(qb, 0, stream()));
+      ASSERT_EQ(cudaMemsetAsync(qout.data(), 0xff, qb, stream()), cudaSuccess);
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(qin.data(), qb, n_in));
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo, cuda::quantized_activation_in(qout.data(), qb, e));
+      CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
+      cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(e / 32));
+      cuda::DeviceBuffer y = poisoned<float>(static_cast<size_t>(n_c));
+      // The split norm.
+      CU_ASSERT_OK(cuda::matvec_q16_res_norm(dp, qa, dres.as<float>(), dg.as<float>(), qo,
+                                             parts.as<float>(), stream()));
+      const cuda::SplitNorm sn{parts.as<float>(), e, kEps};
+      CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y.as<float>(), stream(), &sn));
+      // The norm kernel between the same matrices.
+      cuda::DeviceBuffer o = poisoned<float>(static_cast<size_t>(e));
+      cuda::DeviceBuffer h = poisoned<float>(static_cast<size_t>(e));
+      cuda::DeviceBuffer y2 = poisoned<float>(static_cast<size_t>(n_c));
+      CU_ASSERT_OK(cuda::matvec_q16(dp, qa, nullptr, o.as<float>(), stream()));
+      CU_ASSERT_OK(cuda::rms_norm_q16(o.as<float>(), dres2.as<float>(), dg.as<float>(), e, kEps,
+                                      h.as<float>(), qo, stream()));
+      CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y2.as<float>(), stream()));
+      const auto r1 = download<float>(dres, static_cast<size_t>(e));
+      const auto r2 = download<float>(dres2, static_cast<size_t>(e));
+      const auto yv = download<float>(y, static_cast<size_t>(n_c));
+      const auto y2v = download<float>(y2, static_cast<size_t>(n_c));
+      const auto pv = download<float>(parts, static_cast<size_t>(e / 32));
+      EXPECT_EQ(test::count_non_finite(yv), 0u);
+      EXPECT_LT(test::rel_l2(r1, r2), 1e-6);
+      EXPECT_LT(test::rel_l2(yv, y2v), 1e-5);
+      // Each part is its 32 residual rows' sum of squares.
+      for (int64_t b = 0; b < e / 32; ++b) {
+        double ss = 0.0;
+        for (int64_t i = b * 32; i < b * 32 + 32; ++i) ss += double{r1[i]} * r1[i];
+        EXPECT_NEAR(pv[static_cast<size_t>(b)], ss, 1e-5 * ss) << "part " << b;
+      }
+      // The CPU reference in f32: residual + Wp x, its RMSNorm times g, then Wc.
+      const std::vector<float> px = reference(wp, x, 1);
+      std::vector<float> rr(static_cast<size_t>(e)), hr(static_cast<size_t>(e));
+      double ss = 0.0;
+      for (size_t i = 0; i < rr.size(); ++i) {
+        rr[i] = res[i] + px[i];
+        ss += double{rr[i]} * rr[i];
+      }
+      const double sc = 1.0 / std::sqrt(ss / static_cast<double>(e) + kEps);
+      for (size_t i = 0; i < hr.size(); ++i) hr[i] = static_cast<float>(rr[i] * sc * g[i]);
+      EXPECT_LT(test::rel_l2(r1, rr), 1e-3);
+      EXPECT_LT(test::rel_l2(yv, reference(wc, hr, 1)), 1e-3);
+    }
+  }
+  // Bad arguments: rows not a multiple of 32, the output on x's storage, no parts, a norm of
+  // the wrong length.
+  const Tensor w = test::random_weight(DType::kQ4_0, 48, 64, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+  const size_t qb = cuda::quantized_activation_bytes(64);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q1, cuda::DeviceBuffer::create(qb, 0, stream()));
+  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(q1.data(), qb, 64));
+  cuda::DeviceBuffer r = poisoned<float>(64), parts = poisoned<float>(2);
+  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation q48, cuda::quantized_activation_in(q1.data(), qb, 32));
+  EXPECT_EQ(cuda::matvec_q16_res_norm(dw, qa, r.as<float>(), r.as<float>(), q48, parts.as<float>(),
+                                      stream()).code(),
+            StatusCode::kInvalidArgument);
+  const Tensor w64 = test::random_weight(DType::kQ4_0, 64, 64, 2);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight d64, cuda::upload_weight(w64, 0, stream()));
+  EXPECT_EQ(cuda::matvec_q16_res_norm(d64, qa, r.as<float>(), r.as<float>(), qa, parts.as<float>(),
+                                      stream()).code(),
+            StatusCode::kInvalidArgument);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q2, cuda::DeviceBuffer::create(qb, 0, stream()));
+  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo, cuda::quantized_activation_in(q2.data(), qb, 64));
+  EXPECT_EQ(cuda::matvec_q16_res_norm(d64, qa, r.as<float>(), r.as<float>(), qo, nullptr, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  const cuda::SplitNorm bad{parts.as<float>(), 32, 1e-5f};
+  EXPECT_EQ(cuda::matvec_q16(d64, qa, nullptr, r.as<float>(), stream(), &bad).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaMatvec, DequantizeToBf16MatchesTheCpuDequantization) {

@@ -47,9 +47,36 @@ struct Q16View {
   const float* scale = nullptr;
   const float* sum16 = nullptr;
 };
-// y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a).
+// The RMSNorm split across two decode matvecs (matvec_q16.cu), so that no norm kernel runs
+// between them. The producer (the matrix whose output is added to the residual: Wo, ffn_down)
+// adds its rows to the residual in place and writes, per 32 rows, the int16 blocks of
+// residual * w (the next norm's weight, before the 1 / rms scale) and the rows' sum of squares
+// (`parts`, one float per 32 rows, summed in a fixed order: deterministic). The consumer (the
+// next matrix: QKV, gate|up, the output) reads those int16 blocks as its x and multiplies its
+// sums by 1 / sqrt(sum(parts) / n + eps): the scale is common to every term of a row, so the
+// result is the norm's up to f32 rounding.
+struct RmsIn {
+  const float* parts = nullptr;  // null: x is already normalized
+  int n_parts = 0;
+  int64_t n = 0;  // the norm's length
+  float eps = 0.0f;
+};
+struct ResNormOut {
+  float* residual = nullptr;  // [n_out], += W x
+  const float* w = nullptr;   // [n_out] the next norm's weight
+  int16_t* q = nullptr;       // int16 blocks of residual * w (Q16View's layout)
+  float* scale = nullptr;
+  float* sum16 = nullptr;
+  float* parts = nullptr;     // [n_out / 32]
+};
+
+// y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with
+// rin.parts set, y = W x / rms (+ add).
 cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const RmsIn& rin = {});
+// The producer: rn.residual += W x and the next norm's int16 blocks and parts (n_out % 32 == 0).
+cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, const ResNormOut& rn,
+                                       cudaStream_t stream);
 
 // out: bf16 [n_out, ld_out] (ld_out >= n_in) = W dequantized; pad columns are left untouched.
 cudaError_t launch_dequant_bf16(const WeightView& w, uint16_t* out, int64_t ld_out,

@@ -19,6 +19,14 @@
 // cp.async, double-buffered, was slower than these register loads for every format (Q4_0
 // lm_head 88 us against 70 us, Q8_0 155 against 124), and two Q4 rows per warp with four chunks
 // in flight was slower than four rows with two (ffn_up 15.4 us against 12.2).
+//
+// The split norm (launch.h: RmsIn, ResNormOut) replaces the decode step's RMSNorm kernels: the
+// producer variant (kNorm, 32 rows a block) adds its rows to the residual and leaves the next
+// norm's int16 blocks and sums of squares, the consumer multiplies its sums by 1 / rms. H200,
+// Llama-3-8B decode step against the norm kernels (RINFER_SPLIT_NORM=0), two runs: q4_0 1.772 /
+// 1.794 -> 1.726 / 1.743 ms, q8_0 2.432 / 2.431 -> 2.349 / 2.354, q4_k 2.078 / 2.093 -> 2.096 /
+// 2.080. Less than removing the norm kernels outright would give (q4_0 -0.15 ms): the
+// consumer's blocks find the SMs full of the producer's 512-thread blocks and start cold.
 #include "ops/cuda/matvec_common.cuh"
 #include "ops/cuda/weight_decode.cuh"
 
@@ -93,15 +101,79 @@ __device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1
   return s;
 }
 
-template <int F, int S>
-__global__ void __launch_bounds__(kThreads, Q16Cfg<F>::kMinBlocks)
-    matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y) {
+// This lane's share of the sum of the norm's parts (RmsIn), read once the previous kernels are
+// done; summed over the warp at the end.
+__device__ __forceinline__ float rms_parts_lane(const RmsIn& rin, int lane) {
+  float s = 0.0f;
+  if (rin.parts != nullptr) {
+    for (int i = lane; i < rin.n_parts; i += kWarp) s += __ldcg(rin.parts + i);
+  }
+  return s;
+}
+
+// The producer's end (ResNormOut): the block's 32 rows (8 groups of kRows = 4, each split over S
+// warps) are added through shared memory; warp 0's lanes 0-7 then hold four rows each, add them
+// to the residual, and write the int16 blocks of residual * w and the rows' sum of squares.
+// xr, wv: warp 0's lanes 0-7 hold their four rows of the residual and of the norm weights
+// (loaded early: they do not wait on the matvec).
+template <int R, int S, int kNT>
+__device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane, int wi,
+                                                      const ResNormOut& rn, float4 xr,
+                                                      float4 wv) {
+  static_assert(R == 4 && kNT / kWarp / S == 8, "32 rows a block, four a group");
+  __shared__ float part[kNT / kWarp][R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+  float v = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) v = lane == r ? acc[r] : v;
+  if (lane < R) part[wi][lane] = v;
+  __syncthreads();
+  if (wi != 0) return;
+  const bool valid = lane < 8;
+  const int g = valid ? lane : 0;
+  float y4[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    y4[r] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; ++k) y4[r] += part[g * S + k][r];
+  }
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + 4 * g;
+  float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (valid) {
+    xr = make_float4(xr.x + y4[0], xr.y + y4[1], xr.z + y4[2], xr.w + y4[3]);
+    *reinterpret_cast<float4*>(rn.residual + i) = xr;
+    t = make_float4(xr.x * wv.x, xr.y * wv.y, xr.z * wv.z, xr.w * wv.w);
+  } else {
+    xr = t;
+  }
+  quantize4(t, i, valid, rn.q, rn.scale, rn.sum16);
+  const float ss = warp_sum((xr.x * xr.x + xr.y * xr.y) + (xr.z * xr.z + xr.w * xr.w));
+  if (lane == 0) rn.parts[blockIdx.x] = ss;
+}
+
+// kNT threads a block; kNorm: the ResNormOut producer (kNT = 256 S: 32 rows a block).
+// The producer's register cap: a 512-thread block at 104 leaves room on its SM for one
+// 128-thread block of the next matvec (Q8_0 / Q4_0: 96 registers), whose first weight loads then
+// start before the producer ends (H200, Llama-3-8B decode step with the split norm: q4_0 1.742
+// -> 1.726 ms at 104 against 118 registers uncapped; 96 spills). Q4_1 (107) and Q4_K (127)
+// consumers would not fit anyway, and their producers spill at 104: uncapped.
+template <int F, bool kNorm>
+constexpr int producer_max_regs() {
+  return kNorm && (F == kWQ8_0 || F == kWQ4_0) ? 104 : 255;
+}
+
+template <int F, int S, int kNT, bool kNorm>
+__global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks : 1)
+    __maxnreg__((producer_max_regs<F, kNorm>())) matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y, RmsIn rin,
+                      ResNormOut rn) {
   constexpr int kRows = Q16Cfg<F>::kRows;
   constexpr int kUnroll = Q16Cfg<F>::kUnroll;
   const int lane = threadIdx.x % kWarp;
   const int wi = threadIdx.x / kWarp;
   const int ks = wi % S;  // this warp's share of the row (split-K)
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp / S) + wi / S) * kRows;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kNT / kWarp / S) + wi / S) * kRows;
   // Groups past the last row walk no chunks (they still reach the split-K barrier).
   // Chunk indices are 32-bit (a row has far fewer than 2^31): registers bound the occupancy.
   const int32_t nc = row0 < w.n_out ? static_cast<int32_t>(w_chunks<F>(w)) : 0;
@@ -111,6 +183,13 @@ __global__ void __launch_bounds__(kThreads, Q16Cfg<F>::kMinBlocks)
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
   const int32_t c_first = lane + ks * kWarp;
+  float ssp = 0.0f;  // RmsIn: this lane's share of the norm's sum of squares
+  // kNorm: warp 0's lanes 0-7 fetch their rows of the norm weights now and of the residual once
+  // the previous kernels are done, so the end of the block does not wait on them.
+  const bool norm_lane = kNorm && wi == 0 && lane < 8;
+  const int64_t norm_i = static_cast<int64_t>(blockIdx.x) * 32 + 4 * lane;
+  float4 nw = make_float4(0.0f, 0.0f, 0.0f, 0.0f), nx = nw;
+  if (norm_lane) nw = ld_f4(rn.w + norm_i);
   for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
     uint4 wv[kUnroll][kRows];
     uint4 hdr[kUnroll][kRows];
@@ -118,7 +197,11 @@ __global__ void __launch_bounds__(kThreads, Q16Cfg<F>::kMinBlocks)
     matvec_load_step<F, kUnroll, kRows>(rs, c0, kWarp * S, nc, wv, hdr, sc);
     // The weights do not depend on the previous kernel: the first step's loads are in flight
     // before waiting for it (PDL); x is read only after.
-    if (c0 == c_first) pdl_begin();
+    if (c0 == c_first) {
+      pdl_begin();
+      ssp = rms_parts_lane(rin, lane);  // in flight with the first x loads
+      if (norm_lane) nx = ld_f4(rn.residual + norm_i);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int32_t c = c0 + u * kWarp * S;
@@ -167,39 +250,70 @@ __global__ void __launch_bounds__(kThreads, Q16Cfg<F>::kMinBlocks)
     }
   }
   pdl_begin();  // lanes without chunks (and a repeat for the others: returns at once)
-  matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
+  if (c_first >= nc) {
+    ssp = rms_parts_lane(rin, lane);
+    if (norm_lane) nx = ld_f4(rn.residual + norm_i);
+  }
+  if constexpr (kNorm) {
+    matvec_store_res_norm<kRows, S, kNT>(acc, lane, wi, rn, nx, nw);
+  } else {
+    if (rin.parts != nullptr) {
+      const float sc = rms_scale(warp_sum(ssp), rin.n, rin.eps);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] *= sc;
+    }
+    matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
+  }
 }
 
-template <int F, int S>
+template <int F, int S, int kNT, bool kNorm>
 cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, float* y,
-                      cudaStream_t stream) {
-  constexpr int rows_per_block = (kThreads / kWarp / S) * Q16Cfg<F>::kRows;
+                      const RmsIn& rin, const ResNormOut& rn, cudaStream_t stream) {
+  constexpr int rows_per_block = (kNT / kWarp / S) * Q16Cfg<F>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  return launch_pdl(matvec_q16_kernel<F, S>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
-                    stream, w, x, add, y);
+  return launch_pdl(matvec_q16_kernel<F, S, kNT, kNorm>, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kNT), 0, stream, w, x, add, y, rin, rn);
 }
 
 template <int F>
 cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, float* y,
-                     cudaStream_t stream) {
-  switch (matvec_split_q16(w_chunks<F>(w))) {
-    case 4: return launch_fs<F, 4>(w, x, add, y, stream);
-    case 2: return launch_fs<F, 2>(w, x, add, y, stream);
-    default: return launch_fs<F, 1>(w, x, add, y, stream);
+                     const RmsIn& rin, const ResNormOut* rn, cudaStream_t stream) {
+  const int split = matvec_split_q16(w_chunks<F>(w));
+  if (rn != nullptr) {
+    // 32 rows a block: 8 warps, or 16 with split-K 2 (8 warps a block with split 1 even where
+    // the split is 2 was slower: q4_0 1.73 -> 1.87 ms).
+    if (split == 1) return launch_fs<F, 1, 256, true>(w, x, nullptr, nullptr, {}, *rn, stream);
+    return launch_fs<F, 2, 512, true>(w, x, nullptr, nullptr, {}, *rn, stream);
+  }
+  switch (split) {
+    case 4: return launch_fs<F, 4, kThreads, false>(w, x, add, y, rin, {}, stream);
+    case 2: return launch_fs<F, 2, kThreads, false>(w, x, add, y, rin, {}, stream);
+    default: return launch_fs<F, 1, kThreads, false>(w, x, add, y, rin, {}, stream);
+  }
+}
+
+cudaError_t launch_any(const WeightView& w, const Q16View& x, const float* add, float* y,
+                       const RmsIn& rin, const ResNormOut* rn, cudaStream_t stream) {
+  switch (w.format) {
+    case kWQ8_0: return launch_f<kWQ8_0>(w, x, add, y, rin, rn, stream);
+    case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, rin, rn, stream);
+    case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, rin, rn, stream);
+    case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, rin, rn, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
 cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
-                              cudaStream_t stream) {
-  switch (w.format) {
-    case kWQ8_0: return launch_f<kWQ8_0>(w, x, add, y, stream);
-    case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, stream);
-    case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, stream);
-    case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, stream);
-    default: return cudaErrorInvalidValue;
-  }
+                              cudaStream_t stream, const RmsIn& rin) {
+  return launch_any(w, x, add, y, rin, nullptr, stream);
+}
+
+cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, const ResNormOut& rn,
+                                       cudaStream_t stream) {
+  if (w.n_out % 32 != 0) return cudaErrorInvalidValue;
+  return launch_any(w, x, nullptr, nullptr, {}, &rn, stream);
 }
 
 }  // namespace rinfer::cuda::kern

@@ -110,18 +110,59 @@ bool matvec_q16_supported(DType layout) {
          layout == DType::kQ4_K;
 }
 
-Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
-                  cudaStream_t stream) {
-  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_q16"));
+namespace {
+
+Result<kern::WeightView> q16_view_of(const DeviceWeight& w, const QuantizedActivation& x,
+                                     const char* op) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, op));
   if (!matvec_q16_supported(w.dtype)) {
-    return invalid_argument("matvec_q16: layout {} has no integer path (use matvec)",
+    return invalid_argument("{}: layout {} has no integer path (use matvec)", op,
                             dtype_name(w.dtype));
   }
-  if (x.n != w.n_in || x.q == nullptr || y == nullptr) {
-    return invalid_argument("matvec_q16: activation of {} elements for n_in {}", x.n, w.n_in);
+  if (x.n != w.n_in || x.q == nullptr) {
+    return invalid_argument("{}: activation of {} elements for n_in {}", op, x.n, w.n_in);
+  }
+  return v;
+}
+
+}  // namespace
+
+Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
+                  cudaStream_t stream, const SplitNorm* norm) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, q16_view_of(w, x, "matvec_q16"));
+  if (y == nullptr) return invalid_argument("matvec_q16: null output");
+  kern::RmsIn rin;
+  if (norm != nullptr) {
+    if (norm->parts == nullptr || norm->n != w.n_in || norm->n % 32 != 0) {
+      return invalid_argument("matvec_q16: the split norm's length {} must be n_in {}", norm->n,
+                              w.n_in);
+    }
+    rin = {norm->parts, static_cast<int>(norm->n / 32), norm->n, norm->eps};
   }
   const kern::Q16View xv{x.q, x.scale, x.sum16};
-  return launched(kern::launch_matvec_q16(v, xv, add, y, stream), "matvec_q16 launch");
+  return launched(kern::launch_matvec_q16(v, xv, add, y, stream, rin), "matvec_q16 launch");
+}
+
+Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, float* residual,
+                           const float* norm_w, const QuantizedActivation& out, float* parts,
+                           cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, q16_view_of(w, x, "matvec_q16_res_norm"));
+  if (residual == nullptr || norm_w == nullptr || parts == nullptr) {
+    return invalid_argument("matvec_q16_res_norm: null residual, norm weights or parts");
+  }
+  if (w.n_out % 32 != 0 || out.n != w.n_out || out.q == nullptr) {
+    return invalid_argument(
+        "matvec_q16_res_norm: n_out {} must be a multiple of 32 equal to the output "
+        "activation's {}",
+        w.n_out, out.n);
+  }
+  if (!aligned16(residual) || !aligned16(norm_w)) {
+    return invalid_argument("matvec_q16_res_norm: residual and norm weights must be 16-byte aligned");
+  }
+  if (out.q == x.q) return invalid_argument("matvec_q16_res_norm: out is x's storage");
+  const kern::Q16View xv{x.q, x.scale, x.sum16};
+  const kern::ResNormOut rn{residual, norm_w, out.q, out.scale, out.sum16, parts};
+  return launched(kern::launch_matvec_q16_res_norm(v, xv, rn, stream), "matvec_q16_res_norm launch");
 }
 
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,

@@ -82,8 +82,23 @@ Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t byte
 Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream);
 bool matvec_q16_supported(DType layout);
 // y[n_out] = W x (+ add) with x.n == n_in; W's layout must be matvec_q16_supported.
+// With `norm`, x holds the int16 blocks a matvec_q16_res_norm left for it and y = W x / rms
+// (+ add), rms = sqrt(sum(norm->parts) / norm->n + eps): the RMSNorm between two decode matvecs
+// without a kernel of its own.
+struct SplitNorm {
+  const float* parts = nullptr;  // [n / 32] sums of squares, from matvec_q16_res_norm
+  int64_t n = 0;                 // the normed row's length
+  float eps = 0.0f;
+};
 Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const SplitNorm* norm = nullptr);
+// The producer half of that norm: residual[n_out] += W x, then the int16 blocks of
+// residual * norm_w (out, n_out elements; the 1 / rms factor is left to the consumer) and
+// parts[n_out / 32], the sums of squares of 32 residual rows each. n_out % 32 == 0; residual and
+// norm_w 16-byte aligned; out must not be x's storage.
+Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, float* residual,
+                           const float* norm_w, const QuantizedActivation& out, float* parts,
+                           cudaStream_t stream);
 
 // out: bf16 [n_out, ld_out] (ld_out >= n_in, a multiple of 8) = W dequantized.
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,

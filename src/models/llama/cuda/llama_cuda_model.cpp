@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 #include "core/cuda/cublas_lt.h"
 #include "core/cuda/cuda_check.h"
@@ -130,6 +131,9 @@ class LlamaCudaModel final : public DecoderModel {
     uint16_t* actb = nullptr;   // [nt, n_ff] bf16 (prefill)
     void* q16 = nullptr;        // quantized activation workspace (decode)
     size_t q16_bytes = 0;
+    void* q16n = nullptr;        // [n_embd] int16 blocks a split norm's producer writes (decode)
+    size_t q16n_bytes = 0;
+    float* norm_parts = nullptr;  // [n_embd / 32] the split norm's sums of squares (decode)
     void* gemm_ws = nullptr;  // dequantization workspace (prefill)
     size_t gemm_ws_bytes = 0;
     void* attn_ws = nullptr;  // attention workspace
@@ -150,13 +154,28 @@ class LlamaCudaModel final : public DecoderModel {
   // s.logits (decode) or are copied pass by pass to `logits_host` (prefill: synchronizes).
   Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv, const Scratch& s,
                  float* logits_host);
-  // h_quantized: the caller left the int16 form of h in s.q16 too (decode).
+  // h_quantized: the caller left the int16 form of h in s.q16 too (decode). split_in: the
+  // previous layer's ffn_down left this layer's attention norm split (below) instead;
+  // split_out: returns whether this layer's ffn_down did so for the next norm.
   Status layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
-                       const Scratch& s, bool h_quantized);
+                       const Scratch& s, bool h_quantized, bool split_in, bool& split_out);
   // y[nt, n_out] = x W^T: matvec for one token (f32 x, or the shared int16 x for quantized
-  // layouts), GEMM for more (bf16 x).
+  // layouts), GEMM for more (bf16 x). split: x is a split norm's int16 blocks in s.q16n.
   Status project(const DeviceWeight& w, int64_t nt, const float* x_f32, const uint16_t* x_bf16,
-                 bool x_quantized, const Scratch& s, float* y, int64_t y_stride);
+                 bool x_quantized, const Scratch& s, float* y, int64_t y_stride,
+                 bool split = false);
+  // The split norm (decode): the RMSNorm between a matrix whose output joins the residual (Wo,
+  // ffn_down) and the next matrices, done by those matvecs (cuda::matvec_q16_res_norm, then
+  // cuda::matvec_q16 with a SplitNorm) instead of a norm kernel. Applies when the producer and
+  // every consumer have integer layouts and the norm is a plain pre-norm.
+  bool split_norm_ok(const DeviceWeight& producer,
+                     std::initializer_list<const DeviceWeight*> consumers) const;
+  // producer's x (int16 blocks in s.q16, n_in elements): s.x += producer x, and the norm with
+  // weights norm_w left in s.q16n and s.norm_parts for the consumers.
+  Status split_norm_produce(const DeviceWeight& producer, const float* norm_w, const Scratch& s);
+  cuda::SplitNorm split_norm(const Scratch& s) const {
+    return {s.norm_parts, hp_.n_embd, hp_.norm_eps};
+  }
   // Prepares the decode input h for the matrices that read it: quantizes it once when any is
   // in a q16 layout.
   Status quantize_for(std::initializer_list<const DeviceWeight*> ws, const float* h, int64_t n,
@@ -185,6 +204,7 @@ class LlamaCudaModel final : public DecoderModel {
 
   DecoderHParams hp_;
   LoadOptions opts_;
+  bool split_norm_ = true;
   int device_ = 0;
   cuda::DeviceAllocator* alloc_ = nullptr;
   cuda::Stream stream_;
@@ -243,6 +263,9 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
   m->hp_ = hp;
   m->opts_ = opts;
+  // RINFER_SPLIT_NORM=0: the norm kernels instead of the split norm (measurements).
+  const char* sn = std::getenv("RINFER_SPLIT_NORM");
+  m->split_norm_ = sn == nullptr || std::string_view(sn) != "0";
   m->device_ = opts.device.index;
   if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
     return unsupported("CUDA attention supports head_dim 64, 128 and 256, not {}", hp.head_dim);
@@ -534,6 +557,12 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
     const int64_t qn = std::max({e, ff, q_dim_});
     s.q16_bytes = cuda::quantized_activation_bytes((qn + 31) / 32 * 32);
     RINFER_ASSIGN_OR_RETURN(s.q16, get(s.q16_bytes));
+    if (e % 32 == 0) {
+      s.q16n_bytes = cuda::quantized_activation_bytes(e);
+      RINFER_ASSIGN_OR_RETURN(s.q16n, get(s.q16n_bytes));
+      RINFER_ASSIGN_OR_RETURN(void* parts, get(f(e / 32)));
+      s.norm_parts = static_cast<float*>(parts);
+    }
   } else {
     RINFER_ASSIGN_OR_RETURN(void* hb, get(b16(nt * e)));
     s.hb = static_cast<uint16_t*>(hb);
@@ -585,8 +614,14 @@ Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> w
 
 Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
                                const uint16_t* x_bf16, bool x_quantized, const Scratch& s, float* y,
-                               int64_t y_stride) {
+                               int64_t y_stride, bool split) {
   cudaStream_t st = stream_.get();
+  if (split) {
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16n, s.q16n_bytes, w.n_in));
+    const cuda::SplitNorm sn = split_norm(s);
+    return cuda::matvec_q16(w, qa, nullptr, y, st, &sn);
+  }
   if (nt == 1) {
     if (x_quantized && q16_layout(w)) {
       RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
@@ -599,6 +634,30 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
     return internal_error("project: strided GEMM output is not supported");
   }
   return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
+}
+
+bool LlamaCudaModel::split_norm_ok(const DeviceWeight& producer,
+                                   std::initializer_list<const DeviceWeight*> consumers) const {
+  if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0) return false;
+  if (producer.data == nullptr || !q16_layout(producer) || producer.n_out != hp_.n_embd) {
+    return false;
+  }
+  bool any = false;
+  for (const DeviceWeight* w : consumers) {
+    if (w->data == nullptr) continue;
+    if (!q16_layout(*w)) return false;
+    any = true;
+  }
+  return any;
+}
+
+Status LlamaCudaModel::split_norm_produce(const DeviceWeight& producer, const float* norm_w,
+                                          const Scratch& s) {
+  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation in,
+                          cuda::quantized_activation_in(s.q16, s.q16_bytes, producer.n_in));
+  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation out,
+                          cuda::quantized_activation_in(s.q16n, s.q16n_bytes, hp_.n_embd));
+  return cuda::matvec_q16_res_norm(producer, in, s.x, norm_w, out, s.norm_parts, stream_.get());
 }
 
 Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w, int64_t nt,
@@ -638,7 +697,9 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
 }
 
 Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
-                                     const Scratch& s, bool h_quantized) {
+                                     const Scratch& s, bool h_quantized, bool split_in,
+                                     bool& split_out) {
+  split_out = false;
   cudaStream_t st = stream_.get();
   const DeviceLayer& d = layers_[static_cast<size_t>(il)];
   const int64_t e = hp_.n_embd, hd = hp_.head_dim, ff = hp_.n_ff;
@@ -648,11 +709,13 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   // Q, K, V: [nt, qkv_dim] rows (q | k | v).
   const bool xq = h_quantized;
   if (d.merged_qkv()) {
-    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_));
+    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_, split_in));
   } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_));
-    RINFER_RETURN_IF_ERROR(project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_));
-    RINFER_RETURN_IF_ERROR(project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_));
+    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_, split_in));
+    RINFER_RETURN_IF_ERROR(
+        project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, split_in));
+    RINFER_RETURN_IF_ERROR(
+        project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_, split_in));
   } else {
     // Separate GEMMs write [nt, q], [nt, k], [nt, v] blocks; interleave into qkv rows.
     float* tmp = s.gu;  // [nt, 2 n_ff] is free here and large enough (checked at load)
@@ -742,23 +805,29 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
 
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
   if (decode && !aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
-  RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
-  if (d.post_attn_norm != nullptr) {
-    RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm(s.o, d.post_attn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+  bool hq = false;
+  const bool ffn_split = decode && aq && d.post_attn_norm == nullptr &&
+                         split_norm_ok(d.wo, {&d.wgu, &d.w_gate, &d.w_up});
+  if (ffn_split) {
+    RINFER_RETURN_IF_ERROR(split_norm_produce(d.wo, d.ffn_norm, s));
+  } else {
+    RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
+    if (d.post_attn_norm != nullptr) {
+      RINFER_RETURN_IF_ERROR(
+          cuda::rms_norm(s.o, d.post_attn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+    }
+    RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
+                                              decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
   }
-  RINFER_ASSIGN_OR_RETURN(const bool hq,
-                          residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
-                                        decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
 
   // MLP.
   const float* gate = s.gu;
   const float* upp = s.gu + ff;
   if (d.merged_gu()) {
-    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff));
+    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff, ffn_split));
   } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff));
-    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff));
+    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff, ffn_split));
+    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff, ffn_split));
   } else {
     // [nt, ff] blocks: gate rows then up rows, read with in_stride ff.
     RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, false, s, s.gu, ff));
@@ -783,6 +852,16 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
     }
     if (decode) RINFER_RETURN_IF_ERROR(quantize_for({&d.w_down}, s.act, ff, s, fq));
   }
+  // The next norm: the next layer's attention norm, or the output norm after the last layer.
+  const bool last = il + 1 == hp_.n_layer;
+  const DeviceLayer* nx = last ? nullptr : &layers_[static_cast<size_t>(il + 1)];
+  const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
+  if (decode && fq && d.post_ffn_norm == nullptr &&
+      (last ? split_norm_ok(d.w_down, {&out_w})
+            : split_norm_ok(d.w_down, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv}))) {
+    split_out = true;
+    return split_norm_produce(d.w_down, last ? output_norm_.as<float>() : nx->attn_norm, s);
+  }
   RINFER_RETURN_IF_ERROR(project(d.w_down, nt, s.act, s.actb, fq, s, s.o, e));
   if (d.post_ffn_norm != nullptr) {
     RINFER_RETURN_IF_ERROR(
@@ -799,20 +878,29 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   const bool decode = nt == 1;
   RINFER_RETURN_IF_ERROR(cuda::get_rows(tok_embd_, s.tokens, nt, DType::kF32, s.x, st));
   if (hp_.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
+  bool split = false;  // the previous ffn_down split the next norm (decode)
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
-    RINFER_ASSIGN_OR_RETURN(const bool hq,
-                            residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
-                                          decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
-    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq));
+    bool hq = false;
+    if (!split) {
+      RINFER_ASSIGN_OR_RETURN(
+          hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
+                            decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+    }
+    bool next = false;
+    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq, split, next));
+    split = next;
   }
   // x += o of the last block; the requested rows through the output norm and projection.
   const float* onorm = output_norm_.as<float>();
   const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
   if (decode) {
-    RINFER_ASSIGN_OR_RETURN(const bool q,
-                            residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
-    RINFER_RETURN_IF_ERROR(project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab));
+    bool q = false;
+    if (!split) {
+      RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
+    }
+    RINFER_RETURN_IF_ERROR(
+        project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, split));
     if (n_rows > 0) {
       RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_logits_, s.logits,
                                          static_cast<size_t>(hp_.n_vocab) * 4,
