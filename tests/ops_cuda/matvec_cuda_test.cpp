@@ -162,13 +162,15 @@ TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
 // The split norm (matvec_q16_res_norm, then matvec_q16 with a SplitNorm) against the same
 // matrices with the norm kernel between them (matvec_q16, rms_norm_q16, matvec_q16), and both
 // against the CPU reference in f32: the producer's 256- and 512-thread blocks (split 1 and 2),
-// consumers with a partial last row group.
+// consumers with a partial last row group, parts padded to a multiple of 4 (e = 96).
 TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   uint64_t seed = 700;
   constexpr float kEps = 1e-5f;
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
     for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
-                                       {512, 4608, 130}}) {
+                                       {512, 4608, 130},
+                                       {96, 256, 37}}) {
+      if (t == DType::kQ4_K && e % 256 != 0) continue;  // the consumer's rows are super-blocks
       SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
                    std::to_string(n_in));
       const Tensor wp = test::random_weight(t, e, n_in, ++seed);
@@ -186,7 +188,7 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
       CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(qin.data(), qb, n_in));
       CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo, cuda::quantized_activation_in(qout.data(), qb, e));
       CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
-      cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(e / 32));
+      cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(cuda::split_norm_parts(e)));
       cuda::DeviceBuffer y = poisoned<float>(static_cast<size_t>(n_c));
       // The split norm.
       CU_ASSERT_OK(cuda::matvec_q16_res_norm(dp, qa, dres.as<float>(), dg.as<float>(), qo,
@@ -205,16 +207,19 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
       const auto r2 = download<float>(dres2, static_cast<size_t>(e));
       const auto yv = download<float>(y, static_cast<size_t>(n_c));
       const auto y2v = download<float>(y2, static_cast<size_t>(n_c));
-      const auto pv = download<float>(parts, static_cast<size_t>(e / 32));
+      const auto pv = download<float>(parts, static_cast<size_t>(cuda::split_norm_parts(e)));
       EXPECT_EQ(test::count_non_finite(yv), 0u);
       EXPECT_LT(test::rel_l2(r1, r2), 1e-6);
-      EXPECT_LT(test::rel_l2(yv, y2v), 1e-5);
+      // Both carry the int16 rounding (relative ~1.5e-5) of x, scaled differently (residual * w
+      // here, times 1 / rms there): a few codes differ by one step.
+      EXPECT_LT(test::rel_l2(yv, y2v), 5e-5);
       // Each part is its 32 residual rows' sum of squares.
       for (int64_t b = 0; b < e / 32; ++b) {
         double ss = 0.0;
         for (int64_t i = b * 32; i < b * 32 + 32; ++i) ss += double{r1[i]} * r1[i];
         EXPECT_NEAR(pv[static_cast<size_t>(b)], ss, 1e-5 * ss) << "part " << b;
       }
+      for (size_t b = static_cast<size_t>(e / 32); b < pv.size(); ++b) EXPECT_EQ(pv[b], 0.0f);
       // The CPU reference in f32: residual + Wp x, its RMSNorm times g, then Wc.
       const std::vector<float> px = reference(wp, x, 1);
       std::vector<float> rr(static_cast<size_t>(e)), hr(static_cast<size_t>(e));

@@ -56,8 +56,8 @@ struct Q16View {
 // sums by 1 / sqrt(sum(parts) / n + eps): the scale is common to every term of a row, so the
 // result is the norm's up to f32 rounding.
 struct RmsIn {
-  const float* parts = nullptr;  // null: x is already normalized
-  int n_parts = 0;
+  const float* parts = nullptr;  // null: x is already normalized; 16-byte aligned
+  int n_parts = 0;               // n / 32 rounded up to a multiple of 4, at most 256
   int64_t n = 0;  // the norm's length
   float eps = 0.0f;
 };
@@ -67,7 +67,7 @@ struct ResNormOut {
   int16_t* q = nullptr;       // int16 blocks of residual * w (Q16View's layout)
   float* scale = nullptr;
   float* sum16 = nullptr;
-  float* parts = nullptr;     // [n_out / 32]
+  float* parts = nullptr;     // [n_out / 32, rounded up to a multiple of 4 (zero padding)]
 };
 
 // y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with

@@ -133,11 +133,15 @@ Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const flo
   if (y == nullptr) return invalid_argument("matvec_q16: null output");
   kern::RmsIn rin;
   if (norm != nullptr) {
-    if (norm->parts == nullptr || norm->n != w.n_in || norm->n % 32 != 0) {
-      return invalid_argument("matvec_q16: the split norm's length {} must be n_in {}", norm->n,
-                              w.n_in);
+    if (norm->n != w.n_in || norm->n % 32 != 0 || norm->n > kMaxSplitNorm) {
+      return invalid_argument(
+          "matvec_q16: the split norm's length {} must be n_in {}, a multiple of 32 up to {}",
+          norm->n, w.n_in, kMaxSplitNorm);
     }
-    rin = {norm->parts, static_cast<int>(norm->n / 32), norm->n, norm->eps};
+    if (norm->parts == nullptr || !aligned16(norm->parts)) {
+      return invalid_argument("matvec_q16: the split norm's parts must be 16-byte aligned");
+    }
+    rin = {norm->parts, static_cast<int>(split_norm_parts(norm->n)), norm->n, norm->eps};
   }
   const kern::Q16View xv{x.q, x.scale, x.sum16};
   return launched(kern::launch_matvec_q16(v, xv, add, y, stream, rin), "matvec_q16 launch");
@@ -150,14 +154,15 @@ Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, 
   if (residual == nullptr || norm_w == nullptr || parts == nullptr) {
     return invalid_argument("matvec_q16_res_norm: null residual, norm weights or parts");
   }
-  if (w.n_out % 32 != 0 || out.n != w.n_out || out.q == nullptr) {
+  if (w.n_out % 32 != 0 || w.n_out > kMaxSplitNorm || out.n != w.n_out || out.q == nullptr) {
     return invalid_argument(
-        "matvec_q16_res_norm: n_out {} must be a multiple of 32 equal to the output "
+        "matvec_q16_res_norm: n_out {} must be a multiple of 32 up to {} and equal the output "
         "activation's {}",
-        w.n_out, out.n);
+        w.n_out, kMaxSplitNorm, out.n);
   }
-  if (!aligned16(residual) || !aligned16(norm_w)) {
-    return invalid_argument("matvec_q16_res_norm: residual and norm weights must be 16-byte aligned");
+  if (!aligned16(residual) || !aligned16(norm_w) || !aligned16(parts)) {
+    return invalid_argument(
+        "matvec_q16_res_norm: residual, norm weights and parts must be 16-byte aligned");
   }
   if (out.q == x.q) return invalid_argument("matvec_q16_res_norm: out is x's storage");
   const kern::Q16View xv{x.q, x.scale, x.sum16};

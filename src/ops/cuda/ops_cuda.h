@@ -86,16 +86,19 @@ bool matvec_q16_supported(DType layout);
 // (+ add), rms = sqrt(sum(norm->parts) / norm->n + eps): the RMSNorm between two decode matvecs
 // without a kernel of its own.
 struct SplitNorm {
-  const float* parts = nullptr;  // [n / 32] sums of squares, from matvec_q16_res_norm
-  int64_t n = 0;                 // the normed row's length
+  const float* parts = nullptr;  // sums of squares, from matvec_q16_res_norm
+  int64_t n = 0;                 // the normed row's length, at most kMaxSplitNorm
   float eps = 0.0f;
 };
 Status matvec_q16(const DeviceWeight& w, const QuantizedActivation& x, const float* add, float* y,
                   cudaStream_t stream, const SplitNorm* norm = nullptr);
 // The producer half of that norm: residual[n_out] += W x, then the int16 blocks of
 // residual * norm_w (out, n_out elements; the 1 / rms factor is left to the consumer) and
-// parts[n_out / 32], the sums of squares of 32 residual rows each. n_out % 32 == 0; residual and
-// norm_w 16-byte aligned; out must not be x's storage.
+// parts, the sums of squares of 32 residual rows each: split_norm_parts(n_out) floats (n_out / 32
+// and zero padding). n_out % 32 == 0 and at most kMaxSplitNorm; residual, norm_w and parts
+// 16-byte aligned; out must not be x's storage.
+inline constexpr int64_t kMaxSplitNorm = 4096;
+constexpr int64_t split_norm_parts(int64_t n) { return (n / 32 + 3) / 4 * 4; }
 Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, float* residual,
                            const float* norm_w, const QuantizedActivation& out, float* parts,
                            cudaStream_t stream);

@@ -133,7 +133,7 @@ class LlamaCudaModel final : public DecoderModel {
     size_t q16_bytes = 0;
     void* q16n = nullptr;        // [n_embd] int16 blocks a split norm's producer writes (decode)
     size_t q16n_bytes = 0;
-    float* norm_parts = nullptr;  // [n_embd / 32] the split norm's sums of squares (decode)
+    float* norm_parts = nullptr;  // the split norm's sums of squares (decode)
     void* gemm_ws = nullptr;  // dequantization workspace (prefill)
     size_t gemm_ws_bytes = 0;
     void* attn_ws = nullptr;  // attention workspace
@@ -560,7 +560,7 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
     if (e % 32 == 0) {
       s.q16n_bytes = cuda::quantized_activation_bytes(e);
       RINFER_ASSIGN_OR_RETURN(s.q16n, get(s.q16n_bytes));
-      RINFER_ASSIGN_OR_RETURN(void* parts, get(f(e / 32)));
+      RINFER_ASSIGN_OR_RETURN(void* parts, get(f(cuda::split_norm_parts(e))));
       s.norm_parts = static_cast<float*>(parts);
     }
   } else {
@@ -638,7 +638,10 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
 
 bool LlamaCudaModel::split_norm_ok(const DeviceWeight& producer,
                                    std::initializer_list<const DeviceWeight*> consumers) const {
-  if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0) return false;
+  if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0 ||
+      hp_.n_embd > cuda::kMaxSplitNorm) {
+    return false;
+  }
   if (producer.data == nullptr || !q16_layout(producer) || producer.n_out != hp_.n_embd) {
     return false;
   }
