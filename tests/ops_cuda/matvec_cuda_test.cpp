@@ -261,6 +261,49 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
             StatusCode::kInvalidArgument);
 }
 
+// matvec_rms_norm (the 16-bit layouts): W (rms_norm(x) * g) against the CPU reference on the
+// normed row, for narrow and wide rows (four and eight rows a warp) and each split-K.
+TEST_F(CudaMatvec, RmsNormedInputMatchesTheReference) {
+  uint64_t seed = 900;
+  constexpr float kEps = 1e-6f;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    EXPECT_TRUE(cuda::matvec_rms_norm_supported(t));
+    for (const Shape& sh : {Shape{37, 576}, Shape{1000, 576}, Shape{130, 4096}, Shape{4096, 512},
+                            Shape{41, 2048}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(sh.n_out) + ", " +
+                   std::to_string(sh.n_in) + "]");
+      const Tensor w = test::random_weight(t, sh.n_out, sh.n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      const auto x = test::random_floats(static_cast<size_t>(sh.n_in), ++seed, -3.0f, 3.0f);
+      const auto g = test::random_floats(static_cast<size_t>(sh.n_in), ++seed, 0.5f, 1.5f);
+      cuda::DeviceBuffer dx = upload(x), dg = upload(g);
+      cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(sh.n_out));
+      CU_ASSERT_OK(cuda::matvec_rms_norm(dw, dx.as<float>(), dg.as<float>(), kEps, dy.as<float>(),
+                                         stream()));
+      const auto y = download<float>(dy, static_cast<size_t>(sh.n_out));
+      double ss = 0.0;
+      for (float v : x) ss += double{v} * v;
+      const double sc = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + kEps);
+      std::vector<float> h(x.size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(x[i] * sc * g[i]);
+      EXPECT_EQ(test::count_non_finite(y), 0u);
+      EXPECT_LT(test::rel_l2(y, reference(w, h, 1)), 1e-5);
+    }
+  }
+  const Tensor wq = test::random_weight(DType::kQ8_0, 4, 64, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dq, cuda::upload_weight(wq, 0, stream()));
+  EXPECT_FALSE(cuda::matvec_rms_norm_supported(DType::kQ8_0));
+  cuda::DeviceBuffer x = poisoned<float>(64), y = poisoned<float>(4);
+  EXPECT_EQ(cuda::matvec_rms_norm(dq, x.as<float>(), x.as<float>(), 1e-6f, y.as<float>(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+  const Tensor wb = test::random_weight(DType::kBF16, 64, 64, 2);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight db, cuda::upload_weight(wb, 0, stream()));
+  EXPECT_EQ(cuda::matvec_rms_norm(db, x.as<float>(), x.as<float>(), 1e-6f, x.as<float>(), stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaMatvec, DequantizeToBf16MatchesTheCpuDequantization) {
   uint64_t seed = 500;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,

@@ -185,6 +185,18 @@ __device__ __forceinline__ void quantize4(float4 v, int64_t i, bool valid, int16
   if (lane % 4 == 0) sum16[i / 16] = s;
 }
 
+// SwiGLU (silu(g) * u) or GeGLU with the tanh approximation, as the CPU reference computes them.
+__device__ __forceinline__ float glu1(float g, float u, bool gelu) {
+  float a;
+  if (gelu) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    a = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+  } else {
+    a = g / (1.0f + expf(-g));
+  }
+  return a * u;
+}
+
 // The RMSNorm scale 1 / sqrt(mean(x^2) + eps), in double from the f32 sum of squares, as the
 // CPU reference computes it.
 __device__ __forceinline__ float rms_scale(float ss, int64_t n, float eps) {

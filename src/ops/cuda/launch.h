@@ -33,6 +33,15 @@ struct WeightView {
   const void* scales = nullptr;  // Q8_0 / Q4_0: f16 [n_out, n_in/32]; Q4_1: (d, m) f16 pairs
 };
 
+// The RMSNorm of the matvec's own input (launch_matvec_rms_norm): weights [n_in] f32.
+struct RowNorm {
+  const float* w = nullptr;
+  int64_t n = 0;
+  float eps = 0.0f;
+};
+// y[n_out] = W (rms_norm(x) * nw.w) for the 16-bit layouts (F16, BF16); x: [n_in] f32.
+cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw,
+                                   float* y, cudaStream_t stream);
 // y[n_out] = W x (+ add); x: [n_in] f32, 16-byte aligned; add: [n_out] or nullptr.
 cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
                           cudaStream_t stream);

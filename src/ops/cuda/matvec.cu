@@ -107,9 +107,15 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, int64_t base
   }
 }
 
-template <int F, int S, bool kWide>
-__global__ void __launch_bounds__(kThreads, MvCfg<F, kWide>::kMinBlocks)
-    matvec_kernel(WeightView w, const float* __restrict__ x, const float* add, float* y) {
+// kNorm (16-bit formats): x is a residual row and the matrix reads rms_norm(x) * nw.w, formed as
+// the x chunks are loaded: each lane adds up the squares of the elements it reads (every element
+// is read by exactly one lane of a row group), the row group's warps pool them, and the dot
+// products are scaled by 1 / rms at the end. No norm kernel runs before such a matvec.
+template <int F, int S, bool kWide, bool kNorm>
+__global__ void __launch_bounds__(kThreads, kNorm ? MvCfg<F, kWide>::kMinBlocks - 1
+                                                  : MvCfg<F, kWide>::kMinBlocks)
+    matvec_kernel(WeightView w, const float* __restrict__ x, const float* add, float* y,
+                  RowNorm nw) {
   constexpr int R = MvCfg<F, kWide>::kRows;
   constexpr int U = MvCfg<F, kWide>::kUnroll;
   constexpr int E = WFmt<F>::kEpc;
@@ -126,6 +132,7 @@ __global__ void __launch_bounds__(kThreads, MvCfg<F, kWide>::kMinBlocks)
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
   const int32_t c_first = lane + ks * kWarp;
+  float ss = 0.0f;  // kNorm: this lane's sum of squares of x
   for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * U) {
     // Issue every load of this step before the first use.
     uint4 wv[U][R];
@@ -141,6 +148,15 @@ __global__ void __launch_bounds__(kThreads, MvCfg<F, kWide>::kMinBlocks)
       if constexpr (!is_q4<F>()) {
         float xr[E];
         load_x(x, static_cast<int64_t>(c) * E, w.n_in, xr);
+        if constexpr (kNorm) {
+          float wn[E];
+          load_x(nw.w, static_cast<int64_t>(c) * E, w.n_in, wn);
+#pragma unroll
+          for (int i = 0; i < E; ++i) {
+            ss = fmaf(xr[i], xr[i], ss);
+            xr[i] *= wn[i];
+          }
+        }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
@@ -213,35 +229,48 @@ __global__ void __launch_bounds__(kThreads, MvCfg<F, kWide>::kMinBlocks)
     }
   }
   pdl_begin();  // lanes without chunks (a repeat for the others returns at once)
+  if constexpr (kNorm) {
+    // The row group's S warps each saw a share of x: pool their sums (every thread arrives).
+    __shared__ float s_ss[kThreads / kWarp];
+    const float wss = warp_sum(ss);
+    if (lane == 0) s_ss[wi] = wss;
+    __syncthreads();
+    float t = 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; ++k) t += s_ss[wi - ks + k];
+    const float sc = rms_scale(t, nw.n, nw.eps);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] *= sc;
+  }
   matvec_store<R, S>(acc, lane, wi, row0, w.n_out, add, y);
 }
 
-template <int F, int S, bool kWide>
+template <int F, int S, bool kWide, bool kNorm>
 cudaError_t launch_fs(const WeightView& w, const float* x, const float* add, float* y,
-                      cudaStream_t stream) {
+                      const RowNorm& nw, cudaStream_t stream) {
   constexpr int rows_per_block = (kThreads / kWarp / S) * MvCfg<F, kWide>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  return launch_pdl(matvec_kernel<F, S, kWide>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                    0, stream, w, x, add, y);
+  return launch_pdl(matvec_kernel<F, S, kWide, kNorm>, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kThreads), 0, stream, w, x, add, y, nw);
 }
 
-template <int F, bool kWide>
+template <int F, bool kWide, bool kNorm>
 cudaError_t launch_fw(const WeightView& w, const float* x, const float* add, float* y,
-                      cudaStream_t stream) {
+                      const RowNorm& nw, cudaStream_t stream) {
   switch (matvec_split(w.n_out, MvCfg<F, kWide>::kRows, w_chunks<F>(w))) {
-    case 4: return launch_fs<F, 4, kWide>(w, x, add, y, stream);
-    case 2: return launch_fs<F, 2, kWide>(w, x, add, y, stream);
-    default: return launch_fs<F, 1, kWide>(w, x, add, y, stream);
+    case 4: return launch_fs<F, 4, kWide, kNorm>(w, x, add, y, nw, stream);
+    case 2: return launch_fs<F, 2, kWide, kNorm>(w, x, add, y, nw, stream);
+    default: return launch_fs<F, 1, kWide, kNorm>(w, x, add, y, nw, stream);
   }
 }
 
-template <int F>
+template <int F, bool kNorm = false>
 cudaError_t launch_f(const WeightView& w, const float* x, const float* add, float* y,
-                     cudaStream_t stream) {
+                     const RowNorm& nw, cudaStream_t stream) {
   if constexpr (F == kWBF16 || F == kWF16) {
-    if (w.n_in >= 2048) return launch_fw<F, true>(w, x, add, y, stream);
+    if (w.n_in >= 2048) return launch_fw<F, true, kNorm>(w, x, add, y, nw, stream);
   }
-  return launch_fw<F, false>(w, x, add, y, stream);
+  return launch_fw<F, false, kNorm>(w, x, add, y, nw, stream);
 }
 
 }  // namespace
@@ -249,13 +278,22 @@ cudaError_t launch_f(const WeightView& w, const float* x, const float* add, floa
 cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
                           cudaStream_t stream) {
   switch (w.format) {
-    case kWF32: return launch_f<kWF32>(w, x, add, y, stream);
-    case kWF16: return launch_f<kWF16>(w, x, add, y, stream);
-    case kWBF16: return launch_f<kWBF16>(w, x, add, y, stream);
-    case kWQ8_0: return launch_f<kWQ8_0>(w, x, add, y, stream);
-    case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, stream);
-    case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, stream);
-    case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, stream);
+    case kWF32: return launch_f<kWF32>(w, x, add, y, {}, stream);
+    case kWF16: return launch_f<kWF16>(w, x, add, y, {}, stream);
+    case kWBF16: return launch_f<kWBF16>(w, x, add, y, {}, stream);
+    case kWQ8_0: return launch_f<kWQ8_0>(w, x, add, y, {}, stream);
+    case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, {}, stream);
+    case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, {}, stream);
+    case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, {}, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw,
+                                   float* y, cudaStream_t stream) {
+  switch (w.format) {
+    case kWF16: return launch_f<kWF16, true>(w, x, nullptr, y, nw, stream);
+    case kWBF16: return launch_f<kWBF16, true>(w, x, nullptr, y, nw, stream);
     default: return cudaErrorInvalidValue;
   }
 }

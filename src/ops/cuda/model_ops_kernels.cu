@@ -78,17 +78,7 @@ __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float
 }
 
 // SwiGLU / GeGLU (tanh) of one row with the output also quantized to int16 blocks; four
-// elements a thread.
-__device__ __forceinline__ float glu1(float g, float u, bool gelu) {
-  float a;
-  if (gelu) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    a = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-  } else {
-    a = g / (1.0f + expf(-g));
-  }
-  return a * u;
-}
+// elements a thread (glu1: common.cuh).
 
 __global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                                int16_t* q, float* scale, float* sum16) {

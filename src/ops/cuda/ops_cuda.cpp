@@ -69,6 +69,27 @@ Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
   return launched(kern::launch_matvec(v, x, add, y, stream), "matvec launch");
 }
 
+bool matvec_rms_norm_supported(DType layout) {
+  return layout == DType::kBF16 || layout == DType::kF16;
+}
+
+Status matvec_rms_norm(const DeviceWeight& w, const float* x, const float* norm_w, float eps,
+                       float* y, cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_rms_norm"));
+  if (!matvec_rms_norm_supported(w.dtype)) {
+    return invalid_argument("matvec_rms_norm: layout {} (only f16 and bf16)", dtype_name(w.dtype));
+  }
+  if (x == nullptr || y == nullptr || norm_w == nullptr) {
+    return invalid_argument("matvec_rms_norm: null pointer");
+  }
+  if (!aligned16(x) || !aligned16(norm_w)) {
+    return invalid_argument("matvec_rms_norm: x and the norm weights must be 16-byte aligned");
+  }
+  if (x == y) return invalid_argument("matvec_rms_norm: x and y must not alias");
+  const kern::RowNorm nw{norm_w, w.n_in, eps};
+  return launched(kern::launch_matvec_rms_norm(v, x, nw, y, stream), "matvec_rms_norm launch");
+}
+
 size_t quantized_activation_bytes(int64_t n) {
   if (n <= 0) return 0;
   const auto un = static_cast<size_t>(n);

@@ -64,6 +64,12 @@ Result<DeviceWeight> upload_weight(const Tensor& w, int device, cudaStream_t str
 // aligned, must not alias y. Batch-1 decode; memory-bound.
 Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
               cudaStream_t stream);
+// y[n_out] = W (rms_norm(x) * norm_w) for the F16 and BF16 layouts: the RMSNorm of a residual row
+// x [n_in] (weights norm_w [n_in], both 16-byte aligned) formed while x is read, so no norm
+// kernel runs before a decode matvec. x must not alias y.
+bool matvec_rms_norm_supported(DType layout);
+Status matvec_rms_norm(const DeviceWeight& w, const float* x, const float* norm_w, float eps,
+                       float* y, cudaStream_t stream);
 
 // The fast path for quantized layouts (q8_0, q4_0, q4_1, q4_k): x quantized once to int16 per
 // 32-element block (quantize_activation; one x serves every matvec that reads it, e.g. q/k/v or

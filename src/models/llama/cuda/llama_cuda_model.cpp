@@ -93,6 +93,20 @@ bool can_merge(std::initializer_list<const Tensor*> parts) {
   return true;
 }
 
+// How the matrices after a pre-norm get their input in decode. kKernel: a norm kernel wrote h
+// (and its int16 form). The norm without a kernel of its own (fusion.residual_norm; measured
+// in docs/gpu-inference.md): kQ16, the integer matvec before it (Wo, ffn_down) adds its rows
+// to the residual and leaves the int16 blocks and sums of squares in s.q16n / s.norm_parts
+// (cuda::matvec_q16_res_norm), the integer matvecs after it scale by 1 / rms
+// (cuda::SplitNorm); kRow, the matvec before it (any layout, or none: the embedding) adds its
+// rows to the residual s.x in place and the 16-bit matvecs after it norm s.x as they read it
+// (cuda::matvec_rms_norm).
+enum class NormMode { kKernel, kQ16, kRow };
+struct NormIn {
+  NormMode mode = NormMode::kKernel;
+  const float* w = nullptr;  // kRow: the norm's weights
+};
+
 }  // namespace
 
 class LlamaCudaModel final : public DecoderModel {
@@ -154,25 +168,24 @@ class LlamaCudaModel final : public DecoderModel {
   // s.logits (decode) or are copied pass by pass to `logits_host` (prefill: synchronizes).
   Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv, const Scratch& s,
                  float* logits_host);
-  // h_quantized: the caller left the int16 form of h in s.q16 too (decode). split_in: the
-  // previous layer's ffn_down left this layer's attention norm split (below) instead;
-  // split_out: returns whether this layer's ffn_down did so for the next norm.
+  // The mode of a pre-norm between `producer` (null: the embedding) and `consumers`.
+  NormMode norm_mode(const DeviceWeight* producer,
+                     std::initializer_list<const DeviceWeight*> consumers) const;
+  // h_quantized: the caller left the int16 form of h in s.q16 too (decode). norm_in: how this
+  // layer's attention norm reaches QKV; norm_out: returns how the next norm (the next layer's
+  // attention norm, or the output norm) reaches its matrices, kKernel when it is left to the
+  // caller's norm kernel.
   Status layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
-                       const Scratch& s, bool h_quantized, bool split_in, bool& split_out);
+                       const Scratch& s, bool h_quantized, NormIn norm_in, NormIn& norm_out);
   // y[nt, n_out] = x W^T: matvec for one token (f32 x, or the shared int16 x for quantized
-  // layouts), GEMM for more (bf16 x). split: x is a split norm's int16 blocks in s.q16n.
+  // layouts), GEMM for more (bf16 x); norm: the input is a norm without a kernel (above).
   Status project(const DeviceWeight& w, int64_t nt, const float* x_f32, const uint16_t* x_bf16,
                  bool x_quantized, const Scratch& s, float* y, int64_t y_stride,
-                 bool split = false);
-  // The split norm (decode): the RMSNorm between a matrix whose output joins the residual (Wo,
-  // ffn_down) and the next matrices, done by those matvecs (cuda::matvec_q16_res_norm, then
-  // cuda::matvec_q16 with a SplitNorm) instead of a norm kernel. Applies when the producer and
-  // every consumer have integer layouts and the norm is a plain pre-norm.
-  bool split_norm_ok(const DeviceWeight& producer,
-                     std::initializer_list<const DeviceWeight*> consumers) const;
-  // producer's x (int16 blocks in s.q16, n_in elements): s.x += producer x, and the norm with
-  // weights norm_w left in s.q16n and s.norm_parts for the consumers.
-  Status split_norm_produce(const DeviceWeight& producer, const float* norm_w, const Scratch& s);
+                 NormIn norm = {});
+  // The producer of a kQ16 or kRow norm (its input: the int16 blocks in s.q16 when x_quantized,
+  // else x_f32): s.x += W x, and for kQ16 the norm with weights norm_w for the consumers.
+  Status norm_produce(NormMode mode, const DeviceWeight& producer, const float* x_f32,
+                      bool x_quantized, const float* norm_w, const Scratch& s);
   cuda::SplitNorm split_norm(const Scratch& s) const {
     return {s.norm_parts, hp_.n_embd, hp_.norm_eps};
   }
@@ -614,9 +627,12 @@ Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> w
 
 Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
                                const uint16_t* x_bf16, bool x_quantized, const Scratch& s, float* y,
-                               int64_t y_stride, bool split) {
+                               int64_t y_stride, NormIn norm) {
   cudaStream_t st = stream_.get();
-  if (split) {
+  if (norm.mode == NormMode::kRow) {
+    return cuda::matvec_rms_norm(w, s.x, norm.w, hp_.norm_eps, y, st);
+  }
+  if (norm.mode == NormMode::kQ16) {
     RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
                             cuda::quantized_activation_in(s.q16n, s.q16n_bytes, w.n_in));
     const cuda::SplitNorm sn = split_norm(s);
@@ -636,31 +652,44 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
   return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
 }
 
-bool LlamaCudaModel::split_norm_ok(const DeviceWeight& producer,
-                                   std::initializer_list<const DeviceWeight*> consumers) const {
-  if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0 ||
-      hp_.n_embd > cuda::kMaxSplitNorm) {
-    return false;
+NormMode LlamaCudaModel::norm_mode(
+    const DeviceWeight* producer, std::initializer_list<const DeviceWeight*> consumers) const {
+  if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0) {
+    return NormMode::kKernel;
   }
-  if (producer.data == nullptr || !q16_layout(producer) || producer.n_out != hp_.n_embd) {
-    return false;
-  }
-  bool any = false;
+  bool any = false, all_q16 = true, all_16bit = true;
   for (const DeviceWeight* w : consumers) {
     if (w->data == nullptr) continue;
-    if (!q16_layout(*w)) return false;
     any = true;
+    all_q16 = all_q16 && q16_layout(*w);
+    all_16bit = all_16bit && cuda::matvec_rms_norm_supported(w->dtype);
   }
-  return any;
+  if (!any) return NormMode::kKernel;
+  if (all_16bit) return NormMode::kRow;
+  if (all_q16 && producer != nullptr && q16_layout(*producer) &&
+      producer->n_out == hp_.n_embd && hp_.n_embd <= cuda::kMaxSplitNorm) {
+    return NormMode::kQ16;
+  }
+  return NormMode::kKernel;
 }
 
-Status LlamaCudaModel::split_norm_produce(const DeviceWeight& producer, const float* norm_w,
-                                          const Scratch& s) {
-  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation in,
-                          cuda::quantized_activation_in(s.q16, s.q16_bytes, producer.n_in));
-  RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation out,
-                          cuda::quantized_activation_in(s.q16n, s.q16n_bytes, hp_.n_embd));
-  return cuda::matvec_q16_res_norm(producer, in, s.x, norm_w, out, s.norm_parts, stream_.get());
+Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer,
+                                    const float* x_f32, bool x_quantized, const float* norm_w,
+                                    const Scratch& s) {
+  cudaStream_t st = stream_.get();
+  std::optional<cuda::QuantizedActivation> in;
+  if (x_quantized && q16_layout(producer)) {
+    RINFER_ASSIGN_OR_RETURN(in, cuda::quantized_activation_in(s.q16, s.q16_bytes, producer.n_in));
+  }
+  if (mode == NormMode::kQ16) {
+    if (!in) return internal_error("norm_produce: the q16 split norm needs the int16 input");
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation out,
+                            cuda::quantized_activation_in(s.q16n, s.q16n_bytes, hp_.n_embd));
+    return cuda::matvec_q16_res_norm(producer, *in, s.x, norm_w, out, s.norm_parts, st);
+  }
+  // kRow: the residual add in place.
+  if (in) return cuda::matvec_q16(producer, *in, s.x, s.x, st);
+  return cuda::matvec(producer, x_f32, s.x, s.x, st);
 }
 
 Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w, int64_t nt,
@@ -700,9 +729,9 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
 }
 
 Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
-                                     const Scratch& s, bool h_quantized, bool split_in,
-                                     bool& split_out) {
-  split_out = false;
+                                     const Scratch& s, bool h_quantized, NormIn norm_in,
+                                     NormIn& norm_out) {
+  norm_out = {};
   cudaStream_t st = stream_.get();
   const DeviceLayer& d = layers_[static_cast<size_t>(il)];
   const int64_t e = hp_.n_embd, hd = hp_.head_dim, ff = hp_.n_ff;
@@ -712,13 +741,13 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   // Q, K, V: [nt, qkv_dim] rows (q | k | v).
   const bool xq = h_quantized;
   if (d.merged_qkv()) {
-    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_, split_in));
+    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_, norm_in));
   } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_, split_in));
+    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_, norm_in));
     RINFER_RETURN_IF_ERROR(
-        project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, split_in));
+        project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, norm_in));
     RINFER_RETURN_IF_ERROR(
-        project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_, split_in));
+        project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_, norm_in));
   } else {
     // Separate GEMMs write [nt, q], [nt, k], [nt, v] blocks; interleave into qkv rows.
     float* tmp = s.gu;  // [nt, 2 n_ff] is free here and large enough (checked at load)
@@ -809,10 +838,14 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
   if (decode && !aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
   bool hq = false;
-  const bool ffn_split = decode && aq && d.post_attn_norm == nullptr &&
-                         split_norm_ok(d.wo, {&d.wgu, &d.w_gate, &d.w_up});
-  if (ffn_split) {
-    RINFER_RETURN_IF_ERROR(split_norm_produce(d.wo, d.ffn_norm, s));
+  NormIn ffn_in;
+  if (decode && d.post_attn_norm == nullptr) {
+    ffn_in.mode = norm_mode(&d.wo, {&d.wgu, &d.w_gate, &d.w_up});
+    ffn_in.w = d.ffn_norm;
+    if (ffn_in.mode == NormMode::kQ16 && !aq) ffn_in.mode = NormMode::kKernel;
+  }
+  if (ffn_in.mode != NormMode::kKernel) {
+    RINFER_RETURN_IF_ERROR(norm_produce(ffn_in.mode, d.wo, s.attn, aq, d.ffn_norm, s));
   } else {
     RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
     if (d.post_attn_norm != nullptr) {
@@ -827,10 +860,10 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   const float* gate = s.gu;
   const float* upp = s.gu + ff;
   if (d.merged_gu()) {
-    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff, ffn_split));
+    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff, ffn_in));
   } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff, ffn_split));
-    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff, ffn_split));
+    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff, ffn_in));
+    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff, ffn_in));
   } else {
     // [nt, ff] blocks: gate rows then up rows, read with in_stride ff.
     RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, false, s, s.gu, ff));
@@ -859,11 +892,16 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   const bool last = il + 1 == hp_.n_layer;
   const DeviceLayer* nx = last ? nullptr : &layers_[static_cast<size_t>(il + 1)];
   const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
-  if (decode && fq && d.post_ffn_norm == nullptr &&
-      (last ? split_norm_ok(d.w_down, {&out_w})
-            : split_norm_ok(d.w_down, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv}))) {
-    split_out = true;
-    return split_norm_produce(d.w_down, last ? output_norm_.as<float>() : nx->attn_norm, s);
+  if (decode && d.post_ffn_norm == nullptr) {
+    NormIn next;
+    next.mode = last ? norm_mode(&d.w_down, {&out_w})
+                     : norm_mode(&d.w_down, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv});
+    next.w = last ? output_norm_.as<float>() : nx->attn_norm;
+    if (next.mode == NormMode::kQ16 && !fq) next.mode = NormMode::kKernel;
+    if (next.mode != NormMode::kKernel) {
+      norm_out = next;
+      return norm_produce(next.mode, d.w_down, s.act, fq, next.w, s);
+    }
   }
   RINFER_RETURN_IF_ERROR(project(d.w_down, nt, s.act, s.actb, fq, s, s.o, e));
   if (d.post_ffn_norm != nullptr) {
@@ -881,29 +919,36 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   const bool decode = nt == 1;
   RINFER_RETURN_IF_ERROR(cuda::get_rows(tok_embd_, s.tokens, nt, DType::kF32, s.x, st));
   if (hp_.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
-  bool split = false;  // the previous ffn_down split the next norm (decode)
+  NormIn norm;  // how the next norm reaches its matrices (decode)
+  if (decode) {
+    // The first layer's: only kRow needs no matrix before it.
+    const DeviceLayer& d0 = layers_[0];
+    if (norm_mode(nullptr, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
+      norm = {NormMode::kRow, d0.attn_norm};
+    }
+  }
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
     bool hq = false;
-    if (!split) {
+    if (norm.mode == NormMode::kKernel) {
       RINFER_ASSIGN_OR_RETURN(
           hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
                             decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     }
-    bool next = false;
-    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq, split, next));
-    split = next;
+    NormIn next;
+    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq, norm, next));
+    norm = next;
   }
   // x += o of the last block; the requested rows through the output norm and projection.
   const float* onorm = output_norm_.as<float>();
   const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
   if (decode) {
     bool q = false;
-    if (!split) {
+    if (norm.mode == NormMode::kKernel) {
       RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
     }
     RINFER_RETURN_IF_ERROR(
-        project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, split));
+        project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, norm));
     if (n_rows > 0) {
       RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_logits_, s.logits,
                                          static_cast<size_t>(hp_.n_vocab) * 4,
