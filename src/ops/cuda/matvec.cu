@@ -229,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, kNorm ? MvCfg<F, kWide>::kMinBlocks 
     }
   }
   pdl_begin();  // lanes without chunks (a repeat for the others returns at once)
+  __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
   if constexpr (kNorm) {
     // The row group's S warps each saw a share of x: pool their sums (every thread arrives).
     __shared__ float s_ss[kThreads / kWarp];

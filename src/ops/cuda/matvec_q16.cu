@@ -155,6 +155,7 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
   if (lane < R) part[wi][lane] = v;
   __syncthreads();
   if (wi != 0) return;
+  __syncwarp();
   const bool valid = lane < 8;
   const int g = valid ? lane : 0;
   float y4[R];
@@ -282,14 +283,14 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
     pv.load(rin, lane);
     if (norm_lane) nx = ld_f4(rn.residual + norm_i);
   }
+  __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
   if constexpr (kNorm) {
     matvec_store_res_norm<kRows, S, kNT>(acc, lane, wi, rn, nx, nw);
   } else {
-    if (rin.parts != nullptr) {
-      const float sc = rms_scale(warp_sum(pv.sum()), rin.n, rin.eps);
+    const float ss = warp_sum(pv.sum());
+    const float sc = rin.parts != nullptr ? rms_scale(ss, rin.n, rin.eps) : 1.0f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] *= sc;
-    }
+    for (int r = 0; r < kRows; ++r) acc[r] *= sc;
     matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
   }
 }
