@@ -23,6 +23,8 @@ for p in ${PROFILES:-llama3-8b:q4_0}; do
   timeout 300 "$host/nsys" profile -o "$rep" --force-overwrite true --cuda-graph-trace=node \
     --capture-range=cudaProfilerApi -t cuda "$b/bin/llm_cuda_bench" --profile --shape "$shape" \
     --format "$fmt" --decode-tokens 2 2>&1 | grep -E '^profile|rror'
+  # nsys stats will not overwrite an earlier run's CSV (a second trace in the same call).
+  rm -f "$out/trace_${shape}_${fmt}_cuda_gpu_trace.csv"
   timeout 300 "$host/nsys" stats -r cuda_gpu_trace -f csv -o "$out/trace_${shape}_${fmt}" \
     "$rep.nsys-rep" >/dev/null 2>&1 || { echo "nsys stats failed (is .nsyslib carried?)"; continue; }
   echo "== $shape $fmt"
