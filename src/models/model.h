@@ -45,7 +45,7 @@ std::string_view model_task_name(ModelTask task);
 // same math as separate kernels with intermediate tensors in memory.
 struct FusionOptions {
   bool attention = true;      // one flash-attention kernel vs scores, softmax, weighted sum
-  bool residual_norm = true;  // residual add + RMSNorm in one kernel
+  bool residual_norm = true;  // residual add + RMSNorm in one kernel (CUDA decode: in the matvecs)
   bool swiglu = true;         // gate/up activation fused into one kernel pass
   bool qkv = true;            // Q, K, V (and gate, up) read one quantized activation / launch
 };

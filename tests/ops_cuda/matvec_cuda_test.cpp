@@ -167,9 +167,8 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   uint64_t seed = 700;
   constexpr float kEps = 1e-5f;
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
-    for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
-                                       {512, 4608, 130},
-                                       {96, 256, 37}}) {
+    for (const auto& [e, n_in, n_c] :
+         {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37}, {512, 4608, 130}, {96, 256, 37}}) {
       if (t == DType::kQ4_K && e % 256 != 0) continue;  // the consumer's rows are super-blocks
       SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
                    std::to_string(n_in));
@@ -185,8 +184,10 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
       CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qin, cuda::DeviceBuffer::create(qb, 0, stream()));
       CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qout, cuda::DeviceBuffer::create(qb, 0, stream()));
       ASSERT_EQ(cudaMemsetAsync(qout.data(), 0xff, qb, stream()), cudaSuccess);
-      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(qin.data(), qb, n_in));
-      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo, cuda::quantized_activation_in(qout.data(), qb, e));
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
+                        cuda::quantized_activation_in(qin.data(), qb, n_in));
+      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo,
+                        cuda::quantized_activation_in(qout.data(), qb, e));
       CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
       cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(cuda::split_norm_parts(e)));
       cuda::DeviceBuffer y = poisoned<float>(static_cast<size_t>(n_c));
@@ -242,14 +243,17 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q1, cuda::DeviceBuffer::create(qb, 0, stream()));
   CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(q1.data(), qb, 64));
   cuda::DeviceBuffer r = poisoned<float>(64), parts = poisoned<float>(2);
-  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation q48, cuda::quantized_activation_in(q1.data(), qb, 32));
+  CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation q48,
+                    cuda::quantized_activation_in(q1.data(), qb, 32));
   EXPECT_EQ(cuda::matvec_q16_res_norm(dw, qa, r.as<float>(), r.as<float>(), q48, parts.as<float>(),
-                                      stream()).code(),
+                                      stream())
+                .code(),
             StatusCode::kInvalidArgument);
   const Tensor w64 = test::random_weight(DType::kQ4_0, 64, 64, 2);
   CU_ASSIGN_OR_FAIL(cuda::DeviceWeight d64, cuda::upload_weight(w64, 0, stream()));
   EXPECT_EQ(cuda::matvec_q16_res_norm(d64, qa, r.as<float>(), r.as<float>(), qa, parts.as<float>(),
-                                      stream()).code(),
+                                      stream())
+                .code(),
             StatusCode::kInvalidArgument);
   CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q2, cuda::DeviceBuffer::create(qb, 0, stream()));
   CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo, cuda::quantized_activation_in(q2.data(), qb, 64));
@@ -268,8 +272,8 @@ TEST_F(CudaMatvec, RmsNormedInputMatchesTheReference) {
   constexpr float kEps = 1e-6f;
   for (DType t : {DType::kBF16, DType::kF16}) {
     EXPECT_TRUE(cuda::matvec_rms_norm_supported(t));
-    for (const Shape& sh : {Shape{37, 576}, Shape{1000, 576}, Shape{130, 4096}, Shape{4096, 512},
-                            Shape{41, 2048}}) {
+    for (const Shape& sh :
+         {Shape{37, 576}, Shape{1000, 576}, Shape{130, 4096}, Shape{4096, 512}, Shape{41, 2048}}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(sh.n_out) + ", " +
                    std::to_string(sh.n_in) + "]");
       const Tensor w = test::random_weight(t, sh.n_out, sh.n_in, ++seed);

@@ -59,11 +59,11 @@ constexpr int kMinChunk = 32;
 // instructions a launch (150 of 64-bit split arithmetic in every warp, the 360 idle blocks
 // included); H200 decode step q4_0 1.775 -> 1.760 ms, SmolLM2 q4_1 0.542 -> 0.508.
 struct DecArgs {
-  int n_kv;      // positions, or their upper bound when n_kv_dev is set
+  int n_kv;  // positions, or their upper bound when n_kv_dev is set
   int n_head, n_head_kv, ratio;
-  int stride;    // kv_row_stride
-  int window;    // > 0: sliding window
-  int ring;      // > 0: rows of a ring cache
+  int stride;  // kv_row_stride
+  int window;  // > 0: sliding window
+  int ring;    // > 0: rows of a ring cache
   float scale;
   const int32_t* n_kv_dev;
 };

@@ -40,8 +40,8 @@ struct RowNorm {
   float eps = 0.0f;
 };
 // y[n_out] = W (rms_norm(x) * nw.w) for the 16-bit layouts (F16, BF16); x: [n_in] f32.
-cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw,
-                                   float* y, cudaStream_t stream);
+cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw, float* y,
+                                   cudaStream_t stream);
 // y[n_out] = W x (+ add); x: [n_in] f32, 16-byte aligned; add: [n_out] or nullptr.
 cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
                           cudaStream_t stream);
@@ -66,8 +66,8 @@ struct Q16View {
 // result is the norm's up to f32 rounding.
 struct RmsIn {
   const float* parts = nullptr;  // null: x is already normalized; 16-byte aligned
-  int n_parts = 0;               // n / 32 rounded up to a multiple of 4, at most 256
-  int64_t n = 0;  // the norm's length
+  int n_parts = 0;               // n / 32 rounded up to a multiple of 4, at most 128
+  int64_t n = 0;                 // the norm's length
   float eps = 0.0f;
 };
 struct ResNormOut {
@@ -76,7 +76,7 @@ struct ResNormOut {
   int16_t* q = nullptr;       // int16 blocks of residual * w (Q16View's layout)
   float* scale = nullptr;
   float* sum16 = nullptr;
-  float* parts = nullptr;     // [n_out / 32, rounded up to a multiple of 4 (zero padding)]
+  float* parts = nullptr;  // [n_out / 32, rounded up to a multiple of 4 (zero padding)]
 };
 
 // y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with

@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kNorm ? MvCfg<F, kWide>::kMinBlocks 
       }
     }
   }
-  pdl_begin();  // lanes without chunks (a repeat for the others returns at once)
+  pdl_begin();   // lanes without chunks (a repeat for the others returns at once)
   __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
   if constexpr (kNorm) {
     // The row group's S warps each saw a share of x: pool their sums (every thread arrives).
@@ -290,8 +290,8 @@ cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add,
   }
 }
 
-cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw,
-                                   float* y, cudaStream_t stream) {
+cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw, float* y,
+                                   cudaStream_t stream) {
   switch (w.format) {
     case kWF16: return launch_f<kWF16, true>(w, x, nullptr, y, nw, stream);
     case kWBF16: return launch_f<kWBF16, true>(w, x, nullptr, y, nw, stream);

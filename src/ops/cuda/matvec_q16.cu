@@ -119,15 +119,16 @@ __device__ __forceinline__ float4 rms_parts_load(const RmsIn& rin, int lane) {
 template <int F>
 struct PartsAcc;
 template <int F>
-  requires kDeferParts<F>
+requires kDeferParts<F>
 struct PartsAcc<F> {
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  __device__ __forceinline__ void load(const RmsIn& rin, int lane) { v = rms_parts_load(rin, lane); }
+  __device__ __forceinline__ void load(const RmsIn& rin, int lane) {
+    v = rms_parts_load(rin, lane);
+  }
   __device__ __forceinline__ float sum() const { return (v.x + v.y) + (v.z + v.w); }
 };
 template <int F>
-  requires(!kDeferParts<F>)
-struct PartsAcc<F> {
+requires(!kDeferParts<F>) struct PartsAcc<F> {
   float s = 0.0f;
   __device__ __forceinline__ void load(const RmsIn& rin, int lane) {
     const float4 v = rms_parts_load(rin, lane);
@@ -143,8 +144,7 @@ struct PartsAcc<F> {
 // (loaded early: they do not wait on the matvec).
 template <int R, int S, int kNT>
 __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane, int wi,
-                                                      const ResNormOut& rn, float4 xr,
-                                                      float4 wv) {
+                                                      const ResNormOut& rn, float4 xr, float4 wv) {
   static_assert(R == 4 && kNT / kWarp / S == 8, "32 rows a block, four a group");
   __shared__ float part[kNT / kWarp][R];
 #pragma unroll
@@ -195,8 +195,9 @@ constexpr int producer_max_regs() {
 
 template <int F, int S, int kNT, bool kNorm>
 __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks : 1)
-    __maxnreg__((producer_max_regs<F, kNorm>())) matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y, RmsIn rin,
-                      ResNormOut rn) {
+    __maxnreg__((producer_max_regs<F, kNorm>()))
+        matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y, RmsIn rin,
+                          ResNormOut rn) {
   constexpr int kRows = Q16Cfg<F>::kRows;
   constexpr int kUnroll = Q16Cfg<F>::kUnroll;
   const int lane = threadIdx.x % kWarp;

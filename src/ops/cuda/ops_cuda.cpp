@@ -188,7 +188,8 @@ Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, 
   if (out.q == x.q) return invalid_argument("matvec_q16_res_norm: out is x's storage");
   const kern::Q16View xv{x.q, x.scale, x.sum16};
   const kern::ResNormOut rn{residual, norm_w, out.q, out.scale, out.sum16, parts};
-  return launched(kern::launch_matvec_q16_res_norm(v, xv, rn, stream), "matvec_q16_res_norm launch");
+  return launched(kern::launch_matvec_q16_res_norm(v, xv, rn, stream),
+                  "matvec_q16_res_norm launch");
 }
 
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,

@@ -34,8 +34,8 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
 Status validate(const StrategyConfig& s, const Device& device) {
   for (const Op& op : kOps) {
     const std::string key = std::string("strategies.fusion.") + op.key;
-    const bool cpu_switchable = std::string_view(op.key) == "qkv" ||
-                                std::string_view(op.key) == "swiglu";
+    const bool cpu_switchable =
+        std::string_view(op.key) == "qkv" || std::string_view(op.key) == "swiglu";
     if (device.is_cpu() && s.origins.has(key) && !cpu_switchable) {
       return key_conflict(s.origins, key, "device",
                           "on the CPU only qkv and swiglu (the projections that share one "
@@ -80,7 +80,8 @@ const StrategyInfo& fusion_strategy() {
       "fusion",
       "fused kernels per op group instead of separate kernels with tensors in memory between",
       {{"attention", "bool", "true", "one flash-attention kernel (CUDA: always on)"},
-       {"residual_norm", "bool", "true", "residual add + RMSNorm in one kernel"},
+       {"residual_norm", "bool", "true",
+        "residual add + RMSNorm in one kernel (CUDA decode: inside the matvecs around it)"},
        {"swiglu", "bool", "true", "gate/up activation in one pass"},
        {"qkv", "bool", "true", "Q, K, V (and gate, up) projections from one read of the input"}},
       "{residual_norm: false, swiglu: false, qkv: false}",

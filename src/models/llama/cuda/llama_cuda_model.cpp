@@ -145,10 +145,10 @@ class LlamaCudaModel final : public DecoderModel {
     uint16_t* actb = nullptr;   // [nt, n_ff] bf16 (prefill)
     void* q16 = nullptr;        // quantized activation workspace (decode)
     size_t q16_bytes = 0;
-    void* q16n = nullptr;        // [n_embd] int16 blocks a split norm's producer writes (decode)
+    void* q16n = nullptr;  // [n_embd] int16 blocks a split norm's producer writes (decode)
     size_t q16n_bytes = 0;
     float* norm_parts = nullptr;  // the split norm's sums of squares (decode)
-    void* gemm_ws = nullptr;  // dequantization workspace (prefill)
+    void* gemm_ws = nullptr;      // dequantization workspace (prefill)
     size_t gemm_ws_bytes = 0;
     void* attn_ws = nullptr;  // attention workspace
     size_t attn_ws_bytes = 0;
@@ -180,8 +180,7 @@ class LlamaCudaModel final : public DecoderModel {
   // y[nt, n_out] = x W^T: matvec for one token (f32 x, or the shared int16 x for quantized
   // layouts), GEMM for more (bf16 x); norm: the input is a norm without a kernel (above).
   Status project(const DeviceWeight& w, int64_t nt, const float* x_f32, const uint16_t* x_bf16,
-                 bool x_quantized, const Scratch& s, float* y, int64_t y_stride,
-                 NormIn norm = {});
+                 bool x_quantized, const Scratch& s, float* y, int64_t y_stride, NormIn norm = {});
   // The producer of a kQ16 or kRow norm (its input: the int16 blocks in s.q16 when x_quantized,
   // else x_f32): s.x += W x, and for kQ16 the norm with weights norm_w for the consumers.
   Status norm_produce(NormMode mode, const DeviceWeight& producer, const float* x_f32,
@@ -652,8 +651,8 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
   return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
 }
 
-NormMode LlamaCudaModel::norm_mode(
-    const DeviceWeight* producer, std::initializer_list<const DeviceWeight*> consumers) const {
+NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer,
+                                   std::initializer_list<const DeviceWeight*> consumers) const {
   if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0) {
     return NormMode::kKernel;
   }
@@ -666,16 +665,15 @@ NormMode LlamaCudaModel::norm_mode(
   }
   if (!any) return NormMode::kKernel;
   if (all_16bit) return NormMode::kRow;
-  if (all_q16 && producer != nullptr && q16_layout(*producer) &&
-      producer->n_out == hp_.n_embd && hp_.n_embd <= cuda::kMaxSplitNorm) {
+  if (all_q16 && producer != nullptr && q16_layout(*producer) && producer->n_out == hp_.n_embd &&
+      hp_.n_embd <= cuda::kMaxSplitNorm) {
     return NormMode::kQ16;
   }
   return NormMode::kKernel;
 }
 
-Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer,
-                                    const float* x_f32, bool x_quantized, const float* norm_w,
-                                    const Scratch& s) {
+Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer, const float* x_f32,
+                                    bool x_quantized, const float* norm_w, const Scratch& s) {
   cudaStream_t st = stream_.get();
   std::optional<cuda::QuantizedActivation> in;
   if (x_quantized && q16_layout(producer)) {
@@ -744,8 +742,7 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
     RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_, norm_in));
   } else if (decode) {
     RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_, norm_in));
-    RINFER_RETURN_IF_ERROR(
-        project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, norm_in));
+    RINFER_RETURN_IF_ERROR(project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, norm_in));
     RINFER_RETURN_IF_ERROR(
         project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_, norm_in));
   } else {
@@ -947,8 +944,7 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
     if (norm.mode == NormMode::kKernel) {
       RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
     }
-    RINFER_RETURN_IF_ERROR(
-        project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, norm));
+    RINFER_RETURN_IF_ERROR(project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, norm));
     if (n_rows > 0) {
       RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_logits_, s.logits,
                                          static_cast<size_t>(hp_.n_vocab) * 4,

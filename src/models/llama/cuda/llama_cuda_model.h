@@ -8,7 +8,8 @@
 //   K/V cache rows <- k, v (bf16)
 //   attn = attention(q, K, V)                 flash kernels (decode: split-K; prefill: FA2)
 //   o = attn Wo^T (Gemma: o = rms_norm(o) * post_attn_norm)
-//   x += o; h = rms_norm(x) * ffn_norm        residual_norm: one kernel (else add, then norm)
+//   x += o; h = rms_norm(x) * ffn_norm        residual_norm: one kernel, or (decode) none: the
+//                                             matvecs on either side do it (else add, norm)
 //   gu = h [Wgate|Wup]^T                      swiglu: one merged matrix (else two)
 //   a = silu(gate) * up (Gemma: gelu_tanh)
 //   o = a Wdown^T (Gemma: post_ffn_norm)
