@@ -148,6 +148,16 @@ class CudaAttention : public test::CudaTest {
 
 void decode_cases(CudaAttention* t, const std::vector<Case>& cases, uint64_t seed);
 
+// The decode kernels' 32-bit indexing limits, checked on the host (no GPU needed).
+TEST(CudaDecodeLimits, LayerCacheMustFit32BitIndices) {
+  EXPECT_TRUE(cuda::decode_kv_fits(32768, 1024));
+  EXPECT_TRUE(cuda::decode_kv_fits(1 << 19, 4095));
+  EXPECT_FALSE(cuda::decode_kv_fits(1 << 19, 4096));  // 2^31 elements
+  EXPECT_FALSE(cuda::decode_kv_fits(cuda::kMaxDecodeKv + 1, 1));
+  EXPECT_FALSE(cuda::decode_kv_fits(0, 1024));
+  EXPECT_FALSE(cuda::decode_kv_fits(16, 0));
+}
+
 TEST_F(CudaAttention, DecodeMatchesTheReferenceForEveryGqaRatio) {
   decode_cases(this,
                {{1, 1, 4, 4, 128},

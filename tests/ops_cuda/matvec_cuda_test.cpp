@@ -162,13 +162,16 @@ TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
 // The split norm (matvec_q16_res_norm, then matvec_q16 with a SplitNorm) against the same
 // matrices with the norm kernel between them (matvec_q16, rms_norm_q16, matvec_q16), and both
 // against the CPU reference in f32: the producer's 256- and 512-thread blocks (split 1 and 2),
-// consumers with a partial last row group, parts padded to a multiple of 4 (e = 96).
+// consumers with a partial last row group, parts padded to a multiple of 4 (e = 96), and the
+// Llama-3-8B width (consumer split 2, 128 parts: every lane loads some).
 TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   uint64_t seed = 700;
   constexpr float kEps = 1e-5f;
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
-    for (const auto& [e, n_in, n_c] :
-         {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37}, {512, 4608, 130}, {96, 256, 37}}) {
+    for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
+                                       {512, 4608, 130},
+                                       {96, 256, 37},
+                                       {4096, 4096, 130}}) {
       if (t == DType::kQ4_K && e % 256 != 0) continue;  // the consumer's rows are super-blocks
       SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
                    std::to_string(n_in));
@@ -242,9 +245,11 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   const size_t qb = cuda::quantized_activation_bytes(64);
   CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q1, cuda::DeviceBuffer::create(qb, 0, stream()));
   CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa, cuda::quantized_activation_in(q1.data(), qb, 64));
-  cuda::DeviceBuffer r = poisoned<float>(64), parts = poisoned<float>(2);
+  cuda::DeviceBuffer r = poisoned<float>(64), parts = poisoned<float>(4);
+  // 48 rows: no int16 activation of 48 elements exists; the output gets its own storage.
+  CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer q3, cuda::DeviceBuffer::create(qb, 0, stream()));
   CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation q48,
-                    cuda::quantized_activation_in(q1.data(), qb, 32));
+                    cuda::quantized_activation_in(q3.data(), qb, 32));
   EXPECT_EQ(cuda::matvec_q16_res_norm(dw, qa, r.as<float>(), r.as<float>(), q48, parts.as<float>(),
                                       stream())
                 .code(),

@@ -188,6 +188,8 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
 // start before the producer ends (H200, Llama-3-8B decode step with the split norm: q4_0 1.742
 // -> 1.726 ms at 104 against 118 registers uncapped; 96 spills). Q4_1 (107) and Q4_K (127)
 // consumers would not fit anyway, and their producers spill at 104: uncapped.
+// nvcc 13 honors both this and the launch bounds (ptxas -v: the Q4_0 consumer 96 registers from
+// its minimum of 5 blocks, its producer 104, the Q4_K producer 128 from its 512 threads).
 template <int F, bool kNorm>
 constexpr int producer_max_regs() {
   return kNorm && (F == kWQ8_0 || F == kWQ4_0) ? 104 : 255;

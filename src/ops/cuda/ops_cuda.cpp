@@ -459,6 +459,27 @@ size_t attention_decode_workspace_bytes(const AttentionParams& p) {
   return kern::attn_decode_workspace_bytes(a);
 }
 
+bool decode_kv_fits(int64_t rows, int64_t kv_row_stride) {
+  return rows > 0 && rows <= kMaxDecodeKv && kv_row_stride > 0 && rows <= INT32_MAX / kv_row_stride;
+}
+
+namespace {
+
+// The decode kernels index positions, heads and the elements of a layer's cache in 32 bits
+// (attention_decode.cu: DecArgs).
+Status check_decode_sizes(const AttentionParams& p, const char* op) {
+  const int64_t rows = p.kv.ring_rows > 0 ? p.kv.ring_rows : p.n_kv;
+  if (p.n_kv > kMaxDecodeKv || p.n_head > 32767 || !decode_kv_fits(rows, p.kv.kv_row_stride)) {
+    return invalid_argument(
+        "{}: {} positions / {} heads / {} rows of {} elements: decode attention takes at most {} "
+        "positions, 32767 heads and 2^31 - 1 cache elements a layer",
+        op, p.n_kv, p.n_head, rows, p.kv.kv_row_stride, kMaxDecodeKv);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Status attention_decode(const AttentionParams& p, const float* q, const void* k_cache,
                         const void* v_cache, float* out, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream) {
@@ -467,6 +488,7 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
   }
   RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a,
                           attn_args(p, q, k_cache, v_cache, out, "attention_decode"));
+  RINFER_RETURN_IF_ERROR(check_decode_sizes(p, "attention_decode"));
   const size_t need = kern::attn_decode_workspace_bytes(a);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need)) {
     return invalid_argument("attention_decode: needs a {}-byte workspace, got {}", need,
@@ -500,6 +522,7 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
     return unsupported("{}: KV cache dtype {} (bf16 only)", op, dtype_name(p.kv.dtype));
   }
   RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a, attn_args(p, qkv, k_cache, v_cache, out, op));
+  RINFER_RETURN_IF_ERROR(check_decode_sizes(p, op));
   const int64_t hd = p.kv.head_dim;
   if (rope.n_rot <= 0 || rope.n_rot > hd || rope.n_rot % 2 != 0) {
     return invalid_argument("{}: n_rot {} must be even and in (0, head_dim {}]", op, rope.n_rot,

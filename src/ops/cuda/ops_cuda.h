@@ -214,6 +214,10 @@ struct AttentionParams {
 // Decode (n_tokens == 1), flash-decoding: q [n_head, head_dim] f32 -> out [n_head, head_dim]
 // f32. f32 arithmetic throughout (an f32 cache gives ~1e-6 relative error). The workspace for
 // n_kv = n_ctx serves every smaller n_kv (with n_kv_device: the workspace of the upper bound).
+// The kernels index in 32 bits: n_kv at most kMaxDecodeKv, at most 32767 heads, and a layer's
+// cache (rows x kv_row_stride) under 2^31 elements (checked; create_cache checks it up front).
+inline constexpr int64_t kMaxDecodeKv = int64_t{1} << 30;
+bool decode_kv_fits(int64_t rows, int64_t kv_row_stride);
 size_t attention_decode_workspace_bytes(const AttentionParams& p);
 Status attention_decode(const AttentionParams& p, const float* q, const void* k_cache,
                         const void* v_cache, float* out, void* workspace, size_t workspace_bytes,

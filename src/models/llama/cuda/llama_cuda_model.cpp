@@ -497,6 +497,12 @@ std::string LlamaCudaModel::describe() const {
 
 Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
   if (n_ctx <= 0) return invalid_argument("KV cache: n_ctx {}", n_ctx);
+  if (!cuda::decode_kv_fits(n_ctx, kv_dim_)) {
+    return invalid_argument(
+        "KV cache: n_ctx {} with {} K/V elements a row is past what CUDA decode attention "
+        "indexes ({} positions, 2^31 - 1 elements a layer)",
+        n_ctx, kv_dim_, cuda::kMaxDecodeKv);
+  }
   auto kv = std::make_unique<DeviceKvStorage>();
   kv->id = next_cache_id_++;
   RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
