@@ -22,7 +22,6 @@
 // when the next matvec wants them: one kernel instead of RoPE + KV store, attention, merge and
 // quantization (H200, Llama-3-8B shape at 200 positions: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
 #include <algorithm>
-#include <climits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/launch.h"
@@ -53,7 +52,7 @@ struct DecCfg {
 // Fewest positions per split (below this the merge costs more than the split saves).
 constexpr int kMinChunk = 32;
 
-// AttnArgs' sizes as 32-bit integers (checked on the host by dec_args): the decode kernels are
+// AttnArgs' sizes as 32-bit integers (checked by ops_cuda.cpp: check_decode_sizes): the kernels are
 // latency-bound, and 64-bit divisions and products cost each thread hundreds of instructions.
 // ncu (scripts/device/ncu_sass.sh), fused kernel, Llama-3-8B shape: 679k -> 486k warp
 // instructions a launch (150 of 64-bit split arithmetic in every warp, the 360 idle blocks
@@ -585,23 +584,17 @@ int decode_splits(const AttnArgs& a, int blocks_per_sm) {
   return static_cast<int>(std::min<int64_t>({target, max_by_len, kMaxSplits}));
 }
 
-// Grid shape, workspace split and 32-bit sizes of one decode launch; false when a size does not
-// fit the kernels' 32-bit arithmetic (positions, heads, and the elements of a layer's cache).
-bool dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits, DecLaunch& l) {
-  constexpr int64_t kMax = INT32_MAX;
-  const int64_t rows = a.ring_rows > 0 ? a.ring_rows : a.n_kv;
-  if (a.n_kv < 1 || a.n_kv > kMax || a.n_head > kMax / kMaxSplits / 256 || a.window > kMax ||
-      a.ring_rows > kMax || a.kv_row_stride > kMax || rows * a.kv_row_stride > kMax) {
-    return false;
-  }
+// Grid shape, workspace split and 32-bit sizes of one decode launch. The sizes fit 32 bits:
+// the callers' Status layer checks them first (ops_cuda.cpp: check_decode_sizes).
+DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits) {
   g = group_heads(a);
-  l = DecLaunch{};
+  DecLaunch l{};
   l.d.n_kv = static_cast<int>(a.n_kv);
   l.d.n_head = static_cast<int>(a.n_head);
   l.d.n_head_kv = static_cast<int>(a.n_head_kv);
   l.d.ratio = static_cast<int>(a.n_head / a.n_head_kv);
   l.d.stride = static_cast<int>(a.kv_row_stride);
-  l.d.window = static_cast<int>(a.window);
+  l.d.window = static_cast<int>(std::min(a.window, a.n_kv));  // a wider window sees as much
   l.d.ring = static_cast<int>(a.ring_rows);
   l.d.scale = a.scale;
   l.d.n_kv_dev = a.n_kv_dev;
@@ -611,7 +604,7 @@ bool dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits, DecLau
   l.ws_ml = l.ws_o == nullptr ? nullptr
                               : l.ws_o + static_cast<int64_t>(l.n_splits) * a.n_head *
                                              a.head_dim;  // [n_splits, n_head, 2]
-  return true;
+  return l;
 }
 
 }  // namespace
@@ -633,8 +626,7 @@ int attn_decode_counters(const AttnArgs& a) {
 cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k, const void* v,
                                float* out, void* workspace, cudaStream_t stream) {
   int g = 0;
-  DecLaunch l;
-  if (!dec_launch(a, g, workspace, attn_decode_splits(a), l)) return cudaErrorInvalidValue;
+  DecLaunch l = dec_launch(a, g, workspace, attn_decode_splits(a));
   l.q = q;
   l.k = k;
   l.v = v;
@@ -653,8 +645,7 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
                                     cudaStream_t stream) {
   if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
   int g = 0;
-  DecLaunch l;
-  if (!dec_launch(a, g, workspace, decode_splits(a, 3), l)) return cudaErrorInvalidValue;
+  DecLaunch l = dec_launch(a, g, workspace, decode_splits(a, 3));
   l.q = qkv;
   l.k = k;
   l.v = v;

@@ -168,9 +168,12 @@ class LlamaCudaModel final : public DecoderModel {
   // s.logits (decode) or are copied pass by pass to `logits_host` (prefill: synchronizes).
   Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv, const Scratch& s,
                  float* logits_host);
-  // The mode of a pre-norm between `producer` (null: the embedding) and `consumers`.
-  NormMode norm_mode(const DeviceWeight* producer,
+  // The mode of a pre-norm between `producer` (null: the embedding), whose input has its int16
+  // form in s.q16 when producer_q16_in, and `consumers`.
+  NormMode norm_mode(const DeviceWeight* producer, bool producer_q16_in,
                      std::initializer_list<const DeviceWeight*> consumers) const;
+  // The output projection (the embedding table when tied).
+  const DeviceWeight& output_weight() const { return hp_.tied_output ? tok_embd_ : output_; }
   // h_quantized: the caller left the int16 form of h in s.q16 too (decode). norm_in: how this
   // layer's attention norm reaches QKV; norm_out: returns how the next norm (the next layer's
   // attention norm, or the output norm) reaches its matrices, kKernel when it is left to the
@@ -657,7 +660,7 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
   return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
 }
 
-NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer,
+NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer, bool producer_q16_in,
                                    std::initializer_list<const DeviceWeight*> consumers) const {
   if (!split_norm_ || !opts_.fusion.residual_norm || hp_.n_embd % 32 != 0) {
     return NormMode::kKernel;
@@ -671,8 +674,8 @@ NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer,
   }
   if (!any) return NormMode::kKernel;
   if (all_16bit) return NormMode::kRow;
-  if (all_q16 && producer != nullptr && q16_layout(*producer) && producer->n_out == hp_.n_embd &&
-      hp_.n_embd <= cuda::kMaxSplitNorm) {
+  if (all_q16 && producer != nullptr && producer_q16_in && q16_layout(*producer) &&
+      producer->n_out == hp_.n_embd && hp_.n_embd <= cuda::kMaxSplitNorm) {
     return NormMode::kQ16;
   }
   return NormMode::kKernel;
@@ -843,9 +846,8 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   bool hq = false;
   NormIn ffn_in;
   if (decode && d.post_attn_norm == nullptr) {
-    ffn_in.mode = norm_mode(&d.wo, {&d.wgu, &d.w_gate, &d.w_up});
+    ffn_in.mode = norm_mode(&d.wo, aq, {&d.wgu, &d.w_gate, &d.w_up});
     ffn_in.w = d.ffn_norm;
-    if (ffn_in.mode == NormMode::kQ16 && !aq) ffn_in.mode = NormMode::kKernel;
   }
   if (ffn_in.mode != NormMode::kKernel) {
     RINFER_RETURN_IF_ERROR(norm_produce(ffn_in.mode, d.wo, s.attn, aq, d.ffn_norm, s));
@@ -894,13 +896,11 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   // The next norm: the next layer's attention norm, or the output norm after the last layer.
   const bool last = il + 1 == hp_.n_layer;
   const DeviceLayer* nx = last ? nullptr : &layers_[static_cast<size_t>(il + 1)];
-  const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
   if (decode && d.post_ffn_norm == nullptr) {
     NormIn next;
-    next.mode = last ? norm_mode(&d.w_down, {&out_w})
-                     : norm_mode(&d.w_down, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv});
+    next.mode = last ? norm_mode(&d.w_down, fq, {&output_weight()})
+                     : norm_mode(&d.w_down, fq, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv});
     next.w = last ? output_norm_.as<float>() : nx->attn_norm;
-    if (next.mode == NormMode::kQ16 && !fq) next.mode = NormMode::kKernel;
     if (next.mode != NormMode::kKernel) {
       norm_out = next;
       return norm_produce(next.mode, d.w_down, s.act, fq, next.w, s);
@@ -926,7 +926,7 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   if (decode) {
     // The first layer's: only kRow needs no matrix before it.
     const DeviceLayer& d0 = layers_[0];
-    if (norm_mode(nullptr, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
+    if (norm_mode(nullptr, false, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
       norm = {NormMode::kRow, d0.attn_norm};
     }
   }
@@ -944,7 +944,7 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   }
   // x += o of the last block; the requested rows through the output norm and projection.
   const float* onorm = output_norm_.as<float>();
-  const DeviceWeight& out_w = hp_.tied_output ? tok_embd_ : output_;
+  const DeviceWeight& out_w = output_weight();
   if (decode) {
     bool q = false;
     if (norm.mode == NormMode::kKernel) {
