@@ -239,10 +239,10 @@ __global__ void __launch_bounds__(
   constexpr int kQD = kRope ? kD : 1;
   __shared__ float s_m[SG][kG];
   __shared__ float s_l[SG][kG];
-  __shared__ float s_acc[SG][kG][kD];
-  __shared__ float s_q[kQ][kQD];   // kRope: the rotated q heads, at the end the output
-  __shared__ float s_new[2][kQD];  // kRope: the new k and v (bf16 values)
-  __shared__ float s_cs[kQD];      // kRope: cos, sin of each pair
+  __shared__ __align__(16) float s_acc[SG][kG][kD];
+  __shared__ __align__(16) float s_q[kQ][kQD];  // kRope: the rotated q heads, then the partial
+  __shared__ float s_new[2][kQD];               // kRope: the new k and v (bf16 values)
+  __shared__ float s_cs[kQD];                   // kRope: cos, sin of each pair
   __shared__ int s_last;
   static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
 
@@ -399,15 +399,17 @@ __global__ void __launch_bounds__(
       float mx = m[g];
 #pragma unroll
       for (int t = 0; t < kRowsInFlight; ++t) mx = fmaxf(mx, s[t][g]);
-      if (mx == -INFINITY) continue;        // no valid row yet for this sub-group
-      const float corr = exp2f(m[g] - mx);  // m = -inf at first: 0
+      // No branch (the heads' chains interleave): a sub-group without a valid row yet keeps
+      // m = -inf, and every weight below is 2^-inf = 0.
+      const float ms = mx == -INFINITY ? 0.0f : mx;
+      const float corr = exp2f(m[g] - ms);  // m = -inf at first: 0
       m[g] = mx;
       l[g] *= corr;
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[g][e] *= corr;
 #pragma unroll
       for (int t = 0; t < kRowsInFlight; ++t) {
-        const float p = exp2f(s[t][g] - mx);  // invalid rows: 0
+        const float p = exp2f(s[t][g] - ms);  // invalid rows: 0
         l[g] += p;
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[g][e] = fmaf(p, vr[t][e], acc[g][e]);
@@ -423,7 +425,10 @@ __global__ void __launch_bounds__(
       s_l[sg][g] = l[g];
     }
 #pragma unroll
-    for (int e = 0; e < E; ++e) s_acc[sg][g][C::elem(li, e)] = acc[g][e];
+    for (int e = 0; e < E; e += 4) {  // a lane's elements come in runs of kVec (4 or 8)
+      *reinterpret_cast<float4*>(&s_acc[sg][g][C::elem(li, e)]) =
+          make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
+    }
   }
   __syncthreads();
   // Per head, once: the sub-groups' weights 2^(m_i - M) (into s_m) and the total l (s_l[0]).
@@ -443,20 +448,31 @@ __global__ void __launch_bounds__(
     s_l[1][g] = mx;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < ng * kD; idx += kThreads) {
-    const int g = idx / kD, d = idx % kD;
-    float o = 0.0f;
+  // Four elements a thread.
+  for (int idx = threadIdx.x; idx < ng * kD / 4; idx += kThreads) {
+    const int g = idx * 4 / kD, d = idx * 4 % kD;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int i = 0; i < SG; ++i) o = fmaf(s_acc[i][g][d], s_m[i][g], o);
+    for (int i = 0; i < SG; ++i) {
+      const float4 p = *reinterpret_cast<const float4*>(&s_acc[i][g][d]);
+      const float w = s_m[i][g];
+      o = make_float4(fmaf(p.x, w, o.x), fmaf(p.y, w, o.y), fmaf(p.z, w, o.z), fmaf(p.w, w, o.w));
+    }
     const float lsum = s_l[0][g], mx = s_l[1][g];
     const int h = h0 + g;
     if constexpr (kRope) {
-      s_q[g][d] = o;  // unnormalized: the cluster merges (o, s_l[0] = l, s_l[1] = max)
-    } else if (range.n_active == 1) {
-      out[h * kD + d] = o / lsum;
-    } else {
-      ws_o[(split * a.n_head + h) * kD + d] = o;
-      if (d == 0) {
+      // Unnormalized: the cluster merges (o, s_l[0] = l, s_l[1] = max).
+      *reinterpret_cast<float4*>(&s_q[g][d]) = o;
+    } else {  // scalar stores: the caller's buffers need only 4-byte alignment
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+      for (int j = 0; j < 4; ++j) {
+        if (range.n_active == 1) {
+          out[h * kD + d + j] = ov[j] / lsum;
+        } else {
+          ws_o[(split * a.n_head + h) * kD + d + j] = ov[j];
+        }
+      }
+      if (range.n_active > 1 && d == 0) {
         ws_ml[(split * a.n_head + h) * 2] = mx;
         ws_ml[(split * a.n_head + h) * 2 + 1] = lsum;
       }
@@ -479,6 +495,8 @@ __global__ void __launch_bounds__(
     const int n4 = ng * kD / 4;  // float4s of the group's output
     const int per = max(8, ((n4 + kCluster - 1) / kCluster + 7) / 8 * 8);
     const int s_begin = rank * per, s_end = min(n4, s_begin + per);
+    constexpr int kSlice = ((kG * kD / 4 + kCluster - 1) / kCluster + 7) / 8 * 8;
+    __shared__ float4 s_fin[kSlice > 8 ? kSlice : 8];
     // One pass over the slice: lanes of a warp take the same trip count (quantize4's shuffles).
     auto slice = [&](auto&& value) {
       for (int base = s_begin + warp * kWarp; base < s_end; base += kThreads) {
@@ -493,32 +511,55 @@ __global__ void __launch_bounds__(
       if (ok) *reinterpret_cast<float4*>(out + i) = o;
       if (r.q16 != nullptr) quantize4(o, i, ok, r.q16, r.q16_scale, r.q16_sum16);
     };
-    slice([&](bool ok, int g, int d) {
-      float mx = -INFINITY, l = 0.0f;
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // Thread t reads output float4 s_begin + t / kCluster of rank t % kCluster (one DSMEM load
+    // each), the eight lanes of an output merge by shuffles, and the result reaches the emitting
+    // warps through shared memory (s_fin).
+    for (int t0 = 0; t0 < per * kCluster; t0 += kThreads) {  // the same trip count for all
+      const int t = t0 + static_cast<int>(threadIdx.x);
+      const int j = t / kCluster, k = t % kCluster;
+      const int idx = s_begin + j;
+      const bool ok = idx < s_end;
+      const int g = ok ? idx * 4 / kD : 0, d = ok ? idx * 4 % kD : 0;
+      float2 ml = make_float2(-INFINITY, 0.0f);
+      float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (ok) {
-        float2 ml[kCluster];
-        float4 p[kCluster];
+        const float* rl = cl.map_shared_rank(&s_l[0][0], k);
+        ml = make_float2(rl[kG + g], rl[g]);  // s_l[1][g] = max, s_l[0][g] = l
+        p = *reinterpret_cast<const float4*>(cl.map_shared_rank(&s_q[g][d], k));
+      }
+      float mx = ml.x;
 #pragma unroll
-        for (int k = 0; k < kCluster; ++k) {  // every load first: one round trip
-          const float* rl = cl.map_shared_rank(&s_l[0][0], k);
-          ml[k] = make_float2(rl[kG + g], rl[g]);  // s_l[1][g] = max, s_l[0][g] = l
-          p[k] = *reinterpret_cast<const float4*>(cl.map_shared_rank(&s_q[g][d], k));
+      for (int o = 1; o < kCluster; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      // A cluster's rank 0 holds positions: mx is finite wherever ok.
+      const float w = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - mx);
+      float l = ml.y * w;
+      float4 o = make_float4(p.x * w, p.y * w, p.z * w, p.w * w);
+#pragma unroll
+      for (int off = 1; off < kCluster; off <<= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+        o.x += __shfl_xor_sync(0xffffffffu, o.x, off);
+        o.y += __shfl_xor_sync(0xffffffffu, o.y, off);
+        o.z += __shfl_xor_sync(0xffffffffu, o.z, off);
+        o.w += __shfl_xor_sync(0xffffffffu, o.w, off);
+      }
+      if (ok && k == 0) {
+        if (n_clusters == 1) {
+          const float inv = 1.0f / l;
+          s_fin[j] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+        } else {  // unnormalized, for the cross-cluster merge
+          const int h = h0 + g;
+          *reinterpret_cast<float4*>(ws_o + (cluster * a.n_head + h) * kD + d) = o;
+          *reinterpret_cast<float2*>(ws_ml + (cluster * a.n_head + h) * 2) = make_float2(mx, l);
         }
-#pragma unroll
-        for (int k = 0; k < kCluster; ++k) merge_partial(ml[k], p[k], mx, l, o);
       }
-      if (n_clusters == 1) {
-        const float inv = ok ? 1.0f / l : 0.0f;
-        emit(ok, g, d, make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
-      } else if (ok) {
-        const int h = h0 + g;
-        *reinterpret_cast<float4*>(ws_o + (cluster * a.n_head + h) * kD + d) = o;
-        if (d == 0) *reinterpret_cast<float2*>(ws_ml + (cluster * a.n_head + h) * 2) = {mx, l};
-      }
-    });
+    }
     cl.barrier_arrive();  // done with the other blocks' shared memory
-    if (n_clusters > 1 && s_begin < s_end) {
+    if (n_clusters == 1) {
+      __syncthreads();  // s_fin
+      slice([&](bool ok, int g, int d) {
+        emit(ok, g, d, ok ? s_fin[g * kD / 4 + d / 4 - s_begin] : make_float4(0, 0, 0, 0));
+      });
+    } else if (s_begin < s_end) {
       __threadfence();
       __syncthreads();
       unsigned* counter = &r.counters[blockIdx.y * kCluster + rank];
