@@ -127,39 +127,21 @@ __device__ __forceinline__ int dot16_u(const int (&x)[8], uint32_t q0, uint32_t 
 }
 
 // The norm's parts (RmsIn: n_parts a multiple of 4, at most 128), a float4 a lane, requested
-// once the previous kernels are done. kDefer: added up only at the end (4 registers held across
-// the loop); else at once, which stalls the warp's first x loads behind an L2 round trip. H200,
-// Llama-3-8B decode step, two runs, at once / deferred: q4_0 1.755 / 1.730 against 1.775 /
-// 1.794 ms (deferred spills 12 bytes at Q4_0's 96 registers), q8_0 2.364 / 2.377 against
-// 2.345 / 2.338, SmolLM2 q4_1 0.712 / 0.727 against 0.702 / 0.708.
-template <int F>
-constexpr bool kDeferParts = F != kWQ4_0;
-
-__device__ __forceinline__ float4 rms_parts_load(const RmsIn& rin, int lane) {
-  return rin.parts != nullptr && 4 * lane < rin.n_parts
-             ? __ldcg(reinterpret_cast<const float4*>(rin.parts) + lane)
-             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-}
-
-template <int F>
-struct PartsAcc;
-template <int F>
-requires kDeferParts<F>
-struct PartsAcc<F> {
+// once the previous kernels are done and added up only after the loop (4 registers held across
+// it; added at once, they would stall the warp's first x loads behind an L2 round trip). H200,
+// Llama-3-8B decode step, two runs, at once / deferred: q8_0 2.364 / 2.377 against 2.345 /
+// 2.338 ms, SmolLM2 q4_1 0.712 / 0.727 against 0.702 / 0.708; Q4_0, which spilled when deferred
+// before its chunks took one x scale and one sum (84a77d1), 1.687 / 1.689 / 1.681 against
+// 1.670 / 1.668 / 1.667 after (an A-then-B sweep, which favors B by about 0.5%: q4_k, unchanged,
+// moved 0.1-0.9%).
+struct PartsAcc {
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __device__ __forceinline__ void load(const RmsIn& rin, int lane) {
-    v = rms_parts_load(rin, lane);
+    v = rin.parts != nullptr && 4 * lane < rin.n_parts
+            ? __ldcg(reinterpret_cast<const float4*>(rin.parts) + lane)
+            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   __device__ __forceinline__ float sum() const { return (v.x + v.y) + (v.z + v.w); }
-};
-template <int F>
-requires(!kDeferParts<F>) struct PartsAcc<F> {
-  float s = 0.0f;
-  __device__ __forceinline__ void load(const RmsIn& rin, int lane) {
-    const float4 v = rms_parts_load(rin, lane);
-    s = (v.x + v.y) + (v.z + v.w);
-  }
-  __device__ __forceinline__ float sum() const { return s; }
 };
 
 // The producer's end (ResNormOut): the block's 32 rows (8 groups of kRows = 4, each split over S
@@ -240,7 +222,7 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
   const int32_t c_first = lane + ks * kWarp;
-  PartsAcc<F> pv;  // RmsIn: this lane's parts of the norm's sum of squares
+  PartsAcc pv;  // RmsIn: this lane's parts of the norm's sum of squares
   // kNorm: warp 0's lanes 0-7 fetch their rows of the norm weights now and of the residual once
   // the previous kernels are done, so the end of the block does not wait on them.
   const bool norm_lane = kNorm && wi == 0 && lane < 8;
@@ -282,8 +264,8 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const uint4 v = wv[u][r];
-          s[r] = dot16(xw, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu,
-                       v.w & 0x0f0f0f0fu);
+          s[r] =
+              dot16(xw, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
         }
         load_x16(x.q + c * 32 + 16, xw);
         const float xs16 = __ldg(x.scale + c) * 0.0625f;
