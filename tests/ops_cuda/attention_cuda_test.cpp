@@ -382,6 +382,7 @@ TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
       {{1, 200, 32, 8, 128}, {0, 0, 4096}, 128, kN},      // Llama-3-8B at a short context
       {{1, 4099, 32, 8, 128}, {0, 0, 8192}, 128, kX},     // long context, many splits
       {{1, 777, 36, 4, 128}, {}, 96, kX},                 // GQA 9 (two groups), partial rotary
+      {{1, 150, 8, 2, 128}, {}, 36, kX},                  // NeoX, pairs 18 apart
       {{1, 300, 9, 3, 64}, {}, 64, kN},                   // SmolLM2's GQA 3, head_dim 64
       {{1, 1000, 4, 1, 256}, {512, 512, 4096}, 256, kX},  // Gemma 3 local layer on a ring
       {{1, 2000, 8, 8, 256}, {300, 301, 0}, 128, kN},     // GQA 1, wrapped ring
