@@ -9,8 +9,9 @@
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
 //                  [--quick] [--out FILE.json]
-//   llm_cuda_bench --profile [--shape S] [--format F] [--decode-tokens N | --prefill N]
-//       one shape and format: a 128-token prompt and warm-up steps, then N decode steps (default
+//   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--decode-tokens N | --prefill N]
+//       one shape and format: a 128-token prompt, --skip N untimed steps (later positions), 64
+//       timed warm-up steps (their median printed), then N decode steps (default
 //       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
 //       times (per step, and kernel count per step from the launches seen) on stdout; with
 //       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up).
@@ -244,7 +245,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 }
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
-int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill) {
+int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip) {
   LoadOptions o;
   o.device = Device::cuda(0);
   o.max_batch = 2048;
@@ -294,6 +295,9 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill) {
     return st.ok() ? 0 : 1;
   }
   int64_t p = 128;
+  for (int i = 0; i < skip; ++i, ++p) {  // --skip: later positions (longer attention)
+    if (Status st = step(p); !st.ok()) return 1;
+  }
   std::vector<double> warm;
   for (int i = 0; i < 64; ++i, ++p) {
     const auto t0 = Clock::now();
@@ -314,7 +318,7 @@ int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
   bool quick = false, profile = false;
-  int prefill = 0;
+  int prefill = 0, skip = 0;
   std::string format = "q4_1";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -335,11 +339,13 @@ int main_impl(int argc, char** argv) {
       format = next();
     else if (a == "--prefill")
       prefill = std::stoi(next());
+    else if (a == "--skip")
+      skip = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
                    "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
-                   "[--format F] [--decode-tokens N | --prefill N]\n");
+                   "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -355,7 +361,7 @@ int main_impl(int argc, char** argv) {
       if (format == dtype_name(c)) t = c;
     }
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
-                          decode_tokens == 256 ? 4 : decode_tokens, prefill);
+                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",
