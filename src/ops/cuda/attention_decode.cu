@@ -17,10 +17,12 @@
 //
 // The fused decode step (launch_attn_decode_rope, kRope) takes the raw qkv row instead of q: every
 // block rotates its group's q heads, the block that owns the new position also rotates k and
-// writes k and v to the cache, and the last block of each head group to finish (an atomic counter
-// per group, reset by that block) merges the splits and writes the output, with its int16 blocks
-// when the next matvec wants them: one kernel instead of RoPE + KV store, attention, merge and
-// quantization (H200, Llama-3-8B shape at 200 positions: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
+// writes k and v to the cache, the splits of a head group merge in clusters through distributed
+// shared memory (and, past one cluster, the last cluster to finish each slice of the output
+// merges the clusters from the workspace: an atomic counter per slice, reset by that cluster),
+// and the output is written with its int16 blocks when the next matvec wants them: one kernel
+// instead of RoPE + KV store, attention, merge and quantization (H200, Llama-3-8B shape at 200
+// positions, before the clusters: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
 #include <cooperative_groups.h>
 
 #include <algorithm>
