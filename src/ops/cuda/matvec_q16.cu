@@ -86,43 +86,37 @@ __device__ __forceinline__ void load_x16(const int16_t* p, int (&w)[8]) {
   w[7] = b.w;
 }
 
-// sum_j x[j] * q[j] over 16 elements: x as 8 int16 pairs, q as 4 words of 4 int8.
-__device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1, uint32_t q2,
-                                     uint32_t q3) {
-  int s = 0;
-  s = __dp2a_lo(x[0], static_cast<int>(q0), s);
-  s = __dp2a_hi(x[1], static_cast<int>(q0), s);
-  s = __dp2a_lo(x[2], static_cast<int>(q1), s);
-  s = __dp2a_hi(x[3], static_cast<int>(q1), s);
-  s = __dp2a_lo(x[4], static_cast<int>(q2), s);
-  s = __dp2a_hi(x[5], static_cast<int>(q2), s);
-  s = __dp2a_lo(x[6], static_cast<int>(q3), s);
-  s = __dp2a_hi(x[7], static_cast<int>(q3), s);
-  return s;
+// c + x . q for the low (kHi false) or high pair of q's bytes: dp2a, x two int16, q four bytes,
+// signed or (kUnsigned) unsigned.
+template <bool kHi, bool kUnsigned>
+__device__ __forceinline__ int dp2a(int x, uint32_t q, int c) {
+  int d;
+  if constexpr (kHi && kUnsigned) {
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(q), "r"(c));
+  } else if constexpr (kHi) {
+    asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(q), "r"(c));
+  } else if constexpr (kUnsigned) {
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(q), "r"(c));
+  } else {
+    asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(q), "r"(c));
+  }
+  return d;
 }
 
-// The same with unsigned bytes q (PTX dp2a with a signed a and an unsigned b): the Q4 formats'
-// high nibbles masked in place (q & 0xf0f0f0f0, 16 times the nibble), which saves the shift.
-__device__ __forceinline__ int dp2a_lo_su(int a, uint32_t b, int c) {
-  int d;
-  asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ int dp2a_hi_su(int a, uint32_t b, int c) {
-  int d;
-  asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ int dot16_u(const int (&x)[8], uint32_t q0, uint32_t q1, uint32_t q2,
-                                       uint32_t q3, int s) {
-  s = dp2a_lo_su(x[0], q0, s);
-  s = dp2a_hi_su(x[1], q0, s);
-  s = dp2a_lo_su(x[2], q1, s);
-  s = dp2a_hi_su(x[3], q1, s);
-  s = dp2a_lo_su(x[4], q2, s);
-  s = dp2a_hi_su(x[5], q2, s);
-  s = dp2a_lo_su(x[6], q3, s);
-  s = dp2a_hi_su(x[7], q3, s);
+// s + sum_j x[j] * q[j] over 16 elements: x as 8 int16 pairs, q as 4 words of 4 int8, or of 4
+// uint8 with kUnsigned (the Q4 formats' high nibbles masked in place, q & 0xf0f0f0f0: 16 times
+// the nibble, which saves the shift).
+template <bool kUnsigned = false>
+__device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1, uint32_t q2,
+                                     uint32_t q3, int s = 0) {
+  s = dp2a<false, kUnsigned>(x[0], q0, s);
+  s = dp2a<true, kUnsigned>(x[1], q0, s);
+  s = dp2a<false, kUnsigned>(x[2], q1, s);
+  s = dp2a<true, kUnsigned>(x[3], q1, s);
+  s = dp2a<false, kUnsigned>(x[4], q2, s);
+  s = dp2a<true, kUnsigned>(x[5], q2, s);
+  s = dp2a<false, kUnsigned>(x[6], q3, s);
+  s = dp2a<true, kUnsigned>(x[7], q3, s);
   return s;
 }
 
@@ -274,8 +268,8 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const uint4 v = wv[u][r];
-          const int t = dot16_u(xw, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
-                                v.w & 0xf0f0f0f0u, s[r] * 16);
+          const int t = dot16<true>(xw, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
+                                    v.w & 0xf0f0f0f0u, s[r] * 16);
           const float f = xs16 * static_cast<float>(t);
           if constexpr (F == kWQ4_0) {
             const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
@@ -297,8 +291,8 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
           const uint4 v = wv[u][r];
           const int il =
               dot16(xl, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
-          const int ih16 = dot16_u(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
-                                   v.w & 0xf0f0f0f0u, 0);
+          const int ih16 = dot16<true>(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
+                                       v.w & 0xf0f0f0f0u, 0);
           const float fl = xsl * static_cast<float>(il), fh = xsh16 * static_cast<float>(ih16);
           const uint4 h = hdr[u][r];
           const float dd = half_to_float(static_cast<uint16_t>(h.x & 0xffffu));
