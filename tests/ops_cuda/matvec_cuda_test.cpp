@@ -46,7 +46,12 @@ std::vector<Shape> shapes_for(DType t) {
     case DType::kQ4_K:
     case DType::kQ6_K: return {{1, 256}, {37, 768}, {130, 4096}, {1001, 512}, {41, 2048}};
     default:
-      return {{1, 32}, {37, 96}, {130, 4096}, {1001, 544}, {3, 14336}, {37, 1056}, {41, 2080}};
+      // The Q8_0 / Q4_0 streaming kernel takes rows of 32 to 256 chunks (a power of two) and a
+      // whole number of its stages: 136 x 4096 (Q4_0: stages of 8 rows, Q8_0: 4), 96 x 1024
+      // (Q4_0: 32 rows a stage), and 12288 x 4096, where blocks wrap around their ring of
+      // copies; 130 and 3 rows, and 14336 columns, keep the register kernel.
+      return {{1, 32},    {37, 96},    {130, 4096}, {1001, 544}, {3, 14336},   {37, 1056},
+              {41, 2080}, {136, 4096}, {64, 14336}, {96, 1024},  {12288, 4096}};
   }
 }
 
@@ -88,60 +93,71 @@ TEST_F(CudaMatvec, EveryLayoutMatchesTheReference) {
   }
 }
 
+// Both Q8_0 / Q4_0 kernels (the streaming one wherever its shape rules allow, and the register
+// one) on every shape.
+constexpr cuda::MatvecKernel kBothKernels[] = {cuda::MatvecKernel::kAlways,
+                                               cuda::MatvecKernel::kNever};
+
 TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
   uint64_t seed = 300;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
-    EXPECT_TRUE(cuda::matvec_q16_supported(t));
-    for (const Shape& s : shapes_for(t)) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
-                   std::to_string(s.n_in) + "]");
-      const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
-      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
-      // Activations with a spread of magnitudes (an outlier per block, as real ones have).
-      auto x = test::random_floats(static_cast<size_t>(s.n_in), ++seed, -2.0f, 2.0f);
-      for (size_t i = 0; i < x.size(); i += 37) x[i] *= 8.0f;
-      const auto add = test::random_floats(static_cast<size_t>(s.n_out), ++seed);
-      cuda::DeviceBuffer dx = upload(x), dadd = upload(add);
-      const size_t qb = cuda::quantized_activation_bytes(s.n_in);
-      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qbuf, cuda::DeviceBuffer::create(qb, 0, stream()));
-      ASSERT_EQ(cudaMemsetAsync(qbuf.data(), 0xff, qb, stream()), cudaSuccess);
-      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
-                        cuda::quantized_activation_in(qbuf.data(), qb, s.n_in));
-      CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
-      const std::vector<float> ref = reference(w, x, 1);
-      cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(s.n_out));
-      CU_ASSERT_OK(cuda::matvec_q16(dw, qa, nullptr, dy.as<float>(), stream()));
-      const std::vector<float> y = download<float>(dy, static_cast<size_t>(s.n_out));
-      EXPECT_EQ(test::count_non_finite(y), 0u);
-      // The int16 rounding of x moves x_j by at most step_j / 2 (step = its block's absmax /
-      // 32767), so |y_i - ref_i| <= sum_j |W_ij| step_j / 2, plus f32 accumulation error.
-      CU_ASSIGN_OR_FAIL(Tensor wf, w.to_f32());
-      std::vector<double> half_step(x.size());
-      for (size_t b = 0; b < x.size(); b += 32) {
-        double amax = 0.0;
-        for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::fabs(double{x[j]}));
-        for (size_t j = b; j < b + 32; ++j) half_step[j] = amax / 32767.0 / 2.0;
-      }
-      size_t over = 0;
-      for (int64_t i = 0; i < s.n_out; ++i) {
-        double bound = 0.0, mag = 0.0;
-        for (int64_t j = 0; j < s.n_in; ++j) {
-          const double wij = std::fabs(double{wf.data_as<float>()[i * s.n_in + j]});
-          bound += wij * half_step[static_cast<size_t>(j)];
-          mag += wij * std::fabs(double{x[static_cast<size_t>(j)]});
+  for (const cuda::MatvecKernel mk : kBothKernels) {
+    cuda::set_matvec_kernel(mk);
+    SCOPED_TRACE(mk == cuda::MatvecKernel::kAlways ? "streaming kernel" : "register kernel");
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+      if (mk == cuda::MatvecKernel::kNever && t != DType::kQ8_0 && t != DType::kQ4_0) continue;
+      EXPECT_TRUE(cuda::matvec_q16_supported(t));
+      for (const Shape& s : shapes_for(t)) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
+                     std::to_string(s.n_in) + "]");
+        const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
+        CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+        // Activations with a spread of magnitudes (an outlier per block, as real ones have).
+        auto x = test::random_floats(static_cast<size_t>(s.n_in), ++seed, -2.0f, 2.0f);
+        for (size_t i = 0; i < x.size(); i += 37) x[i] *= 8.0f;
+        const auto add = test::random_floats(static_cast<size_t>(s.n_out), ++seed);
+        cuda::DeviceBuffer dx = upload(x), dadd = upload(add);
+        const size_t qb = cuda::quantized_activation_bytes(s.n_in);
+        CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qbuf, cuda::DeviceBuffer::create(qb, 0, stream()));
+        ASSERT_EQ(cudaMemsetAsync(qbuf.data(), 0xff, qb, stream()), cudaSuccess);
+        CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
+                          cuda::quantized_activation_in(qbuf.data(), qb, s.n_in));
+        CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
+        const std::vector<float> ref = reference(w, x, 1);
+        cuda::DeviceBuffer dy = poisoned<float>(static_cast<size_t>(s.n_out));
+        CU_ASSERT_OK(cuda::matvec_q16(dw, qa, nullptr, dy.as<float>(), stream()));
+        const std::vector<float> y = download<float>(dy, static_cast<size_t>(s.n_out));
+        EXPECT_EQ(test::count_non_finite(y), 0u);
+        // The int16 rounding of x moves x_j by at most step_j / 2 (step = its block's absmax /
+        // 32767), so |y_i - ref_i| <= sum_j |W_ij| step_j / 2, plus f32 accumulation error.
+        CU_ASSIGN_OR_FAIL(Tensor wf, w.to_f32());
+        std::vector<double> half_step(x.size());
+        for (size_t b = 0; b < x.size(); b += 32) {
+          double amax = 0.0;
+          for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::fabs(double{x[j]}));
+          for (size_t j = b; j < b + 32; ++j) half_step[j] = amax / 32767.0 / 2.0;
         }
-        const size_t ii = static_cast<size_t>(i);
-        if (std::fabs(double{y[ii]} - double{ref[ii]}) > 1.01 * bound + 1e-6 * mag) ++over;
+        size_t over = 0;
+        for (int64_t i = 0; i < s.n_out; ++i) {
+          double bound = 0.0, mag = 0.0;
+          for (int64_t j = 0; j < s.n_in; ++j) {
+            const double wij = std::fabs(double{wf.data_as<float>()[i * s.n_in + j]});
+            bound += wij * half_step[static_cast<size_t>(j)];
+            mag += wij * std::fabs(double{x[static_cast<size_t>(j)]});
+          }
+          const size_t ii = static_cast<size_t>(i);
+          if (std::fabs(double{y[ii]} - double{ref[ii]}) > 1.01 * bound + 1e-6 * mag) ++over;
+        }
+        EXPECT_EQ(over, 0u) << "outputs past the int16 rounding bound";
+        EXPECT_LT(test::rel_l2(y, ref), 1e-3);
+        CU_ASSERT_OK(cuda::matvec_q16(dw, qa, dadd.as<float>(), dadd.as<float>(), stream()));
+        const std::vector<float> ya = download<float>(dadd, static_cast<size_t>(s.n_out));
+        std::vector<float> ref_add(ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) ref_add[i] = ref[i] + add[i];
+        EXPECT_LT(test::rel_l2(ya, ref_add), 1e-3);
       }
-      EXPECT_EQ(over, 0u) << "outputs past the int16 rounding bound";
-      EXPECT_LT(test::rel_l2(y, ref), 1e-3);
-      CU_ASSERT_OK(cuda::matvec_q16(dw, qa, dadd.as<float>(), dadd.as<float>(), stream()));
-      const std::vector<float> ya = download<float>(dadd, static_cast<size_t>(s.n_out));
-      std::vector<float> ref_add(ref.size());
-      for (size_t i = 0; i < ref.size(); ++i) ref_add[i] = ref[i] + add[i];
-      EXPECT_LT(test::rel_l2(ya, ref_add), 1e-3);
     }
   }
+  cuda::set_matvec_kernel(cuda::MatvecKernel::kAuto);
   // Layouts without an integer path, and mismatched sizes, are errors.
   const Tensor wb = test::random_weight(DType::kBF16, 4, 64, 1);
   CU_ASSIGN_OR_FAIL(cuda::DeviceWeight db, cuda::upload_weight(wb, 0, stream()));
@@ -163,81 +179,89 @@ TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
 // matrices with the norm kernel between them (matvec_q16, rms_norm_q16, matvec_q16), and both
 // against the CPU reference in f32: the producer's 256- and 512-thread blocks (split 1 and 2),
 // consumers with a partial last row group, parts padded to a multiple of 4 (e = 96), and the
-// Llama-3-8B width (consumer split 2, 128 parts: every lane loads some).
+// Llama-3-8B width (consumer split 2, 128 parts: every lane loads some); and with ffn_down's
+// rows (14336) and a consumer of 264 rows (the Q8_0 / Q4_0 streaming kernel).
 TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   uint64_t seed = 700;
   constexpr float kEps = 1e-5f;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
-    for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
-                                       {512, 4608, 130},
-                                       {96, 256, 37},
-                                       {4096, 4096, 130}}) {
-      if (t == DType::kQ4_K && e % 256 != 0) continue;  // the consumer's rows are super-blocks
-      SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
-                   std::to_string(n_in));
-      const Tensor wp = test::random_weight(t, e, n_in, ++seed);
-      const Tensor wc = test::random_weight(t, n_c, e, ++seed);
-      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dp, cuda::upload_weight(wp, 0, stream()));
-      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dc, cuda::upload_weight(wc, 0, stream()));
-      const auto x = test::random_floats(static_cast<size_t>(n_in), ++seed, -2.0f, 2.0f);
-      const auto res = test::random_floats(static_cast<size_t>(e), ++seed, -3.0f, 3.0f);
-      const auto g = test::random_floats(static_cast<size_t>(e), ++seed, 0.5f, 1.5f);
-      cuda::DeviceBuffer dx = upload(x), dres = upload(res), dres2 = upload(res), dg = upload(g);
-      const size_t qb = cuda::quantized_activation_bytes(std::max(e, n_in));
-      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qin, cuda::DeviceBuffer::create(qb, 0, stream()));
-      CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qout, cuda::DeviceBuffer::create(qb, 0, stream()));
-      ASSERT_EQ(cudaMemsetAsync(qout.data(), 0xff, qb, stream()), cudaSuccess);
-      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
-                        cuda::quantized_activation_in(qin.data(), qb, n_in));
-      CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo,
-                        cuda::quantized_activation_in(qout.data(), qb, e));
-      CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
-      cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(cuda::split_norm_parts(e)));
-      cuda::DeviceBuffer y = poisoned<float>(static_cast<size_t>(n_c));
-      // The split norm.
-      CU_ASSERT_OK(cuda::matvec_q16_res_norm(dp, qa, dres.as<float>(), dg.as<float>(), qo,
-                                             parts.as<float>(), stream()));
-      const cuda::SplitNorm sn{parts.as<float>(), e, kEps};
-      CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y.as<float>(), stream(), &sn));
-      // The norm kernel between the same matrices.
-      cuda::DeviceBuffer o = poisoned<float>(static_cast<size_t>(e));
-      cuda::DeviceBuffer h = poisoned<float>(static_cast<size_t>(e));
-      cuda::DeviceBuffer y2 = poisoned<float>(static_cast<size_t>(n_c));
-      CU_ASSERT_OK(cuda::matvec_q16(dp, qa, nullptr, o.as<float>(), stream()));
-      CU_ASSERT_OK(cuda::rms_norm_q16(o.as<float>(), dres2.as<float>(), dg.as<float>(), e, kEps,
-                                      h.as<float>(), qo, stream()));
-      CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y2.as<float>(), stream()));
-      const auto r1 = download<float>(dres, static_cast<size_t>(e));
-      const auto r2 = download<float>(dres2, static_cast<size_t>(e));
-      const auto yv = download<float>(y, static_cast<size_t>(n_c));
-      const auto y2v = download<float>(y2, static_cast<size_t>(n_c));
-      const auto pv = download<float>(parts, static_cast<size_t>(cuda::split_norm_parts(e)));
-      EXPECT_EQ(test::count_non_finite(yv), 0u);
-      EXPECT_LT(test::rel_l2(r1, r2), 1e-6);
-      // Both carry the int16 rounding (relative ~1.5e-5) of x, scaled differently (residual * w
-      // here, times 1 / rms there): a few codes differ by one step.
-      EXPECT_LT(test::rel_l2(yv, y2v), 5e-5);
-      // Each part is its 32 residual rows' sum of squares.
-      for (int64_t b = 0; b < e / 32; ++b) {
+  for (const cuda::MatvecKernel mk : kBothKernels) {
+    cuda::set_matvec_kernel(mk);
+    SCOPED_TRACE(mk == cuda::MatvecKernel::kAlways ? "streaming kernel" : "register kernel");
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+      if (mk == cuda::MatvecKernel::kNever && t != DType::kQ8_0 && t != DType::kQ4_0) continue;
+      for (const auto& [e, n_in, n_c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 37},
+                                         {512, 4608, 130},
+                                         {96, 256, 37},
+                                         {4096, 4096, 130},
+                                         {4096, 14336, 264}}) {
+        if (t == DType::kQ4_K && e % 256 != 0) continue;  // the consumer's rows are super-blocks
+        SCOPED_TRACE(std::string(dtype_name(t)) + " e " + std::to_string(e) + " n_in " +
+                     std::to_string(n_in));
+        const Tensor wp = test::random_weight(t, e, n_in, ++seed);
+        const Tensor wc = test::random_weight(t, n_c, e, ++seed);
+        CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dp, cuda::upload_weight(wp, 0, stream()));
+        CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dc, cuda::upload_weight(wc, 0, stream()));
+        const auto x = test::random_floats(static_cast<size_t>(n_in), ++seed, -2.0f, 2.0f);
+        const auto res = test::random_floats(static_cast<size_t>(e), ++seed, -3.0f, 3.0f);
+        const auto g = test::random_floats(static_cast<size_t>(e), ++seed, 0.5f, 1.5f);
+        cuda::DeviceBuffer dx = upload(x), dres = upload(res), dres2 = upload(res), dg = upload(g);
+        const size_t qb = cuda::quantized_activation_bytes(std::max(e, n_in));
+        CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qin, cuda::DeviceBuffer::create(qb, 0, stream()));
+        CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer qout, cuda::DeviceBuffer::create(qb, 0, stream()));
+        ASSERT_EQ(cudaMemsetAsync(qout.data(), 0xff, qb, stream()), cudaSuccess);
+        CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qa,
+                          cuda::quantized_activation_in(qin.data(), qb, n_in));
+        CU_ASSIGN_OR_FAIL(cuda::QuantizedActivation qo,
+                          cuda::quantized_activation_in(qout.data(), qb, e));
+        CU_ASSERT_OK(cuda::quantize_activation(dx.as<float>(), qa, stream()));
+        cuda::DeviceBuffer parts = poisoned<float>(static_cast<size_t>(cuda::split_norm_parts(e)));
+        cuda::DeviceBuffer y = poisoned<float>(static_cast<size_t>(n_c));
+        // The split norm.
+        CU_ASSERT_OK(cuda::matvec_q16_res_norm(dp, qa, dres.as<float>(), dg.as<float>(), qo,
+                                               parts.as<float>(), stream()));
+        const cuda::SplitNorm sn{parts.as<float>(), e, kEps};
+        CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y.as<float>(), stream(), &sn));
+        // The norm kernel between the same matrices.
+        cuda::DeviceBuffer o = poisoned<float>(static_cast<size_t>(e));
+        cuda::DeviceBuffer h = poisoned<float>(static_cast<size_t>(e));
+        cuda::DeviceBuffer y2 = poisoned<float>(static_cast<size_t>(n_c));
+        CU_ASSERT_OK(cuda::matvec_q16(dp, qa, nullptr, o.as<float>(), stream()));
+        CU_ASSERT_OK(cuda::rms_norm_q16(o.as<float>(), dres2.as<float>(), dg.as<float>(), e, kEps,
+                                        h.as<float>(), qo, stream()));
+        CU_ASSERT_OK(cuda::matvec_q16(dc, qo, nullptr, y2.as<float>(), stream()));
+        const auto r1 = download<float>(dres, static_cast<size_t>(e));
+        const auto r2 = download<float>(dres2, static_cast<size_t>(e));
+        const auto yv = download<float>(y, static_cast<size_t>(n_c));
+        const auto y2v = download<float>(y2, static_cast<size_t>(n_c));
+        const auto pv = download<float>(parts, static_cast<size_t>(cuda::split_norm_parts(e)));
+        EXPECT_EQ(test::count_non_finite(yv), 0u);
+        EXPECT_LT(test::rel_l2(r1, r2), 1e-6);
+        // Both carry the int16 rounding (relative ~1.5e-5) of x, scaled differently (residual * w
+        // here, times 1 / rms there): a few codes differ by one step.
+        EXPECT_LT(test::rel_l2(yv, y2v), 5e-5);
+        // Each part is its 32 residual rows' sum of squares.
+        for (int64_t b = 0; b < e / 32; ++b) {
+          double ss = 0.0;
+          for (int64_t i = b * 32; i < b * 32 + 32; ++i) ss += double{r1[i]} * r1[i];
+          EXPECT_NEAR(pv[static_cast<size_t>(b)], ss, 1e-5 * ss) << "part " << b;
+        }
+        for (size_t b = static_cast<size_t>(e / 32); b < pv.size(); ++b) EXPECT_EQ(pv[b], 0.0f);
+        // The CPU reference in f32: residual + Wp x, its RMSNorm times g, then Wc.
+        const std::vector<float> px = reference(wp, x, 1);
+        std::vector<float> rr(static_cast<size_t>(e)), hr(static_cast<size_t>(e));
         double ss = 0.0;
-        for (int64_t i = b * 32; i < b * 32 + 32; ++i) ss += double{r1[i]} * r1[i];
-        EXPECT_NEAR(pv[static_cast<size_t>(b)], ss, 1e-5 * ss) << "part " << b;
+        for (size_t i = 0; i < rr.size(); ++i) {
+          rr[i] = res[i] + px[i];
+          ss += double{rr[i]} * rr[i];
+        }
+        const double sc = 1.0 / std::sqrt(ss / static_cast<double>(e) + kEps);
+        for (size_t i = 0; i < hr.size(); ++i) hr[i] = static_cast<float>(rr[i] * sc * g[i]);
+        EXPECT_LT(test::rel_l2(r1, rr), 1e-3);
+        EXPECT_LT(test::rel_l2(yv, reference(wc, hr, 1)), 1e-3);
       }
-      for (size_t b = static_cast<size_t>(e / 32); b < pv.size(); ++b) EXPECT_EQ(pv[b], 0.0f);
-      // The CPU reference in f32: residual + Wp x, its RMSNorm times g, then Wc.
-      const std::vector<float> px = reference(wp, x, 1);
-      std::vector<float> rr(static_cast<size_t>(e)), hr(static_cast<size_t>(e));
-      double ss = 0.0;
-      for (size_t i = 0; i < rr.size(); ++i) {
-        rr[i] = res[i] + px[i];
-        ss += double{rr[i]} * rr[i];
-      }
-      const double sc = 1.0 / std::sqrt(ss / static_cast<double>(e) + kEps);
-      for (size_t i = 0; i < hr.size(); ++i) hr[i] = static_cast<float>(rr[i] * sc * g[i]);
-      EXPECT_LT(test::rel_l2(r1, rr), 1e-3);
-      EXPECT_LT(test::rel_l2(yv, reference(wc, hr, 1)), 1e-3);
     }
   }
+  cuda::set_matvec_kernel(cuda::MatvecKernel::kAuto);
   // Bad arguments: rows not a multiple of 32, the output on x's storage, no parts, a norm of
   // the wrong length.
   const Tensor w = test::random_weight(DType::kQ4_0, 48, 64, 1);

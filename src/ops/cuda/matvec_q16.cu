@@ -27,6 +27,10 @@
 // 1.794 -> 1.726 / 1.743 ms, q8_0 2.432 / 2.431 -> 2.349 / 2.354, q4_k 2.078 / 2.093 -> 2.096 /
 // 2.080. Less than removing the norm kernels outright would give (q4_0 -0.15 ms): the
 // consumer's blocks find the SMs full of the producer's 512-thread blocks and start cold.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
 #include "ops/cuda/matvec_common.cuh"
 #include "ops/cuda/weight_decode.cuh"
 
@@ -321,6 +325,264 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
   }
 }
 
+// ---- The streaming kernel: Q4_0 / Q8_0 consumers of many rows ----
+//
+// The kernel above holds its weights in registers between load and use, so the register file
+// bounds the bytes in flight, and its blocks (one load step each for Q4_0 rows of 4096) spend
+// much of their life starting and ending: Q4_0's gate|up matrix streamed at about 3 TB/s. Here
+// the weights go to shared memory by bulk copies (cp.async.bulk, completion on an mbarrier):
+// each block stays for the whole matrix (a grid of the blocks that fit at once, block b taking
+// stages b, b + grid, ...) and keeps a ring of copies in flight (RINFER_MV_STREAM_KB, 96 KB a
+// block) with no registers held. A stage is 1024 / c whole rows of c chunks (contiguous in
+// memory: one copy for the quants, one for the scales); thread t of a row group keeps the int16
+// x of chunk column t in registers for the whole kernel and adds four rows of each stage; the
+// block adds the rows' partial sums through shared memory, and one thread refills the slot once
+// every thread is past it. H200, Llama-3-8B decode step (A-B-B-A), for gate|up and the output
+// matrix: q4_0 1.661 / 1.674 -> 1.589 / 1.587 ms; q8_0 (whose gate|up already streamed at the
+// copy limit) within noise. Ring sizes of 48 / 64 / 96 KB with every consumer streaming: q4_0
+// 1.627 / 1.630 / 1.602 ms. Measured and dropped: streaming the producers too (Wo, ffn_down: 32
+// rows a block for the norm's epilogue, so one block an SM with few stages): their increments in
+// the step grew from 8.2 to 10.4 us a matrix (64 KB rings), and with 192 KB rings the step was
+// 1.725 against 1.662 ms.
+namespace st {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned); completes on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// The launch geometry of one matrix (host and device agree through this struct).
+struct Geo {
+  int32_t nc = 0;        // chunks a row
+  int32_t nt = 0;        // threads of a row group: nc / chunks a thread
+  int32_t rg = 0;        // row groups (kRowsPT rows of a stage each)
+  int32_t sr = 0;        // rows a stage: kRowsPT * rg
+  int32_t stages = 0;    // ring slots
+  int32_t n_stages = 0;  // stages of the matrix: n_out / sr
+  uint32_t q_bytes = 0;  // quant bytes of a stage
+  uint32_t s_bytes = 0;  // scale bytes of a stage
+};
+
+constexpr int kThreads = 256;   // a block: kThreads / nc row groups of nc threads
+constexpr int kRowsPT = 4;      // rows of a stage each thread adds
+constexpr int kMaxStages = 16;  // ring slots (mbarriers)
+
+}  // namespace st
+
+// 256 threads at 48 registers (five blocks an SM), so one block fits beside a producer's
+// 512-thread block (104 registers) and starts its copies before the producer ends.
+template <int F>
+__global__ void __launch_bounds__(st::kThreads, 5)
+    matvec_q16_stream_kernel(WeightView w, Q16View x, const float* add, float* y, RmsIn rin,
+                             st::Geo geo) {
+  using st::kRowsPT;
+  extern __shared__ __align__(128) uint8_t smem[];
+  constexpr int kMaxWarps = st::kThreads / kWarp;
+  __shared__ uint64_t full[st::kMaxStages];
+  __shared__ float red[2][kMaxWarps][kRowsPT];
+  const int t = threadIdx.x, lane = t % kWarp, wi = t / kWarp;
+  const int rg = t / geo.nt, tc = t % geo.nt;
+  uint8_t* sq = smem;                                                  // stages x q_bytes
+  uint8_t* ss = smem + static_cast<size_t>(geo.stages) * geo.q_bytes;  // stages x s_bytes
+  const int64_t rb = w_row_bytes<F>(w);
+  const int64_t sb = w.n_in / 32 * 2;
+  // This block's stages: the i-th of its count is first + i * step.
+  const int32_t first = static_cast<int32_t>(blockIdx.x);
+  const int32_t step = static_cast<int32_t>(gridDim.x);
+  const int32_t count = (geo.n_stages - first + step - 1) / step;
+  auto issue = [&](int32_t i) {
+    const int slot = i % geo.stages;
+    const int64_t r0 = static_cast<int64_t>(first + i * step) * geo.sr;
+    st::mbar_expect(&full[slot], geo.q_bytes + geo.s_bytes);
+    st::bulk_copy(sq + static_cast<size_t>(slot) * geo.q_bytes,
+                  static_cast<const uint8_t*>(w.data) + r0 * rb, geo.q_bytes, &full[slot]);
+    st::bulk_copy(ss + static_cast<size_t>(slot) * geo.s_bytes,
+                  static_cast<const uint8_t*>(w.scales) + r0 * sb, geo.s_bytes, &full[slot]);
+  };
+  if (t == 0) {
+    for (int k = 0; k < geo.stages; ++k) st::mbar_init(&full[k], 1);
+    st::mbar_init_fence();
+  }
+  __syncthreads();
+  // The weights do not depend on the previous kernel: the ring fills before the PDL wait.
+  if (t == 0) {
+    for (int32_t i = 0; i < min(count, geo.stages); ++i) issue(i);
+  }
+  pdl_begin();
+  // This thread's x: chunk column c (Q4_0: 32 elements as two halves; Q8_0: 16).
+  const int32_t c = tc;
+  int xl[8], xh[8];
+  float xs, sx8 = 0.0f;
+  if constexpr (F == kWQ4_0) {
+    load_x16(x.q + c * 32, xl);
+    load_x16(x.q + c * 32 + 16, xh);
+    xs = __ldg(x.scale + c) * 0.0625f;
+    const float2 s2 = __ldg(reinterpret_cast<const float2*>(x.sum16) + c);
+    sx8 = 8.0f * (s2.x + s2.y);
+  } else {
+    load_x16(x.q + c * 16, xl);
+    xs = __ldg(x.scale + c / 2);
+  }
+  float sc = 1.0f;
+  if (rin.parts != nullptr) {
+    PartsAcc pv;
+    pv.load(rin, lane);
+    sc = rms_scale(warp_sum(pv.sum()), rin.n, rin.eps);
+  }
+  const int warps_rg = geo.nt / kWarp;
+  for (int32_t i = 0; i < count; ++i) {
+    const int slot = i % geo.stages;
+    st::mbar_wait(&full[slot], static_cast<uint32_t>(i / geo.stages) & 1u);
+    const uint8_t* q = sq + static_cast<size_t>(slot) * geo.q_bytes;
+    const uint16_t* sp =
+        reinterpret_cast<const uint16_t*>(ss + static_cast<size_t>(slot) * geo.s_bytes);
+    float acc[kRowsPT];
+#pragma unroll
+    for (int k = 0; k < kRowsPT; ++k) {
+      const int r = rg * kRowsPT + k;
+      const uint4 v = *reinterpret_cast<const uint4*>(q + r * rb + c * 16);
+      if constexpr (F == kWQ4_0) {
+        const int s0 =
+            dot16(xl, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
+        const int s1 = dot16<true>(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
+                                   v.w & 0xf0f0f0f0u, s0 * 16);
+        const float d = half_to_float(sp[r * (sb / 2) + c]);
+        acc[k] = d * fmaf(xs, static_cast<float>(s1), -sx8);
+      } else {
+        const int s0 = dot16(xl, v.x, v.y, v.z, v.w);
+        const float d = half_to_float(sp[r * (sb / 2) + c / 2]);
+        acc[k] = d * xs * static_cast<float>(s0);
+      }
+    }
+    // The warp's four row sums in six shuffles: halves of the warp swap pairs of rows, then
+    // quarters single rows; lane 8 k ends with row k.
+    static_assert(kRowsPT == 4, "the transposing reduction below");
+    const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0;
+    float k0 = hi16 ? acc[2] : acc[0], k1 = hi16 ? acc[3] : acc[1];
+    k0 += __shfl_xor_sync(0xffffffffu, hi16 ? acc[0] : acc[2], 16);
+    k1 += __shfl_xor_sync(0xffffffffu, hi16 ? acc[1] : acc[3], 16);
+    float rs = hi8 ? k1 : k0;
+    rs += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
+    rs += __shfl_xor_sync(0xffffffffu, rs, 4);
+    rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+    rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+    if (lane % 8 == 0) red[i & 1][wi][lane / 8] = rs;
+    __syncthreads();  // every thread is past the slot, and red[i & 1] is complete
+    if (t == 0 && i + geo.stages < count) issue(i + geo.stages);
+    if (t < geo.sr) {
+      const int g = t / kRowsPT, k = t % kRowsPT;
+      float v = 0.0f;
+      for (int ww = g * warps_rg; ww < (g + 1) * warps_rg; ++ww) v += red[i & 1][ww][k];
+      const int64_t row = static_cast<int64_t>(first + i * step) * geo.sr + t;
+      v *= sc;
+      if (add != nullptr) v += add[row];
+      y[row] = v;
+    }
+  }
+}
+
+// RINFER_MV_STREAM_KB in the environment: the ring's shared memory a block, in KB (measurements).
+uint32_t stream_budget() {
+  static const uint32_t kb = [] {
+    const char* e = std::getenv("RINFER_MV_STREAM_KB");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v >= 16 && v <= 220 ? static_cast<uint32_t>(v) : 96u;
+  }();
+  return kb * 1024u;
+}
+
+// The streaming kernel's geometry and grid for w, or nc = 0 where it does not apply: rows of
+// 32, 64, 128 or 256 chunks, a whole number of stages, and (kAuto) at least kMinStagesPerBlock
+// stages a resident block. Where each block has only a few stages, the register kernel is
+// faster: its small blocks start during the previous kernel, while the streaming blocks wait for
+// room for their shared memory (H200, Llama-3-8B decode step, q4_0: streaming every consumer
+// 1.601 / 1.610 ms, only the QKV matrix 1.729 / 1.725, only gate|up and the output 1.589 /
+// 1.587, none 1.661 / 1.674; q8_0 2.286-2.310 in all four).
+constexpr int64_t kMinStagesPerBlock = 8;
+
+template <int F>
+st::Geo stream_plan(const WeightView& w, int64_t& blocks) {
+  st::Geo g;
+  const MatvecStream mode = matvec_stream_mode();
+  if (!(F == kWQ4_0 || F == kWQ8_0) || mode == MatvecStream::kNever || w.n_in % 256 != 0) return g;
+  const int64_t nc = w_chunks<F>(w);  // a thread a chunk column
+  if (nc % kWarp != 0 || nc > st::kThreads || st::kThreads % nc != 0) return g;
+  const int nt = static_cast<int>(nc);
+  const int rg = st::kThreads / nt;
+  const int sr = st::kRowsPT * rg;
+  if (w.n_out % sr != 0) return g;
+  g.nt = nt;
+  g.rg = rg;
+  g.sr = sr;
+  g.n_stages = static_cast<int32_t>(w.n_out / sr);
+  g.q_bytes = static_cast<uint32_t>(sr * w_row_bytes<F>(w));
+  g.s_bytes = static_cast<uint32_t>(sr * (w.n_in / 32) * 2);
+  g.stages = static_cast<int32_t>(
+      std::min<uint32_t>(st::kMaxStages, stream_budget() / (g.q_bytes + g.s_bytes)));
+  if (g.stages < 2) return g;
+  // The kernel may take up to 220 KB of dynamic shared memory: set before the occupancy query,
+  // which otherwise counts on the default 48 KB (and answers 0 blocks for a larger ring).
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      matvec_q16_stream_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024);
+  if (attr != cudaSuccess) return g;
+  // Blocks a SM for each ring depth (the shared memory bounds them), asked once.
+  static std::atomic<int> per_sm[st::kMaxStages + 1] = {};
+  int ps = per_sm[g.stages].load(std::memory_order_relaxed);
+  if (ps == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &ps, matvec_q16_stream_kernel<F>, st::kThreads,
+            static_cast<size_t>(g.stages) * (g.q_bytes + g.s_bytes)) != cudaSuccess ||
+        ps < 1) {
+      return g;
+    }
+    per_sm[g.stages].store(ps, std::memory_order_relaxed);
+  }
+  blocks = std::min<int64_t>(g.n_stages, static_cast<int64_t>(ps) * sm_count());
+  if (mode == MatvecStream::kAuto && g.n_stages < kMinStagesPerBlock * blocks) return g;
+  g.nc = static_cast<int32_t>(nc);
+  return g;
+}
+
+template <int F>
+cudaError_t launch_stream(const WeightView& w, const Q16View& x, const float* add, float* y,
+                          const RmsIn& rin, const st::Geo& g, int64_t blocks, cudaStream_t stream) {
+  constexpr auto kernel = matvec_q16_stream_kernel<F>;
+  const size_t smem = static_cast<size_t>(g.stages) * (g.q_bytes + g.s_bytes);
+  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(st::kThreads), smem, stream,
+                    w, x, add, y, rin, g);
+}
+
 template <int F, int S, int kNT, bool kNorm>
 cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, float* y,
                       const RmsIn& rin, const ResNormOut& rn, cudaStream_t stream) {
@@ -333,6 +595,13 @@ cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, f
 template <int F>
 cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, float* y,
                      const RmsIn& rin, const ResNormOut* rn, cudaStream_t stream) {
+  if constexpr (F == kWQ4_0 || F == kWQ8_0) {
+    if (rn == nullptr) {  // the producers keep the register kernel (see the streaming kernel)
+      int64_t blocks = 0;
+      const st::Geo g = stream_plan<F>(w, blocks);
+      if (g.nc != 0) return launch_stream<F>(w, x, add, y, rin, g, blocks, stream);
+    }
+  }
   const int split = matvec_split_q16(w_chunks<F>(w));
   if (rn != nullptr) {
     // 32 rows a block: 8 warps, or 16 with split-K 2 (8 warps a block with split 1 even where
@@ -359,6 +628,22 @@ cudaError_t launch_any(const WeightView& w, const Q16View& x, const float* add, 
 }
 
 }  // namespace
+
+namespace {
+std::atomic<MatvecStream>& stream_mode_ref() {
+  static std::atomic<MatvecStream> mode = [] {
+    const char* e = std::getenv("RINFER_MV_STREAM");
+    const int v = e != nullptr ? std::atoi(e) : 1;
+    return v == 0 ? MatvecStream::kNever : (v == 2 ? MatvecStream::kAlways : MatvecStream::kAuto);
+  }();
+  return mode;
+}
+}  // namespace
+
+MatvecStream matvec_stream_mode() { return stream_mode_ref().load(std::memory_order_relaxed); }
+void set_matvec_stream_mode(MatvecStream m) {
+  stream_mode_ref().store(m, std::memory_order_relaxed);
+}
 
 cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
                               cudaStream_t stream, const RmsIn& rin) {

@@ -126,6 +126,12 @@ Status quantize_activation(const float* x, const QuantizedActivation& out, cudaS
                   "quantize_activation launch");
 }
 
+void set_matvec_kernel(MatvecKernel k) {
+  kern::set_matvec_stream_mode(k == MatvecKernel::kAlways  ? kern::MatvecStream::kAlways
+                               : k == MatvecKernel::kNever ? kern::MatvecStream::kNever
+                                                           : kern::MatvecStream::kAuto);
+}
+
 bool matvec_q16_supported(DType layout) {
   return layout == DType::kQ8_0 || layout == DType::kQ4_0 || layout == DType::kQ4_1 ||
          layout == DType::kQ4_K;

@@ -87,6 +87,13 @@ size_t quantized_activation_bytes(int64_t n);
 Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t bytes, int64_t n);
 Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream);
 bool matvec_q16_supported(DType layout);
+// The Q8_0 / Q4_0 matvec's kernel choice, process-wide (tests and measurements compare them):
+// kAuto (the default; RINFER_MV_STREAM=0 / 2 in the environment start it as kNever / kAlways)
+// streams the weights of large matrices through shared memory, kAlways wherever the shape
+// allows (rows of c = 32, 64, 128 or 256 chunks: 1024 to 8192 Q4_0 elements, 512 to 4096 Q8_0;
+// a multiple of 1024 / c rows), kNever keeps the register kernel.
+enum class MatvecKernel { kAuto, kAlways, kNever };
+void set_matvec_kernel(MatvecKernel k);
 // y[n_out] = W x (+ add) with x.n == n_in; W's layout must be matvec_q16_supported.
 // With `norm`, x holds the int16 blocks a matvec_q16_res_norm left for it and y = W x / rms
 // (+ add), rms = sqrt(sum(norm->parts) / norm->n + eps): the RMSNorm between two decode matvecs
