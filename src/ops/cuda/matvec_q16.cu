@@ -124,6 +124,14 @@ __device__ __forceinline__ int dot16(const int (&x)[8], uint32_t q0, uint32_t q1
   return s;
 }
 
+// s + sum_j x[j] * q[j] over 8 elements (x as 4 int16 pairs, q as 2 words of 4 int8).
+__device__ __forceinline__ int dot8(const int* x, uint32_t q0, uint32_t q1, int s) {
+  s = dp2a<false, false>(x[0], q0, s);
+  s = dp2a<true, false>(x[1], q0, s);
+  s = dp2a<false, false>(x[2], q1, s);
+  return dp2a<true, false>(x[3], q1, s);
+}
+
 // The norm's parts (RmsIn: n_parts a multiple of 4, at most 128), a float4 a lane, requested
 // once the previous kernels are done and added up only after the loop (4 registers held across
 // it; added at once, they would stall the warp's first x loads behind an L2 round trip). H200,
@@ -473,14 +481,16 @@ __global__ void __launch_bounds__(st::kThreads, 5)
       const int r = rg * kRowsPT + k;
       const uint4 v = *reinterpret_cast<const uint4*>(q + r * rb + c * 16);
       if constexpr (F == kWQ4_0) {
+        // Two independent chains of dp2a (the low and the high nibbles), joined at the end: the
+        // kernel's warps stall on the chains' fixed latency.
         const int s0 =
             dot16(xl, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
         const int s1 = dot16<true>(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
-                                   v.w & 0xf0f0f0f0u, s0 * 16);
+                                   v.w & 0xf0f0f0f0u, 0);
         const float d = half_to_float(sp[r * (sb / 2) + c]);
-        acc[k] = d * fmaf(xs, static_cast<float>(s1), -sx8);
+        acc[k] = d * fmaf(xs, static_cast<float>(s1 + 16 * s0), -sx8);
       } else {
-        const int s0 = dot16(xl, v.x, v.y, v.z, v.w);
+        const int s0 = dot8(xl, v.x, v.y, 0) + dot8(xl + 4, v.z, v.w, 0);
         const float d = half_to_float(sp[r * (sb / 2) + c / 2]);
         acc[k] = d * xs * static_cast<float>(s0);
       }
