@@ -79,14 +79,14 @@ struct ResNormOut {
   float* parts = nullptr;  // [n_out / 32, rounded up to a multiple of 4 (zero padding)]
 };
 
-// y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with
-// rin.parts set, y = W x / rms (+ add).
 // Which kernel the Q8_0 / Q4_0 consumers use (process-wide): kAuto, the streaming kernel for
 // matrices of many stages (matvec_q16.cu); kAlways, wherever its shape rules allow; kNever, the
 // register kernel. Starts as RINFER_MV_STREAM in the environment says (0 kNever, 2 kAlways).
 enum class MatvecStream { kAuto, kAlways, kNever };
 MatvecStream matvec_stream_mode();
 void set_matvec_stream_mode(MatvecStream m);
+// y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with
+// rin.parts set, y = W x / rms (+ add).
 cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
                               cudaStream_t stream, const RmsIn& rin = {});
 // The producer: rn.residual += W x and the next norm's int16 blocks and parts (n_out % 32 == 0).

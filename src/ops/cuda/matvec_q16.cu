@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 
 #include "ops/cuda/matvec_common.cuh"
 #include "ops/cuda/weight_decode.cuh"
@@ -392,12 +393,11 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 
 // The launch geometry of one matrix (host and device agree through this struct).
 struct Geo {
-  int32_t nc = 0;        // chunks a row
-  int32_t nt = 0;        // threads of a row group: nc / chunks a thread
-  int32_t rg = 0;        // row groups (kRowsPT rows of a stage each)
-  int32_t sr = 0;        // rows a stage: kRowsPT * rg
+  int32_t nt = 0;        // threads of a row group: the row's chunks, one a thread
+  int32_t sr = 0;        // rows a stage: kRowsPT * (kThreads / nt)
   int32_t stages = 0;    // ring slots
   int32_t n_stages = 0;  // stages of the matrix: n_out / sr
+  int32_t blocks = 0;    // the grid
   uint32_t q_bytes = 0;  // quant bytes of a stage
   uint32_t s_bytes = 0;  // scale bytes of a stage
 };
@@ -420,7 +420,8 @@ __global__ void __launch_bounds__(st::kThreads, 5)
   __shared__ uint64_t full[st::kMaxStages];
   __shared__ float red[2][kMaxWarps][kRowsPT];
   const int t = threadIdx.x, lane = t % kWarp, wi = t / kWarp;
-  const int rg = t / geo.nt, tc = t % geo.nt;
+  const int rg = t / geo.nt;
+  const int32_t c = t % geo.nt;                                        // this thread's chunk column
   uint8_t* sq = smem;                                                  // stages x q_bytes
   uint8_t* ss = smem + static_cast<size_t>(geo.stages) * geo.q_bytes;  // stages x s_bytes
   const int64_t rb = w_row_bytes<F>(w);
@@ -448,8 +449,7 @@ __global__ void __launch_bounds__(st::kThreads, 5)
     for (int32_t i = 0; i < min(count, geo.stages); ++i) issue(i);
   }
   pdl_begin();
-  // This thread's x: chunk column c (Q4_0: 32 elements as two halves; Q8_0: 16).
-  const int32_t c = tc;
+  // This thread's x (Q4_0: 32 elements as two halves; Q8_0: 16).
   int xl[8], xh[8];
   float xs, sx8 = 0.0f;
   if constexpr (F == kWQ4_0) {
@@ -532,7 +532,7 @@ uint32_t stream_budget() {
   return kb * 1024u;
 }
 
-// The streaming kernel's geometry and grid for w, or nc = 0 where it does not apply: rows of
+// The streaming kernel's geometry and grid for w, or none where it does not apply: rows of
 // 32, 64, 128 or 256 chunks, a whole number of stages, and (kAuto) at least kMinStagesPerBlock
 // stages a resident block. Where each block has only a few stages, the register kernel is
 // faster: its small blocks start during the previous kernel, while the streaming blocks wait for
@@ -542,30 +542,28 @@ uint32_t stream_budget() {
 constexpr int64_t kMinStagesPerBlock = 8;
 
 template <int F>
-st::Geo stream_plan(const WeightView& w, int64_t& blocks) {
-  st::Geo g;
+std::optional<st::Geo> stream_plan(const WeightView& w) {
   const MatvecStream mode = matvec_stream_mode();
-  if (!(F == kWQ4_0 || F == kWQ8_0) || mode == MatvecStream::kNever || w.n_in % 256 != 0) return g;
+  if (!(F == kWQ4_0 || F == kWQ8_0) || mode == MatvecStream::kNever || w.n_in % 256 != 0) {
+    return std::nullopt;
+  }
   const int64_t nc = w_chunks<F>(w);  // a thread a chunk column
-  if (nc % kWarp != 0 || nc > st::kThreads || st::kThreads % nc != 0) return g;
-  const int nt = static_cast<int>(nc);
-  const int rg = st::kThreads / nt;
-  const int sr = st::kRowsPT * rg;
-  if (w.n_out % sr != 0) return g;
-  g.nt = nt;
-  g.rg = rg;
-  g.sr = sr;
-  g.n_stages = static_cast<int32_t>(w.n_out / sr);
-  g.q_bytes = static_cast<uint32_t>(sr * w_row_bytes<F>(w));
-  g.s_bytes = static_cast<uint32_t>(sr * (w.n_in / 32) * 2);
+  if (nc % kWarp != 0 || nc > st::kThreads || st::kThreads % nc != 0) return std::nullopt;
+  st::Geo g;
+  g.nt = static_cast<int32_t>(nc);
+  g.sr = st::kRowsPT * (st::kThreads / g.nt);
+  if (w.n_out % g.sr != 0) return std::nullopt;
+  g.n_stages = static_cast<int32_t>(w.n_out / g.sr);
+  g.q_bytes = static_cast<uint32_t>(g.sr * w_row_bytes<F>(w));
+  g.s_bytes = static_cast<uint32_t>(g.sr * (w.n_in / 32) * 2);
   g.stages = static_cast<int32_t>(
       std::min<uint32_t>(st::kMaxStages, stream_budget() / (g.q_bytes + g.s_bytes)));
-  if (g.stages < 2) return g;
+  if (g.stages < 2) return std::nullopt;
   // The kernel may take up to 220 KB of dynamic shared memory: set before the occupancy query,
   // which otherwise counts on the default 48 KB (and answers 0 blocks for a larger ring).
   static const cudaError_t attr = cudaFuncSetAttribute(
       matvec_q16_stream_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024);
-  if (attr != cudaSuccess) return g;
+  if (attr != cudaSuccess) return std::nullopt;
   // Blocks a SM for each ring depth (the shared memory bounds them), asked once.
   static std::atomic<int> per_sm[st::kMaxStages + 1] = {};
   int ps = per_sm[g.stages].load(std::memory_order_relaxed);
@@ -574,23 +572,24 @@ st::Geo stream_plan(const WeightView& w, int64_t& blocks) {
             &ps, matvec_q16_stream_kernel<F>, st::kThreads,
             static_cast<size_t>(g.stages) * (g.q_bytes + g.s_bytes)) != cudaSuccess ||
         ps < 1) {
-      return g;
+      return std::nullopt;
     }
     per_sm[g.stages].store(ps, std::memory_order_relaxed);
   }
-  blocks = std::min<int64_t>(g.n_stages, static_cast<int64_t>(ps) * sm_count());
-  if (mode == MatvecStream::kAuto && g.n_stages < kMinStagesPerBlock * blocks) return g;
-  g.nc = static_cast<int32_t>(nc);
+  g.blocks =
+      static_cast<int32_t>(std::min<int64_t>(g.n_stages, static_cast<int64_t>(ps) * sm_count()));
+  if (mode == MatvecStream::kAuto && g.n_stages < kMinStagesPerBlock * g.blocks) {
+    return std::nullopt;
+  }
   return g;
 }
 
 template <int F>
 cudaError_t launch_stream(const WeightView& w, const Q16View& x, const float* add, float* y,
-                          const RmsIn& rin, const st::Geo& g, int64_t blocks, cudaStream_t stream) {
-  constexpr auto kernel = matvec_q16_stream_kernel<F>;
+                          const RmsIn& rin, const st::Geo& g, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(g.stages) * (g.q_bytes + g.s_bytes);
-  return launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(st::kThreads), smem, stream,
-                    w, x, add, y, rin, g);
+  return launch_pdl(matvec_q16_stream_kernel<F>, dim3(static_cast<unsigned>(g.blocks)),
+                    dim3(st::kThreads), smem, stream, w, x, add, y, rin, g);
 }
 
 template <int F, int S, int kNT, bool kNorm>
@@ -607,9 +606,9 @@ cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, fl
                      const RmsIn& rin, const ResNormOut* rn, cudaStream_t stream) {
   if constexpr (F == kWQ4_0 || F == kWQ8_0) {
     if (rn == nullptr) {  // the producers keep the register kernel (see the streaming kernel)
-      int64_t blocks = 0;
-      const st::Geo g = stream_plan<F>(w, blocks);
-      if (g.nc != 0) return launch_stream<F>(w, x, add, y, rin, g, blocks, stream);
+      if (const std::optional<st::Geo> g = stream_plan<F>(w)) {
+        return launch_stream<F>(w, x, add, y, rin, *g, stream);
+      }
     }
   }
   const int split = matvec_split_q16(w_chunks<F>(w));
