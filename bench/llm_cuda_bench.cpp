@@ -8,7 +8,7 @@
 // copy bandwidth; prefill = matmul + attention FLOPs over the measured bf16 GEMM peak.
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
-//                  [--quick] [--out FILE.json]
+//                  [--quick] [--format F] [--out FILE.json]
 //   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--decode-tokens N | --prefill N]
 //       one shape and format: a 128-token prompt, --skip N untimed steps (later positions), 64
 //       timed warm-up steps (their median printed), then N decode steps (default
@@ -319,7 +319,7 @@ int main_impl(int argc, char** argv) {
   int reps = 5, decode_tokens = 256;
   bool quick = false, profile = false;
   int prefill = 0, skip = 0;
-  std::string format = "q4_1";
+  std::string format;  // --profile: q4_1 when not given; the table: every format
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
@@ -342,10 +342,11 @@ int main_impl(int argc, char** argv) {
     else if (a == "--skip")
       skip = std::stoi(next());
     else {
-      std::fprintf(stderr,
-                   "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                   "[--decode-tokens N] [--quick] [--out FILE] | --profile [--shape S] "
-                   "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
+      std::fprintf(
+          stderr,
+          "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+          "[--decode-tokens N] [--quick] [--format F] [--out FILE] | --profile [--shape S] "
+          "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -397,15 +398,26 @@ int main_impl(int argc, char** argv) {
     base.device = Device::cuda(0);
     base.max_batch = 2048;
     std::vector<Variant> vs;
-    const std::vector<DType> formats =
+    std::vector<DType> formats =
         sname == "llama3-8b"
             ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}
             : std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_1};
+    if (!format.empty()) {  // --format a,b,...: those rows, in that order (no switch-off rows)
+      std::vector<DType> picked;
+      for (size_t b = 0; b <= format.size();) {
+        const size_t e = std::min(format.find(',', b), format.size());
+        for (DType t : formats) {
+          if (dtype_name(t) == std::string_view(format).substr(b, e - b)) picked.push_back(t);
+        }
+        b = e + 1;
+      }
+      formats = picked;
+    }
     for (DType t : formats) {
       vs.push_back({"optimized " + std::string(dtype_name(t)),
                     "weights " + std::string(dtype_name(t)), t, base});
     }
-    if (!quick) {
+    if (!quick && format.empty()) {
       const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
       const std::string tn(dtype_name(t0));
       Variant v{"no pdl " + tn, "programmatic dependent launch off", t0, base};
