@@ -100,19 +100,33 @@ __device__ __forceinline__ DecRange dec_range(const DecArgs& a, int n_splits, bo
   return r;
 }
 
+// The fused step of head_dim 128 with up to 4 query heads a block (Llama-3-8B) takes six KV rows
+// a sub-group and step instead of four: 48 rows a step, so that the chunks of up to 384
+// positions (one cluster of 8 blocks) take one step, not two whose second waits on the first's
+// math. It needs 241 registers (2 blocks an SM rather than 3; the grid follows). H200, decode
+// step, A-B-B-A: q4_0 at positions 320-384 1.639 / 1.656 -> 1.585 / 1.582 ms, q8_0 2.343 /
+// 2.344 -> 2.303 / 2.304; at 128-192 within noise (1.593 / 1.584 -> 1.590 / 1.575); at
+// 3928-3992 (fewer warps an SM) 2.084 / 2.089 -> 2.106 / 2.108. Not for head_dim 64, whose 16
+// sub-groups already take 64 rows a step (SmolLM2 q4_1 0.463 / 0.460 -> 0.470 / 0.472 ms).
+__host__ __device__ constexpr bool six_row_step(int kD, int kG, bool kRope) {
+  return kRope && kD == 128 && kG <= 4;
+}
+
 // KV rows per sub-group per step, all loaded before the first use (more rows: more bytes in
 // flight; the wide GQA groups keep fewer for registers).
-template <int kG>
+template <int kG, int kD = 0, bool kRope = false>
 __host__ __device__ constexpr int rows_in_flight() {
-  return kG <= 4 ? 4 : 2;
+  return six_row_step(kD, kG, kRope) ? 6 : (kG <= 4 ? 4 : 2);
 }
 
 // Blocks per SM the register budget must allow: the splits aim at 4 per SM (at most 128
 // registers a thread), which holds when a thread's q and accumulators (2 kG kEpt floats) fit in
 // 64 registers with one 16-byte load per row; wider groups run fewer blocks without spilling.
-// The fused RoPE step keeps the first K/V rows in registers across its prologue: 3 blocks.
-template <int kG, int kEpt, int kChunks, bool kRope = false>
+// The fused RoPE step keeps the first K/V rows in registers across its prologue: 3 blocks (2
+// with six rows a step).
+template <int kG, int kEpt, int kChunks, bool kRope = false, int kD = 0>
 __host__ __device__ constexpr int min_blocks() {
+  if (six_row_step(kD, kG, kRope)) return 2;
   return kG * kEpt <= 32 && kChunks == 1 ? (kRope ? 3 : 4) : 1;
 }
 
@@ -259,14 +273,14 @@ __device__ __forceinline__ float4 merge_splits(const float* ws_o, const float* w
 // grid: (n_splits, n_head_kv * n_groups); a group is up to kG query heads of one kv head.
 template <bool kBf16, int kD, int kG, bool kRope>
 __global__ void __launch_bounds__(
-    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope>()))
+    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope, kD>()))
     attn_decode_kernel(DecArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
                        int n_groups, AttnRopeArgs r) {
   using C = DecCfg<kBf16, kD>;
   constexpr int E = C::kEpt;
   constexpr int SG = C::kSubgroups;
-  constexpr int kRowsInFlight = rows_in_flight<kG>();
+  constexpr int kRowsInFlight = rows_in_flight<kG, kD, kRope>();
   constexpr int kQ = kRope ? kG : 1;  // shared arrays the fused step alone uses
   constexpr int kQD = kRope ? kD : 1;
   __shared__ float s_m[SG][kG];
@@ -743,7 +757,7 @@ DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits) {
 
 }  // namespace
 
-// The workspace serves both paths: the fused one (3 blocks per SM) never has more splits.
+// The workspace serves both paths: the fused one (2 or 3 blocks per SM) never has more splits.
 int attn_decode_splits(const AttnArgs& a) { return decode_splits(a, 4); }
 
 size_t attn_decode_workspace_bytes(const AttnArgs& a) {
@@ -781,10 +795,11 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
   if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
   int g = 0;
   // Whole clusters of splits, rounded down so that the grid fits the SMs in one wave (3 blocks
-  // an SM): rounded up (Llama-3-8B: 56 splits, 448 blocks for 396 places), a long context's
-  // last blocks ran as a second wave. H200, q4_0 decode step at positions 3928-3992: 2.142 /
-  // 2.160 -> 2.124 / 2.139 ms.
-  const int n_splits = decode_splits(a, 3);
+  // an SM, 2 with six rows a step): rounded up (Llama-3-8B with 3 an SM: 56 splits, 448 blocks
+  // for 396 places), a long context's last blocks ran as a second wave. H200, q4_0 decode step
+  // at positions 3928-3992 (3 an SM): 2.142 / 2.160 -> 2.124 / 2.139 ms.
+  const int n_splits =
+      decode_splits(a, six_row_step(static_cast<int>(a.head_dim), group_heads(a), true) ? 2 : 3);
   DecLaunch l =
       dec_launch(a, g, workspace, n_splits > kCluster ? n_splits / kCluster * kCluster : n_splits);
   l.q = qkv;
