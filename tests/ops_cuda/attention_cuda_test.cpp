@@ -144,6 +144,10 @@ class CudaAttention : public test::CudaTest {
     EXPECT_EQ(test::count_non_finite(got), 0u);
     return test::rel_l2(got, ref);
   }
+
+  // The fused decode step against the unfused chain over the cases of
+  // DecodeRopeMatchesTheUnfusedChain, with tol the relative L2 bound of its output.
+  void decode_rope_cases(double tol);
 };
 
 void decode_cases(CudaAttention* t, const std::vector<Case>& cases, uint64_t seed);
@@ -368,8 +372,19 @@ TEST_F(CudaAttention, GraphReplayedDecodeOverARingCache) {
 // bytes, the same output to f32 rounding (the merge adds the splits in another order) and int16
 // blocks equal to quantize_activation of its own output. Each case runs twice with the same
 // counters (they must come back zero) and the row of the new position starts as NaN, so a
-// stale read of it shows.
+// stale read of it shows. Both attention kernels: the scalar f32 one (1e-6) and the tensor-core
+// one (head_dim 64 / 128), whose q and probabilities are bf16 pairs hi + lo (about 2^-16
+// relative a product: 3e-5).
 TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
+  for (bool mma : {false, true}) {
+    SCOPED_TRACE(mma ? "tensor cores" : "scalar");
+    cuda::set_attention_decode_mma(mma);
+    decode_rope_cases(mma ? 3e-5 : 1e-6);
+  }
+  cuda::set_attention_decode_mma(true);
+}
+
+void CudaAttention::decode_rope_cases(double tol) {
   struct RopeCase {
     Case c;
     Extra x;
@@ -463,7 +478,7 @@ TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
         }
       }
       EXPECT_EQ(test::count_non_finite(got[0]), 0u);
-      EXPECT_LT(test::rel_l2(got[0], ref), 1e-6);
+      EXPECT_LT(test::rel_l2(got[0], ref), tol);
       EXPECT_EQ(got[0], got[1]);
       EXPECT_EQ(download<uint32_t>(counters, static_cast<size_t>(n_counters)),
                 std::vector<uint32_t>(static_cast<size_t>(n_counters)));
@@ -472,6 +487,9 @@ TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
       EXPECT_EQ(download<float>(qkv_b, qkv.size()), qkv);  // the input row stays raw
     }
   }
+}
+
+TEST_F(CudaAttention, DecodeRopeRejectsBadInput) {
   // Bad input: an f32 cache, a bad n_rot, no counters.
   cuda::DeviceBuffer b = poisoned<float>(4096);
   cuda::AttentionParams p;

@@ -26,9 +26,12 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
 
 namespace rinfer::cuda::kern {
 namespace {
@@ -270,10 +273,197 @@ __device__ __forceinline__ float4 merge_splits(const float* ws_o, const float* w
   return make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
 }
 
+// ---- The tensor-core split (kMma: the fused step, bf16 cache, head_dim 64 / 128) ----
+//
+// The scalar split above spends about 200 warp instructions on each KV row (bf16 unpacking,
+// FMAs, shuffle trees, one exp2 per head and row): at 4k positions the Llama-3-8B fused step
+// took 24-26 us a layer under ncu whether 16.6 or 8.7 MB came from memory. Here each warp takes
+// 16 rows of a 64-row tile that cp.async brings into shared memory (double-buffered; the first
+// tile before the PDL wait), and the scores S = Q K^T and the output O += P V are mma.sync tiles
+// (m16n8k16, bf16, f32 accumulation), A operand rows = query heads. The group's kG <= 8 heads
+// fill rows 0-7 of the A operand and rows 8-15 carry the remainder of each head's bf16 rounding
+// (q = hi + lo, both bf16; likewise p), so the rows that would be padding make the products
+// exact to about 2^-16 relative instead of bf16's 2^-9; a head's score is the sum of its two
+// accumulator rows, which one lane holds (c0 + c2, c1 + c3).
+template <int kD>
+struct MmaCfg {
+  static constexpr int kRows = 64;               // KV rows a tile: 16 a warp
+  static constexpr int kStride = kD + 8;         // bf16 a shared-memory row (ldmatrix banks)
+  static constexpr int kTile = kRows * kStride;  // elements of one K or V tile
+  static constexpr size_t kSmem = 2 * 2 * kTile * sizeof(uint16_t);  // K and V, two buffers
+};
+
+// Rows [row0, row0 + 64) of kv head hk into buffer buf (rows at or past j_end zero-filled); one
+// commit group.
+template <int kD>
+__device__ __forceinline__ void mma_load_tile(const DecArgs& a, const void* k, const void* v,
+                                              int hk, int row0, int j_end, uint16_t* kv_smem,
+                                              int buf) {
+  using M = MmaCfg<kD>;
+  constexpr int kPieces = kD / 8;  // 16-byte pieces a row
+  uint16_t* sk = kv_smem + buf * 2 * M::kTile;
+  uint16_t* sv = sk + M::kTile;
+  for (int i = threadIdx.x; i < M::kRows * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = i % kPieces;
+    const bool ok = row0 + r < j_end;
+    auto row = static_cast<uint32_t>(ok ? row0 + r : row0);
+    if (a.ring > 0) row %= static_cast<uint32_t>(a.ring);
+    const size_t src = static_cast<size_t>(row) * static_cast<uint32_t>(a.stride) +
+                       static_cast<uint32_t>(hk * kD + c * 8);
+    const int dst = r * M::kStride + c * 8;
+    cp_async16(smem_u32(sk + dst), static_cast<const uint16_t*>(k) + src, ok);
+    cp_async16(smem_u32(sv + dst), static_cast<const uint16_t*>(v) + src, ok);
+  }
+  cp_async_commit();
+}
+
+// x (f32) as a bf16 pair hi (the rounding) and lo (the rounding of the rest), two elements a
+// register: x0 + x1 = hi + lo to about 2^-16 relative.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(x0, x1);
+  lo = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
+}
+
+// The block's rows [j_begin, j_end) against its ng query heads (rotated, in s_q; scaled by qs):
+// each warp's running max, sum and unnormalized output per head into s_m[warp], s_l[warp],
+// s_acc[warp] (heads < ng). Tile 0 was requested before the call (mma_load_tile, buffer 0).
+// owner: the new position pos is this block's last row, its K/V (bf16 values) in s_new, which
+// replace the tile's copy (the cache row may not hold them yet when the tile was loaded).
+template <int kD, int kG>
+__device__ __forceinline__ void mma_attend(const DecArgs& a, const void* k, const void* v, int hk,
+                                           int j_begin, int j_end, bool owner, int pos, float qs,
+                                           int ng, const float (*s_q)[kD], const float (*s_new)[kD],
+                                           uint16_t* kv_smem, float (&s_m)[kWarps][kG],
+                                           float (&s_l)[kWarps][kG],
+                                           float (&s_acc)[kWarps][kG][kD]) {
+  static_assert(kG <= 8, "the heads fill the A operand's rows 0-7");
+  using M = MmaCfg<kD>;
+  constexpr int S = M::kStride;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int gid = lane / 4, tig = lane % 4, mi = lane / 8;
+  const bool head = gid < ng;  // this lane's accumulator rows belong to head gid
+
+  // Q as A fragments: row gid = hi, row gid + 8 = lo, for each 16-element k-step.
+  uint32_t qf[kD / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int d0 = ks * 16 + tig * 2;
+    const int g = head ? gid : 0;
+    const float x0 = head ? s_q[g][d0] * qs : 0.0f, x1 = head ? s_q[g][d0 + 1] * qs : 0.0f;
+    const float x2 = head ? s_q[g][d0 + 8] * qs : 0.0f, x3 = head ? s_q[g][d0 + 9] * qs : 0.0f;
+    split_bf16x2(x0, x1, qf[ks][0], qf[ks][1]);
+    split_bf16x2(x2, x3, qf[ks][2], qf[ks][3]);
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run = -INFINITY, l_run = 0.0f;
+  const int n_tiles = (j_end - j_begin + M::kRows - 1) / M::kRows;  // the same in every thread
+  for (int t = 0; t < n_tiles; ++t) {
+    const int buf = t & 1;
+    const int row0 = j_begin + t * M::kRows;
+    if (t + 1 < n_tiles) {
+      mma_load_tile<kD>(a, k, v, hk, row0 + M::kRows, j_end, kv_smem, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    uint16_t* sk = kv_smem + buf * 2 * M::kTile;
+    uint16_t* sv = sk + M::kTile;
+    if (owner && t == n_tiles - 1) {
+      const int rr = pos - row0;
+      for (int d = threadIdx.x; d < kD; d += kThreads) {
+        sk[rr * S + d] = f32_to_bf16_bits(s_new[0][d]);
+        sv[rr * S + d] = f32_to_bf16_bits(s_new[1][d]);
+      }
+      __syncthreads();
+    }
+
+    // S = Q K^T for this warp's 16 rows: two 8-row n-tiles.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int key_b = warp * 16 + (lane % 8) + (mi / 2) * 8;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t b[4];
+      ldmatrix_x4(b, smem_u32(sk + key_b * S + ks * 16 + (mi % 2) * 8));
+      mma_bf16(s[0], qf[ks], b[0], b[1]);
+      mma_bf16(s[1], qf[ks], b[2], b[3]);
+    }
+    // Head gid's scores (hi row + lo row) of rows tig * 2 + j and 8 + tig * 2 + j; past j_end
+    // -inf.
+    float sc[2][2];
+    float mx = m_run;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int key = row0 + warp * 16 + nt * 8 + tig * 2 + j;
+        sc[nt][j] = key < j_end ? s[nt][j] + s[nt][2 + j] : -INFINITY;
+        mx = fmaxf(mx, sc[nt][j]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == -INFINITY ? 0.0f : mx;
+    const float corr = exp2f(m_run - base);  // m_run = -inf at first: 0
+    m_run = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        sc[nt][j] = exp2f(sc[nt][j] - base);  // -inf: 0
+        sum += sc[nt][j];
+      }
+    }
+    l_run = l_run * corr + sum;  // this lane's share; the quad is added at the end
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[i][0] *= corr;
+      o[i][1] *= corr;
+      o[i][2] *= corr;
+      o[i][3] *= corr;
+    }
+    // O += P V: P as the A fragment (rows gid = hi, gid + 8 = lo; k = the warp's 16 rows), V
+    // through ldmatrix.trans.
+    uint32_t pa[4];
+    split_bf16x2(sc[0][0], sc[0][1], pa[0], pa[1]);
+    split_bf16x2(sc[1][0], sc[1][1], pa[2], pa[3]);
+    const int key_v = warp * 16 + (lane % 8) + (mi % 2) * 8;
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, smem_u32(sv + key_v * S + dp * 16 + (mi / 2) * 8));
+      mma_bf16(o[2 * dp], pa, b[0], b[1]);
+      mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+    }
+    __syncthreads();  // the next iteration refills the other buffer, the one after this one
+  }
+
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  if (head) {
+    if (tig == 0) {
+      s_m[warp][gid] = m_run;
+      s_l[warp][gid] = l_run;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt) {
+      *reinterpret_cast<float2*>(&s_acc[warp][gid][nt * 8 + tig * 2]) =
+          make_float2(o[nt][0] + o[nt][2], o[nt][1] + o[nt][3]);
+    }
+  }
+}
+
 // grid: (n_splits, n_head_kv * n_groups); a group is up to kG query heads of one kv head.
-template <bool kBf16, int kD, int kG, bool kRope>
+// kMma: the tensor-core split (mma_attend; the fused step only), 2 blocks an SM for its 81 KB of
+// shared memory (head_dim 128).
+template <bool kBf16, int kD, int kG, bool kRope, bool kMma = false>
 __global__ void __launch_bounds__(
-    kThreads, (min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope, kD>()))
+    kThreads,
+    (kMma ? 2 : min_blocks<kG, DecCfg<kBf16, kD>::kEpt, DecCfg<kBf16, kD>::kChunks, kRope, kD>()))
     attn_decode_kernel(DecArgs a, const float* __restrict__ q, const void* __restrict__ k,
                        const void* __restrict__ v, float* out, float* ws_o, float* ws_ml,
                        int n_groups, AttnRopeArgs r) {
@@ -283,14 +473,17 @@ __global__ void __launch_bounds__(
   constexpr int kRowsInFlight = rows_in_flight<kG, kD, kRope>();
   constexpr int kQ = kRope ? kG : 1;  // shared arrays the fused step alone uses
   constexpr int kQD = kRope ? kD : 1;
-  __shared__ float s_m[SG][kG];
-  __shared__ float s_l[SG][kG];
-  __shared__ __align__(16) float s_acc[SG][kG][kD];
+  static_assert(!kMma || (kRope && kBf16), "the tensor-core split serves the fused bf16 step");
+  constexpr int NP = kMma ? kWarps : SG;  // the block's partial results: warps or sub-groups
+  extern __shared__ __align__(16) uint16_t kv_smem[];  // kMma: K/V tiles (MmaCfg)
+  __shared__ float s_m[NP][kG];
+  __shared__ float s_l[NP][kG];
+  __shared__ __align__(16) float s_acc[NP][kG][kD];
   __shared__ __align__(16) float s_q[kQ][kQD];  // kRope: the rotated q heads, then the partial
   __shared__ float s_new[2][kQD];               // kRope: the new k and v (bf16 values)
   __shared__ float s_cs[kQD];                   // kRope: cos, sin of each pair
   __shared__ int s_last;
-  static_assert(SG >= 2, "the merge keeps each head's max in s_l[1]");
+  static_assert(NP >= 2, "the merge keeps each head's max in s_l[1]");
 
   // kRope: everything up to the raw qkv loads reads only what the host and earlier decode steps
   // wrote (n_kv, the cached K/V rows of older positions) or nothing (the angles), so it runs
@@ -329,7 +522,9 @@ __global__ void __launch_bounds__(
   const auto head_off = static_cast<uint32_t>(hk * kD + li * C::kVec);
   float kr[kRowsInFlight][E], vr[kRowsInFlight][E];
   bool valid[kRowsInFlight];
-  if constexpr (kRope) {
+  if constexpr (kMma) {
+    if (has_rows) mma_load_tile<kD>(a, k, v, hk, j_begin, j_end, kv_smem, 0);
+  } else if constexpr (kRope) {
     if (has_rows) {
       load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, j_begin, j_begin, j_end, sg,
                                                         head_off, kr, vr, valid);
@@ -389,10 +584,12 @@ __global__ void __launch_bounds__(
       }
       __syncthreads();
     }
+    if constexpr (!kMma) {
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
+      for (int g = 0; g < kG; ++g) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) qr[g][e] = g < ng ? s_q[g][C::elem(li, e)] * qs : 0.0f;
+        for (int e = 0; e < E; ++e) qr[g][e] = g < ng ? s_q[g][C::elem(li, e)] * qs : 0.0f;
+      }
     }
   } else {
 #pragma unroll
@@ -403,80 +600,85 @@ __global__ void __launch_bounds__(
       }
     }
   }
-  float m[kG], l[kG], acc[kG][E];
+  if constexpr (kMma) {
+    mma_attend<kD, kG>(a, k, v, hk, j_begin, j_end, owner, pos, qs, ng, s_q, s_new, kv_smem, s_m,
+                       s_l, s_acc);
+  } else {
+    float m[kG], l[kG], acc[kG][E];
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
+    for (int g = 0; g < kG; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
-  }
-
-  // The trip count is the same for every thread (the shuffles below need whole warps).
-  for (int base = j_begin; base < j_end; base += SG * kRowsInFlight) {
-    if (!kRope || base != j_begin) {
-      load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg, head_off,
-                                                        kr, vr, valid);
+      for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
     }
-    if constexpr (kRope) {
+
+    // The trip count is the same for every thread (the shuffles below need whole warps).
+    for (int base = j_begin; base < j_end; base += SG * kRowsInFlight) {
+      if (!kRope || base != j_begin) {
+        load_kv_step<kBf16, kD, kRowsInFlight, SG, kRope>(a, k, v, base, j_begin, j_end, sg,
+                                                          head_off, kr, vr, valid);
+      }
+      if constexpr (kRope) {
 #pragma unroll
-      for (int t = 0; t < kRowsInFlight; ++t) {
-        if (owner && base + t * SG + sg == pos) {  // the row this block just stored
+        for (int t = 0; t < kRowsInFlight; ++t) {
+          if (owner && base + t * SG + sg == pos) {  // the row this block just stored
 #pragma unroll
-          for (int e = 0; e < E; ++e) {
-            kr[t][e] = s_new[0][C::elem(li, e)];
-            vr[t][e] = s_new[1][C::elem(li, e)];
+            for (int e = 0; e < E; ++e) {
+              kr[t][e] = s_new[0][C::elem(li, e)];
+              vr[t][e] = s_new[1][C::elem(li, e)];
+            }
           }
         }
       }
-    }
-    float s[kRowsInFlight][kG];
-#pragma unroll
-    for (int t = 0; t < kRowsInFlight; ++t) {
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) d = fmaf(qr[g][e], kr[t][e], d);
-#pragma unroll
-        for (int o = C::kTpr / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        s[t][g] = valid[t] ? d : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      float mx = m[g];
-#pragma unroll
-      for (int t = 0; t < kRowsInFlight; ++t) mx = fmaxf(mx, s[t][g]);
-      // No branch (the heads' chains interleave): a sub-group without a valid row yet keeps
-      // m = -inf, and every weight below is 2^-inf = 0.
-      const float ms = mx == -INFINITY ? 0.0f : mx;
-      const float corr = exp2f(m[g] - ms);  // m = -inf at first: 0
-      m[g] = mx;
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+      float s[kRowsInFlight][kG];
 #pragma unroll
       for (int t = 0; t < kRowsInFlight; ++t) {
-        const float p = exp2f(s[t][g] - ms);  // invalid rows: 0
-        l[g] += p;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(p, vr[t][e], acc[g][e]);
+        for (int g = 0; g < kG; ++g) {
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) d = fmaf(qr[g][e], kr[t][e], d);
+#pragma unroll
+          for (int o = C::kTpr / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+          s[t][g] = valid[t] ? d : -INFINITY;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float mx = m[g];
+#pragma unroll
+        for (int t = 0; t < kRowsInFlight; ++t) mx = fmaxf(mx, s[t][g]);
+        // No branch (the heads' chains interleave): a sub-group without a valid row yet keeps
+        // m = -inf, and every weight below is 2^-inf = 0.
+        const float ms = mx == -INFINITY ? 0.0f : mx;
+        const float corr = exp2f(m[g] - ms);  // m = -inf at first: 0
+        m[g] = mx;
+        l[g] *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+#pragma unroll
+        for (int t = 0; t < kRowsInFlight; ++t) {
+          const float p = exp2f(s[t][g] - ms);  // invalid rows: 0
+          l[g] += p;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(p, vr[t][e], acc[g][e]);
+        }
       }
     }
-  }
 
-  // Merge the sub-groups of this block.
+    // Merge the sub-groups of this block.
 #pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (li == 0) {
-      s_m[sg][g] = m[g];
-      s_l[sg][g] = l[g];
-    }
+    for (int g = 0; g < kG; ++g) {
+      if (li == 0) {
+        s_m[sg][g] = m[g];
+        s_l[sg][g] = l[g];
+      }
 #pragma unroll
-    for (int e = 0; e < E; e += 4) {  // a lane's elements come in runs of kVec (4 or 8)
-      *reinterpret_cast<float4*>(&s_acc[sg][g][C::elem(li, e)]) =
-          make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
+      for (int e = 0; e < E; e += 4) {  // a lane's elements come in runs of kVec (4 or 8)
+        *reinterpret_cast<float4*>(&s_acc[sg][g][C::elem(li, e)]) =
+            make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]);
+      }
     }
   }
   __syncthreads();
@@ -485,10 +687,10 @@ __global__ void __launch_bounds__(
     const int g = threadIdx.x;
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < SG; ++i) mx = fmaxf(mx, s_m[i][g]);
+    for (int i = 0; i < NP; ++i) mx = fmaxf(mx, s_m[i][g]);
     float lsum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < SG; ++i) {
+    for (int i = 0; i < NP; ++i) {
       const float w = s_m[i][g] == -INFINITY ? 0.0f : exp2f(s_m[i][g] - mx);
       lsum = fmaf(s_l[i][g], w, lsum);
       s_m[i][g] = w;
@@ -502,7 +704,7 @@ __global__ void __launch_bounds__(
     const int g = idx * 4 / kD, d = idx * 4 % kD;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int i = 0; i < SG; ++i) {
+    for (int i = 0; i < NP; ++i) {
       const float4 p = *reinterpret_cast<const float4*>(&s_acc[i][g][d]);
       const float w = s_m[i][g];
       o = make_float4(fmaf(p.x, w, o.x), fmaf(p.y, w, o.y), fmaf(p.z, w, o.z), fmaf(p.w, w, o.w));
@@ -691,18 +893,50 @@ struct DecLaunch {
   AttnRopeArgs r;
 };
 
+std::atomic<bool>& mma_mode_ref() {
+  static std::atomic<bool> on = [] {
+    const char* e = std::getenv("RINFER_ATTN_MMA");
+    return e == nullptr || std::atoi(e) != 0;
+  }();
+  return on;
+}
+
+// The fused step takes the tensor-core split (mma_attend) for a bf16 cache of head_dim 64 or 128
+// unless switched off.
+bool use_mma(const AttnArgs& a) {
+  return mma_mode_ref().load(std::memory_order_relaxed) && a.kv_bf16 &&
+         (a.head_dim == 64 || a.head_dim == 128);
+}
+
 // kRope: clusters of kCluster splits (the grid's splits rounded up to a multiple).
-template <bool kBf16, int kD, int kG, bool kRope>
+template <bool kBf16, int kD, int kG, bool kRope, bool kMma = false>
 cudaError_t launch_t(const AttnArgs& a, const DecLaunch& l, cudaStream_t stream) {
   const int x = kRope ? (l.n_splits + kCluster - 1) / kCluster * kCluster : l.n_splits;
   const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(a.n_head_kv * l.n_groups));
-  return launch_pdl_cluster(attn_decode_kernel<kBf16, kD, kG, kRope>, grid, dim3(kThreads), 0,
-                            stream, kRope ? static_cast<unsigned>(kCluster) : 1u, l.d, l.q, l.k,
-                            l.v, l.out, l.ws_o, l.ws_ml, l.n_groups, l.r);
+  size_t smem = 0;
+  if constexpr (kMma) {
+    smem = MmaCfg<kD>::kSmem;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(attn_decode_kernel<kBf16, kD, kG, kRope, kMma>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (attr != cudaSuccess) return attr;
+  }
+  return launch_pdl_cluster(attn_decode_kernel<kBf16, kD, kG, kRope, kMma>, grid, dim3(kThreads),
+                            smem, stream, kRope ? static_cast<unsigned>(kCluster) : 1u, l.d, l.q,
+                            l.k, l.v, l.out, l.ws_o, l.ws_ml, l.n_groups, l.r);
 }
 
 template <bool kBf16, int kD, bool kRope>
 cudaError_t launch_d(const AttnArgs& a, int g, const DecLaunch& l, cudaStream_t stream) {
+  if constexpr (kRope && kBf16 && kD <= 128) {
+    if (use_mma(a)) {
+      switch (g) {
+        case 1: return launch_t<kBf16, kD, 1, kRope, true>(a, l, stream);
+        case 4: return launch_t<kBf16, kD, 4, kRope, true>(a, l, stream);
+        default: return launch_t<kBf16, kD, 8, kRope, true>(a, l, stream);
+      }
+    }
+  }
   switch (g) {
     case 1: return launch_t<kBf16, kD, 1, kRope>(a, l, stream);
     case 4: return launch_t<kBf16, kD, 4, kRope>(a, l, stream);
@@ -798,8 +1032,8 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
   // an SM, 2 with six rows a step): rounded up (Llama-3-8B with 3 an SM: 56 splits, 448 blocks
   // for 396 places), a long context's last blocks ran as a second wave. H200, q4_0 decode step
   // at positions 3928-3992 (3 an SM): 2.142 / 2.160 -> 2.124 / 2.139 ms.
-  const int n_splits =
-      decode_splits(a, six_row_step(static_cast<int>(a.head_dim), group_heads(a), true) ? 2 : 3);
+  const int n_splits = decode_splits(
+      a, use_mma(a) || six_row_step(static_cast<int>(a.head_dim), group_heads(a), true) ? 2 : 3);
   DecLaunch l =
       dec_launch(a, g, workspace, n_splits > kCluster ? n_splits / kCluster * kCluster : n_splits);
   l.q = qkv;
@@ -809,5 +1043,7 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
   l.r = r;
   return launch_b<true, true>(a, g, l, stream);
 }
+
+void set_attn_decode_mma(bool on) { mma_mode_ref().store(on, std::memory_order_relaxed); }
 
 }  // namespace rinfer::cuda::kern

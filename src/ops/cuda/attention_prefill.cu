@@ -18,6 +18,7 @@
 // tiles are scheduled longest first (causal work grows with t).
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
 
 namespace rinfer::cuda::kern {
 namespace {
@@ -25,41 +26,6 @@ namespace {
 constexpr int kBr = 64;  // query rows per block
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a * b for one 16x8x16 tile.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <int kD>
 struct PfCfg {
@@ -109,8 +75,8 @@ __global__ void __launch_bounds__(kThreads)
       if (ring != 0) row = static_cast<uint32_t>(row) % ring;  // positions < 2^31
       const int64_t src = row * a.kv_row_stride + hk * kD + c * 8;
       const int dst = buf * C::kTileElems + r * S + c * 8;
-      cp_async16(smem_addr(sK + dst), k + src, ok);
-      cp_async16(smem_addr(sV + dst), v + src, ok);
+      cp_async16(smem_u32(sK + dst), k + src, ok);
+      cp_async16(smem_u32(sV + dst), v + src, ok);
     }
     cp_async_commit();
   };
@@ -129,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // A fragment k-step ks of this warp's 16 rows.
-  const uint32_t q_frag_addr = smem_addr(sQ + (warp * 16 + (lane % 16)) * S + (lane / 16) * 8);
+  const uint32_t q_frag_addr = smem_u32(sQ + (warp * 16 + (lane % 16)) * S + (lane / 16) * 8);
   constexpr int kQRegs = C::kQInRegs ? kD / 16 : 1;
   uint32_t qf[kQRegs][4];
   if constexpr (C::kQInRegs) {
@@ -179,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
         const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
         const int col = ks * 16 + (mi % 2) * 8;
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(tk + key * S + col));
+        ldmatrix_x4(b, smem_u32(tk + key * S + col));
         mma_bf16(s[2 * np], qs, b[0], b[1]);
         mma_bf16(s[2 * np + 1], qs, b[2], b[3]);
       }
@@ -245,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
         const int key = kk * 16 + (lane % 8) + (mi % 2) * 8;
         const int col = dp * 16 + (mi / 2) * 8;
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(tv + key * S + col));
+        ldmatrix_x4_trans(b, smem_u32(tv + key * S + col));
         mma_bf16(o[2 * dp], pa, b[0], b[1]);
         mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
       }

@@ -183,6 +183,9 @@ struct AttnRopeArgs {
   float* q16_sum16 = nullptr;
 };
 int attn_decode_counters(const AttnArgs& a);
+// The fused step's attention on the tensor cores (bf16 cache, head_dim 64 / 128; the default,
+// RINFER_ATTN_MMA=0 in the environment starts it off) or with the scalar split.
+void set_attn_decode_mma(bool on);
 cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
                                     void* k, void* v, float* out, void* workspace,
                                     cudaStream_t stream);

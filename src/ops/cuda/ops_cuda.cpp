@@ -126,6 +126,8 @@ Status quantize_activation(const float* x, const QuantizedActivation& out, cudaS
                   "quantize_activation launch");
 }
 
+void set_attention_decode_mma(bool on) { kern::set_attn_decode_mma(on); }
+
 void set_matvec_kernel(MatvecKernel k) {
   kern::set_matvec_stream_mode(k == MatvecKernel::kAlways  ? kern::MatvecStream::kAlways
                                : k == MatvecKernel::kNever ? kern::MatvecStream::kNever

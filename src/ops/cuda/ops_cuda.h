@@ -239,6 +239,10 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 // elements), to its int16 blocks too. counters: attention_decode_counters(p) unsigned ints,
 // zero before the first call; each call leaves them zero. workspace as attention_decode.
 int64_t attention_decode_counters(const AttentionParams& p);
+// attention_decode_rope's attention, process-wide: on the tensor cores (the default for a bf16
+// cache of head_dim 64 or 128; q and the probabilities as bf16 pairs hi + lo, about 2^-16
+// relative) or, off, the scalar f32 kernel (RINFER_ATTN_MMA=0 in the environment starts it off).
+void set_attention_decode_mma(bool on);
 Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
                              const float* qkv, void* k_cache, void* v_cache, float* out,
                              const QuantizedActivation* out_q16, unsigned* counters,
