@@ -10,11 +10,9 @@
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
 //                  [--quick] [--format a,b,...] [--out FILE.json]
-//       --format: only those formats' rows, in that order, without the switch-off rows. A
-//       model's decode can be 1-3% slower when other models were made and freed before it in
-//       the process (H200, Llama-3-8B q4_0 at 128-192 positions: 625-632 tok/s made first,
-//       612-621 after bf16 and q8_0, even with the allocator's cache released between them;
-//       cause not found), so `--format q4_0` measures a format as a one-model process runs it.
+//       --format: only those formats' rows, in that order, without the switch-off rows (a
+//       format as a one-model process runs it: up to ac4b08d a q4_0 model made after others
+//       decoded 1-3% slower than one made first, cause not found; docs/gpu-workflow.md).
 //   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--decode-tokens N | --prefill N]
 //       one shape and format: a 128-token prompt, --skip N untimed steps (later positions), 64
 //       timed warm-up steps (their median printed), then N decode steps (default
