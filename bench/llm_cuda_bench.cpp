@@ -169,6 +169,9 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+
 // Decode at a long context: a kLongPrompt-token prompt (in chunks of 2048), then kLongSteps
 // steps; the KV cache holds 4096 positions.
 constexpr int64_t kLongPrompt = 3968, kLongSteps = 64;
@@ -381,6 +384,21 @@ int main_impl(int argc, char** argv) {
       return 2;
     }
   }
+  // Every name in --format must be a weight format the benchmark makes.
+  for (size_t b = 0; b < format.size();) {
+    const size_t e = std::min(format.find(',', b), format.size());
+    const std::string_view name = std::string_view(format).substr(b, e - b);
+    bool known = false;
+    for (DType c : kFormats) known = known || dtype_name(c) == name;
+    if (!known) {
+      std::fprintf(stderr,
+                   "llm_cuda_bench: --format: unknown weight format '%.*s' (bf16, f16, "
+                   "q8_0, q4_0, q4_1, q4_k)\n",
+                   static_cast<int>(name.size()), name.data());
+      return 2;
+    }
+    b = e + 1;
+  }
   auto devices = cuda_devices();
   if (!devices.ok()) {
     std::fprintf(stderr, "llm_cuda_bench: %s\n", devices.status().to_string().c_str());
@@ -388,8 +406,7 @@ int main_impl(int argc, char** argv) {
   }
   if (profile) {
     DType t = DType::kQ4_1;
-    for (DType c :
-         {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+    for (DType c : kFormats) {
       if (format == dtype_name(c)) t = c;
     }
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,

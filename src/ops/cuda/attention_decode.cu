@@ -22,7 +22,9 @@
 // merges the clusters from the workspace: an atomic counter per slice, reset by that cluster),
 // and the output is written with its int16 blocks when the next matvec wants them: one kernel
 // instead of RoPE + KV store, attention, merge and quantization (H200, Llama-3-8B shape at 200
-// positions, before the clusters: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1).
+// positions, before the clusters: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1). For a bf16 cache of
+// head_dim 64 or 128 its split runs on the tensor cores (mma_attend below; the scalar split
+// stays for head_dim 256 and behind RINFER_ATTN_MMA=0).
 #include <cooperative_groups.h>
 
 #include <algorithm>
