@@ -8,7 +8,9 @@
 #      agreement over 512 positions of GPL-3 text; the CPU's fast kernels for information), and a
 #      short `rinfer run` answer;
 #   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows) -> $OUT/llm_cuda.json.
-# PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes.
+# PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes; SEEDS="0 1 2" runs
+# the parity on several random models of each shape (files of seeds other than 0 end in _s<seed>;
+# tests/tools/parity_floor.py gives the spread a bf16 KV cache alone has over seeds).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 export PYTHONUNBUFFERED=1
@@ -18,23 +20,28 @@ mkdir -p "$work"
 
 if [ "${PARITY:-1}" = 1 ]; then
   for shape in ${SHAPES:-smollm2 llama3-8b}; do
-    d="$work/$shape"
-    echo "== parity: $shape"
-    if ! timeout 400 python3 scripts/device/hf_reference.py --shape "$shape" --out "$d" \
-        --tokens 512 --seed 0 2>&1 | tail -15; then
-      echo "hf_reference.py failed for $shape"
-      fail=1
-      continue
-    fi
-    cp "$d/reference.json" "$out/parity_${shape}_reference.json" 2>/dev/null
-    for ref in fp32 bf16; do
-      # Prefill (bf16 GEMMs) and the decode path (one token per step) separately.
-      timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
-        --ref "$d/logits_$ref.f32" --json "$out/parity_${shape}_vs_${ref}.json" || fail=1
-      timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
-        --ref "$d/logits_$ref.f32" --step --json "$out/parity_${shape}_vs_${ref}_steps.json" || fail=1
+    for seed in ${SEEDS:-0}; do
+      d="$work/$shape"
+      sfx=""
+      [ "$seed" = 0 ] || sfx="_s$seed"
+      echo "== parity: $shape, seed $seed"
+      if ! timeout 400 python3 scripts/device/hf_reference.py --shape "$shape" --out "$d" \
+          --tokens 512 --seed "$seed" 2>&1 | tail -15; then
+        echo "hf_reference.py failed for $shape"
+        fail=1
+        continue
+      fi
+      cp "$d/reference.json" "$out/parity_${shape}${sfx}_reference.json" 2>/dev/null
+      for ref in fp32 bf16; do
+        # Prefill (bf16 GEMMs) and the decode path (one token per step) separately.
+        timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
+          --ref "$d/logits_$ref.f32" --json "$out/parity_${shape}${sfx}_vs_${ref}.json" || fail=1
+        timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
+          --ref "$d/logits_$ref.f32" --step \
+          --json "$out/parity_${shape}${sfx}_vs_${ref}_steps.json" || fail=1
+      done
+      rm -rf "$d"  # 16 GB for llama3-8b: the disk is 64 GB
     done
-    rm -rf "$d"  # 16 GB for llama3-8b: the disk is 64 GB
   done
 fi
 
