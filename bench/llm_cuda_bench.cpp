@@ -384,19 +384,22 @@ int main_impl(int argc, char** argv) {
       return 2;
     }
   }
-  // Every name in --format must be a weight format the benchmark makes.
+  // --format a,b,...: the weight formats asked for, in that order; every name must be one the
+  // benchmark makes.
+  std::vector<DType> wanted;
   for (size_t b = 0; b < format.size();) {
     const size_t e = std::min(format.find(',', b), format.size());
     const std::string_view name = std::string_view(format).substr(b, e - b);
-    bool known = false;
-    for (DType c : kFormats) known = known || dtype_name(c) == name;
-    if (!known) {
+    const DType* c = std::find_if(std::begin(kFormats), std::end(kFormats),
+                                  [&](DType t) { return dtype_name(t) == name; });
+    if (c == std::end(kFormats)) {
       std::fprintf(stderr,
                    "llm_cuda_bench: --format: unknown weight format '%.*s' (bf16, f16, "
                    "q8_0, q4_0, q4_1, q4_k)\n",
                    static_cast<int>(name.size()), name.data());
       return 2;
     }
+    wanted.push_back(*c);
     b = e + 1;
   }
   auto devices = cuda_devices();
@@ -405,10 +408,7 @@ int main_impl(int argc, char** argv) {
     return 1;
   }
   if (profile) {
-    DType t = DType::kQ4_1;
-    for (DType c : kFormats) {
-      if (format == dtype_name(c)) t = c;
-    }
+    const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
                           decode_tokens == 256 ? 4 : decode_tokens, prefill, skip);
   }
@@ -452,14 +452,10 @@ int main_impl(int argc, char** argv) {
         sname == "llama3-8b"
             ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}
             : std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_1};
-    if (!format.empty()) {  // --format a,b,...: those rows, in that order (no switch-off rows)
+    if (!wanted.empty()) {  // --format: those rows, in that order (no switch-off rows)
       std::vector<DType> picked;
-      for (size_t b = 0; b <= format.size();) {
-        const size_t e = std::min(format.find(',', b), format.size());
-        for (DType t : formats) {
-          if (dtype_name(t) == std::string_view(format).substr(b, e - b)) picked.push_back(t);
-        }
-        b = e + 1;
+      for (DType t : wanted) {
+        if (std::find(formats.begin(), formats.end(), t) != formats.end()) picked.push_back(t);
       }
       formats = picked;
     }
@@ -467,7 +463,7 @@ int main_impl(int argc, char** argv) {
       vs.push_back({"optimized " + std::string(dtype_name(t)),
                     "weights " + std::string(dtype_name(t)), t, base});
     }
-    if (!quick && format.empty()) {
+    if (!quick && wanted.empty()) {
       const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
       const std::string tn(dtype_name(t0));
       Variant v{"no pdl " + tn, "programmatic dependent launch off", t0, base};

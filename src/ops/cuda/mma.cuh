@@ -1,4 +1,5 @@
-// Tensor-core building blocks shared by the attention kernels: cp.async into shared memory,
+// Tensor-core building blocks shared by the attention kernels (and smem_u32 by the streaming
+// matvec): cp.async into shared memory,
 // ldmatrix, and mma.sync m16n8k16 with bf16 inputs and f32 accumulators.
 //
 // Fragment layouts of m16n8k16 (lane = 4 * gid + tig): A (16 x 16, row-major) a0 = (gid, 2 tig
