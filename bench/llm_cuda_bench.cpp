@@ -479,6 +479,9 @@ int main_impl(int argc, char** argv) {
       v.opts.allocator = AllocatorKind::kPlain;
       v.opts.cuda_graphs = false;
       vs.push_back(v);
+      v = {"f32 kv cache " + tn, "kv_cache dtype f32 (keys and values unrounded)", t0, base};
+      v.opts.kv_dtype = DType::kF32;
+      vs.push_back(v);
       v = {"no kv cache " + tn, "kv_cache off (recompute the prefix)", t0, base};
       v.kv_cache = false;
       v.opts.cuda_graphs = false;
@@ -530,6 +533,7 @@ int main_impl(int argc, char** argv) {
                      {"residual_norm", v.opts.fusion.residual_norm}};
       e["allocator"] = v.opts.allocator == AllocatorKind::kPlain ? "plain" : "caching";
       e["kv_cache"] = v.kv_cache;
+      e["kv_dtype"] = std::string(dtype_name(v.opts.kv_dtype.value_or(DType::kBF16)));
       e["pdl"] = v.pdl;
       e["weight_bytes_per_token"] = r.weight_bytes;
       e["decode_tok_s"] = r.decode_tok_s;

@@ -10,7 +10,9 @@
 #   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows) -> $OUT/llm_cuda.json.
 # PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes; SEEDS="0 1 2" runs
 # the parity on several random models of each shape (files of seeds other than 0 end in _s<seed>;
-# tests/tools/parity_floor.py gives the spread a bf16 KV cache alone has over seeds).
+# tests/tools/parity_floor.py gives the spread a bf16 KV cache alone has over seeds); KVS="auto
+# f32" runs it with each KV cache type (`rinfer parity --kv`; files of f32 end in _kvf32); REFS
+# ("fp32 bf16") and MODES ("prefill steps") narrow the references and the passes.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 export PYTHONUNBUFFERED=1
@@ -32,13 +34,20 @@ if [ "${PARITY:-1}" = 1 ]; then
         continue
       fi
       cp "$d/reference.json" "$out/parity_${shape}${sfx}_reference.json" 2>/dev/null
-      for ref in fp32 bf16; do
-        # Prefill (bf16 GEMMs) and the decode path (one token per step) separately.
-        timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
-          --ref "$d/logits_$ref.f32" --json "$out/parity_${shape}${sfx}_vs_${ref}.json" || fail=1
-        timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --tokens "$d/tokens.i32" \
-          --ref "$d/logits_$ref.f32" --step \
-          --json "$out/parity_${shape}${sfx}_vs_${ref}_steps.json" || fail=1
+      for kv in ${KVS:-auto}; do
+        ksfx=""
+        [ "$kv" = auto ] || ksfx="_kv$kv"
+        for ref in ${REFS:-fp32 bf16}; do
+          for mode in ${MODES:-prefill steps}; do
+            # Prefill (bf16 GEMMs) and the decode path (one token per step) separately.
+            msfx=""
+            step=""
+            [ "$mode" = steps ] && { msfx="_steps"; step="--step"; }
+            timeout 300 "$b/bin/rinfer" parity --model "$d" --device cuda:0 --kv "$kv" \
+              --tokens "$d/tokens.i32" --ref "$d/logits_$ref.f32" $step \
+              --json "$out/parity_${shape}${sfx}${ksfx}_vs_${ref}${msfx}.json" || fail=1
+          done
+        done
       done
       rm -rf "$d"  # 16 GB for llama3-8b: the disk is 64 GB
     done

@@ -63,7 +63,13 @@ namespace {
 Result<std::unique_ptr<ModelSample>> place_on_device(std::unique_ptr<llama::LlamaModel> m,
                                                      const LoadOptions& opts,
                                                      const std::string& path) {
-  if (opts.device.is_cpu()) return std::unique_ptr<ModelSample>(std::move(m));
+  if (opts.device.is_cpu()) {
+    if (opts.kv_dtype && *opts.kv_dtype != DType::kF32) {
+      return unsupported("{}: the CPU keeps its KV cache in f32 only, not {}", path,
+                         dtype_name(*opts.kv_dtype));
+    }
+    return std::unique_ptr<ModelSample>(std::move(m));
+  }
 #if RINFER_WITH_CUDA
   auto g = llama::make_cuda_model(std::move(m), opts);
   if (!g.ok()) return g.status().with_context(path + " on " + opts.device.to_string());

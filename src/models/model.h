@@ -70,6 +70,9 @@ struct LoadOptions {
   FusionOptions fusion;
   bool cuda_graphs = true;  // decode steps replayed from a CUDA graph
   AllocatorKind allocator = AllocatorKind::kCaching;
+  // The KV cache's element type (strategies.kv_cache.dtype): nullopt is the device's default,
+  // bf16 on CUDA and f32 on the CPU (whose cache is f32 only); CUDA also takes f32.
+  std::optional<DType> kv_dtype;
 };
 
 class ModelSample {

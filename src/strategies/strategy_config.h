@@ -55,6 +55,7 @@ struct QuantizationConfig {
 
 struct StrategyConfig {
   bool kv_cache = true;                  // strategies.kv_cache.enabled
+  std::optional<DType> kv_dtype;         // strategies.kv_cache.dtype (nullopt: auto)
   cpu::Impl kernels = cpu::Impl::kFast;  // strategies.kernels.impl
   int threads = 0;                       // strategies.threads.count (0: all cores)
   FusionOptions fusion;                  // strategies.fusion.{attention, residual_norm, ...}

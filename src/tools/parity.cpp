@@ -46,6 +46,7 @@ struct ParityArgs {
   std::string tokens;
   std::string ref;
   std::string weights = "keep";
+  std::string kv = "auto";  // the KV cache's elements: auto (the device's default), bf16, f32
   std::string kernels = "fast";
   int threads = 0;
   double max_rel_l2 = 2e-2;
@@ -87,6 +88,7 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
   opts.ops.pool = &pool;
   if (a.kernels == "reference") opts.ops.impl = cpu::Impl::kReference;
   opts.device = device;
+  if (a.kv != "auto") opts.kv_dtype = a.kv == "f32" ? DType::kF32 : DType::kBF16;
   if (a.weights != "keep") {
     const auto dt = dtype_from_name(a.weights);
     if (!dt)
@@ -154,9 +156,8 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
               .with_context(fmt::format("decode step {}", i)));
     }
   } else {
-    RINFER_RETURN_IF_ERROR(
-        model->infer(DecoderBatch{tokens, positions, rows}, cache, logits.data())
-            .with_context(fmt::format("forward pass of {} tokens", r.n_tokens)));
+    RINFER_RETURN_IF_ERROR(model->infer(DecoderBatch{tokens, positions, rows}, cache, logits.data())
+                               .with_context(fmt::format("forward pass of {} tokens", r.n_tokens)));
   }
   r.forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -218,6 +219,7 @@ int run_parity(const ParityArgs& a) {
         {"model", a.model},
         {"device", a.device},
         {"weights", a.weights},
+        {"kv_cache", a.kv},
         {"kernels", a.kernels},
         {"mode", a.step ? "decode steps (one token per forward)" : "one prefill forward"},
         {"describe", r->describe},
@@ -255,6 +257,10 @@ void add_parity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--dump", a->dump, "Write our logits (f32 [n_tokens, n_vocab]) to this file");
   cmd->add_option("--device", a->device, "cpu or cuda:N")->capture_default_str();
   cmd->add_option("--weights", a->weights, "Weight format at load: keep, bf16, f16, q8_0, ...")
+      ->capture_default_str();
+  cmd->add_option("--kv", a->kv,
+                  "KV cache elements: auto (bf16 on CUDA, f32 on the CPU), bf16, f32")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--kernels", a->kernels, "CPU kernels")
       ->check(CLI::IsMember({"fast", "reference"}))

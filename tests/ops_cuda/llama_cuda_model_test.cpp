@@ -193,6 +193,7 @@ struct Variant {
   FusionOptions fusion;
   AllocatorKind allocator = AllocatorKind::kCaching;
   bool to_bf16 = false;
+  std::optional<DType> kv;  // LoadOptions::kv_dtype
 };
 
 class LlamaCudaModelTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {
@@ -234,6 +235,7 @@ std::vector<float> match_cpu_reference(const TinySpec& spec, std::span<const Var
     o.fusion = v.fusion;
     o.allocator = v.allocator;
     if (v.to_bf16) o.weight_format = DType::kBF16;
+    o.kv_dtype = v.kv;
     auto gpu_model = load_decoder_model(path, o);
     EXPECT_TRUE(gpu_model.ok()) << gpu_model.status().to_string();
     if (!gpu_model.ok()) return last;
@@ -281,10 +283,69 @@ TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
       {"optimized"},
       {"no graphs, unfused, plain allocator", false, unfused, AllocatorKind::kPlain},
       {"weights converted to bf16", true, FusionOptions{}, AllocatorKind::kCaching, true},
+      {"f32 KV cache", true, FusionOptions{}, AllocatorKind::kCaching, false, DType::kF32},
   };
   // Q4_K files mix in Q6_K tensors, which the GPU holds as bf16 (one more rounding of every
   // weight of those matrices): a looser bound for them.
   match_cpu_reference(spec, variants, spec.wtype == DType::kQ4_K ? 3e-2 : 2e-2);
+}
+
+// strategies.kv_cache.dtype f32: every position through the decode path (a one-token prefill
+// is a decode step), f32 and bf16 weights (f32 activations, exact matvecs), against the CPU
+// reference: with the keys and values unrounded the logits agree to f32 rounding, and closer
+// than with the bf16 cache by far. The describe line names the cache type.
+TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  for (const std::string arch : {"llama", "gemma3"}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(arch + " " + std::string(dtype_name(t)));
+      TinySpec spec;
+      spec.arch = arch;
+      spec.wtype = t;
+      const std::string path = write_tiny_model(spec, 11);
+      std::vector<int32_t> tokens(40);
+      std::mt19937 rng(5);
+      for (int32_t& tk : tokens) {
+        tk = static_cast<int32_t>(rng() % static_cast<uint32_t>(spec.n_vocab));
+      }
+      LoadOptions cpu_opts;
+      cpu_opts.ops.impl = cpu::Impl::kReference;
+      auto cpu_model = load_decoder_model(path, cpu_opts);
+      ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
+      const std::vector<float> want = run(**cpu_model, tokens, 1, 64);
+      double err[2] = {0.0, 0.0};
+      for (int i = 0; i < 2; ++i) {
+        LoadOptions o;
+        o.device = Device::cuda(0);
+        o.max_batch = 16;
+        o.kv_dtype = i == 0 ? DType::kF32 : DType::kBF16;
+        auto gpu = load_decoder_model(path, o);
+        ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+        EXPECT_NE((*gpu)->describe().find(i == 0 ? "f32 KV cache" : "bf16 KV cache"),
+                  std::string::npos)
+            << (*gpu)->describe();
+        const std::vector<float> got = run(**gpu, tokens, 1, 64);
+        ASSERT_EQ(got.size(), want.size());
+        err[i] = test::rel_l2(want, got);
+      }
+      std::printf("[ %s %s ] decode steps rel L2: f32 KV cache %.3g, bf16 %.3g\n", arch.c_str(),
+                  std::string(dtype_name(t)).c_str(), err[0], err[1]);
+      EXPECT_GT(err[0], 0.0);
+      EXPECT_LT(err[0], 1e-4);
+      EXPECT_LT(err[0] * 10, err[1]);
+      std::filesystem::remove(path);
+    }
+  }
+  // A cache type the GPU does not hold.
+  TinySpec spec;
+  const std::string path = write_tiny_model(spec, 12);
+  LoadOptions o;
+  o.device = Device::cuda(0);
+  o.kv_dtype = DType::kF16;
+  auto bad = load_decoder_model(path, o);
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnsupported) << bad.status().to_string();
+  std::filesystem::remove(path);
 }
 
 // Rows of 1024: the Q8_0 / Q4_0 streaming matvec kernel takes every consumer (QKV, gate|up, the

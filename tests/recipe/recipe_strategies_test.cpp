@@ -70,6 +70,26 @@ TEST(ApplyStrategiesTest, CpuDefaults) {
   EXPECT_FALSE(a.load.convert_embeddings);
   EXPECT_FALSE(a.load.cuda_graphs);  // resolved off on the CPU
   EXPECT_TRUE(a.gen.kv_cache);
+  EXPECT_FALSE(a.load.kv_dtype.has_value());  // the device's default
+}
+
+TEST(ApplyStrategiesTest, KvCacheDtype) {
+  Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {dtype: f32}}\n");
+  ASSERT_TRUE(a.load.kv_dtype.has_value());
+  EXPECT_EQ(*a.load.kv_dtype, DType::kF32);
+  Applied b = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {dtype: bf16}}\n");
+  EXPECT_EQ(b.load.kv_dtype, std::optional<DType>(DType::kBF16));
+  Applied c = apply_ok(BASE "strategies: {kv_cache: {dtype: f32}}\n");  // the CPU's own type
+  EXPECT_EQ(c.load.kv_dtype, std::optional<DType>(DType::kF32));
+  Applied d = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {dtype: auto}}\n");
+  EXPECT_FALSE(d.load.kv_dtype.has_value());
+  auto r = parse_recipe(BASE "device: cuda:0\nstrategies: {kv_cache: {dtype: f32}}\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(describe_strategies(r->strategies, r->device).substr(0, 19), "kv_cache on (f32), ");
+  auto bad = parse_recipe(BASE "strategies: {kv_cache: {dtype: f16}}\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strategies.kv_cache.dtype"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
@@ -196,6 +216,10 @@ INSTANTIATE_TEST_SUITE_P(
         Conflict{BASE "device: cuda:0\nstrategies:\n  quantization: {activations: int8}\n",
                  "strategies.quantization.activations: is a CPU kernel setting",
                  "device: set at c.yaml:3:9)"},
+        Conflict{BASE "strategies:\n  kv_cache: {dtype: bf16}\n",
+                 "c.yaml:4:21: strategies.kv_cache.dtype: bf16: the CPU keeps its KV cache in f32 "
+                 "only",
+                 "device: the default)"},
         Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {enabled: false}\n"
                       "  cuda_graphs: {enabled: true}\n",
                  "c.yaml:6:26: strategies.cuda_graphs.enabled: true needs the KV cache",

@@ -1,5 +1,6 @@
 // strategies.kv_cache: keep each position's keys and values so a decode step runs one token.
-// Baseline: recompute the whole prefix every step. Hook: GeneratorOptions::kv_cache.
+// Baseline: recompute the whole prefix every step. Hooks: GeneratorOptions::kv_cache, and the
+// cache's element type LoadOptions::kv_dtype (auto: bf16 on CUDA, f32 on the CPU).
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -10,21 +11,35 @@ namespace rinfer {
 namespace {
 
 Status parse(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled"}));
+  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled", "dtype"}));
   RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
   if (enabled) s.kv_cache = *enabled;
-  note_origin(m, "enabled", s);
+  RINFER_ASSIGN_OR_RETURN(auto dtype, m.get_enum("dtype", {"auto", "bf16", "f32"}));
+  if (dtype) {
+    s.kv_dtype = *dtype == 0   ? std::nullopt
+                 : *dtype == 1 ? std::optional<DType>(DType::kBF16)
+                               : std::optional<DType>(DType::kF32);
+  }
+  for (const char* k : {"enabled", "dtype"}) note_origin(m, k, s);
   return ok_status();
 }
 
-Status validate(const StrategyConfig&, const Device&) { return ok_status(); }
+Status validate(const StrategyConfig& s, const Device& device) {
+  if (device.is_cpu() && s.kv_dtype && *s.kv_dtype != DType::kF32) {
+    return key_conflict(s.origins, "strategies.kv_cache.dtype", "device",
+                        "bf16: the CPU keeps its KV cache in f32 only (use auto or f32 there)");
+  }
+  return ok_status();
+}
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions&, GeneratorOptions& gen) {
+void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions& gen) {
   gen.kv_cache = s.kv_cache;
+  load.kv_dtype = s.kv_dtype;
 }
 
 std::string describe(const StrategyConfig& s, const Device&) {
-  return fmt::format("kv_cache {}", on_off(s.kv_cache));
+  if (!s.kv_dtype) return fmt::format("kv_cache {}", on_off(s.kv_cache));
+  return fmt::format("kv_cache {} ({})", on_off(s.kv_cache), dtype_name(*s.kv_dtype));
 }
 
 }  // namespace
@@ -33,7 +48,10 @@ const StrategyInfo& kv_cache_strategy() {
   static const StrategyInfo info{
       "kv_cache",
       "keep every position's keys and values so a decode step runs only the new token",
-      {{"enabled", "bool", "true", "false: every step recomputes the whole sequence"}},
+      {{"enabled", "bool", "true", "false: every step recomputes the whole sequence"},
+       {"dtype", "auto | bf16 | f32", "auto",
+        "the cache's element type: auto is bf16 on CUDA (half the bytes a decode step reads) "
+        "and f32 on the CPU (its only type); f32 on CUDA keeps keys and values unrounded"}},
       "{enabled: false}",
       "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step)",
       "cpu, cuda",

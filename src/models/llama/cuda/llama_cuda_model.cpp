@@ -243,7 +243,8 @@ class LlamaCudaModel final : public DecoderModel {
   float* pinned_logits_ = nullptr;  // [n_vocab]
   std::vector<int32_t> rows_;
 
-  int64_t kv_n_ctx_ = 0;  // n_ctx of the cache the current infer() runs against
+  int64_t kv_n_ctx_ = 0;           // n_ctx of the cache the current infer() runs against
+  DType kv_dtype_ = DType::kBF16;  // the KV cache's elements (LoadOptions::kv_dtype)
 
   // CUDA graph of the decode step, captured for one cache and one scratch set.
   cudaGraphExec_t graph_exec_ = nullptr;
@@ -282,6 +283,10 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
   const char* sn = std::getenv("RINFER_SPLIT_NORM");
   m->split_norm_ = sn == nullptr || std::string_view(sn) != "0";
   m->device_ = opts.device.index;
+  m->kv_dtype_ = opts.kv_dtype.value_or(DType::kBF16);
+  if (m->kv_dtype_ != DType::kBF16 && m->kv_dtype_ != DType::kF32) {
+    return unsupported("the CUDA KV cache holds bf16 or f32, not {}", dtype_name(m->kv_dtype_));
+  }
   if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
     return unsupported("CUDA attention supports head_dim 64, 128 and 256, not {}", hp.head_dim);
   }
@@ -491,11 +496,13 @@ Status LlamaCudaModel::finish_load() {
 std::string LlamaCudaModel::describe() const {
   return fmt::format(
       "{} on cuda:{}: {} layers, n_embd {}, n_ff {}, {} heads ({} kv) x {}, vocab {}; {:.1f} MB "
-      "of weights on the device ({} layout), {:.1f} MB read per token; graphs {}, allocator {}",
+      "of weights on the device ({} layout), {:.1f} MB read per token; {} KV cache, graphs {}, "
+      "allocator {}",
       hp_.architecture, device_, hp_.n_layer, hp_.n_embd, hp_.n_ff, hp_.n_head, hp_.n_head_kv,
       hp_.head_dim, hp_.n_vocab, static_cast<double>(weight_device_bytes_) / 1e6,
       layers_.empty() ? "?" : dtype_name(layers_[0].wo.dtype),
-      static_cast<double>(weight_bytes_) / 1e6, opts_.cuda_graphs ? "on" : "off", alloc_->name());
+      static_cast<double>(weight_bytes_) / 1e6, dtype_name(kv_dtype_),
+      opts_.cuda_graphs ? "on" : "off", alloc_->name());
 }
 
 Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
@@ -515,7 +522,7 @@ Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
       const int64_t w = hp_.layer_attn[static_cast<size_t>(il)].window;
       if (w > 0) rows = std::min(n_ctx, w + opts_.max_batch - 1);
     }
-    const size_t bytes = static_cast<size_t>(rows * kv_dim_ * 2);
+    const size_t bytes = static_cast<size_t>(rows * kv_dim_) * (kv_dtype_ == DType::kF32 ? 4 : 2);
     auto k = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
     if (!k.ok())
       return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
@@ -559,7 +566,7 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
   ap.n_tokens = nt;
   ap.n_kv = kv_n_ctx_;
   ap.n_head = hp_.n_head;
-  ap.kv.dtype = DType::kBF16;
+  ap.kv.dtype = kv_dtype_;
   ap.kv.n_head_kv = hp_.n_head_kv;
   ap.kv.head_dim = hp_.head_dim;
   ap.kv.kv_row_stride = kv_dim_;
@@ -787,7 +794,7 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   }
   const int64_t rows = kv.rows[static_cast<size_t>(il)];
   cuda::KvLayout kl;
-  kl.dtype = DType::kBF16;
+  kl.dtype = kv_dtype_;
   kl.n_head_kv = hp_.n_head_kv;
   kl.head_dim = hd;
   kl.kv_row_stride = kv_dim_;
@@ -802,9 +809,9 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   ap.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = window;
   bool aq = false;  // the attention output's int16 form is in s.q16
-  if (decode && opts_.fusion.qkv) {
+  if (decode && opts_.fusion.qkv && kv_dtype_ == DType::kBF16) {
     // RoPE, the K/V store, attention and (for a quantized Wo) the int16 form of its output in
-    // one kernel.
+    // one kernel (a bf16 cache; an f32 one takes the kernels below).
     ap.n_kv_device = s.n_kv;
     ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
     std::optional<cuda::QuantizedActivation> oq;
