@@ -451,6 +451,13 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
   EXPECT_EQ(load.weight_format, DType::kBF16);
   EXPECT_EQ(load.keep_precision_layers, (std::vector<int64_t>{0, -1}));
+
+  v = load_recipe(dir + "cuda-f32-kv.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  LoadOptions load32;
+  ASSERT_TRUE(apply_strategies(*v, load32, gen).ok());
+  EXPECT_EQ(load32.kv_dtype, std::optional<DType>(DType::kF32));
+  EXPECT_TRUE(load32.cuda_graphs);
 }
 
 #undef BASE

@@ -53,7 +53,8 @@ const StrategyInfo& kv_cache_strategy() {
         "the cache's element type: auto is bf16 on CUDA (half the bytes a decode step reads) "
         "and f32 on the CPU (its only type); f32 on CUDA keeps keys and values unrounded"}},
       "{enabled: false}",
-      "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step)",
+      "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step); "
+      "LoadOptions::kv_dtype (the cache's element type)",
       "cpu, cuda",
       "docs/strategies/kv_cache.md",
       parse,
