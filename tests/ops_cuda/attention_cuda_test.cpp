@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -146,8 +147,9 @@ class CudaAttention : public test::CudaTest {
   }
 
   // The fused decode step against the unfused chain over the cases of
-  // DecodeRopeMatchesTheUnfusedChain, with tol the relative L2 bound of its output.
-  void decode_rope_cases(double tol);
+  // DecodeRopeMatchesTheUnfusedChain, with tol the relative L2 bound of its output, over a
+  // cache of kv (bf16; f32: the cases of head_dim 64 and 128).
+  void decode_rope_cases(double tol, DType kv = DType::kBF16);
 };
 
 void decode_cases(CudaAttention* t, const std::vector<Case>& cases, uint64_t seed);
@@ -382,9 +384,12 @@ TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
     decode_rope_cases(mma ? 3e-5 : 1e-6);
   }
   cuda::set_attention_decode_mma(true);
+  SCOPED_TRACE("f32 cache");  // the scalar kernel (the tensor cores take bf16 caches)
+  decode_rope_cases(1e-6, DType::kF32);
 }
 
-void CudaAttention::decode_rope_cases(double tol) {
+void CudaAttention::decode_rope_cases(double tol, DType kv) {
+  const bool f32 = kv == DType::kF32;
   struct RopeCase {
     Case c;
     Extra x;
@@ -405,34 +410,45 @@ void CudaAttention::decode_rope_cases(double tol) {
   };
   uint64_t seed = 9100;
   for (const RopeCase& rc : cases) {
+    if (f32 && rc.c.head_dim > 128) continue;
     for (bool q16 : {false, true}) {
       const Case& c = rc.c;
-      SCOPED_TRACE(name(c, DType::kBF16, rc.x) + " n_rot " + std::to_string(rc.n_rot) +
+      SCOPED_TRACE(name(c, kv, rc.x) + " n_rot " + std::to_string(rc.n_rot) +
                    (rc.mode == kX ? " neox" : "") + (q16 ? " q16" : ""));
       const int64_t hd = c.head_dim, width = c.n_head_kv * hd, row = width + 8;
       const int64_t q_n = c.n_head * hd, qkv_n = (c.n_head + 2 * c.n_head_kv) * hd;
       const int64_t pos = c.n_kv - 1;
       const int64_t rows = rc.x.ring_rows > 0 ? rc.x.ring_rows : std::max(c.n_kv, rc.x.n_kv_upper);
-      // Earlier positions' keys and values everywhere; the new position's row NaN.
-      std::vector<uint16_t> cache_k(static_cast<size_t>(rows * row)), cache_v(cache_k.size());
-      const auto rk = test::random_floats(cache_k.size(), seed += 10, -1.0f, 1.0f);
-      const auto rv = test::random_floats(cache_k.size(), seed + 1, -1.0f, 1.0f);
-      for (size_t i = 0; i < cache_k.size(); ++i) {
-        cache_k[i] = f32_to_bf16(rk[i]);
-        cache_v[i] = f32_to_bf16(rv[i]);
-      }
+      // Earlier positions' keys and values everywhere; the new position's row NaN. The caches as
+      // bytes: bf16 or f32 elements.
+      const auto n_el = static_cast<size_t>(rows * row);
+      auto rk = test::random_floats(n_el, seed += 10, -1.0f, 1.0f);
+      auto rv = test::random_floats(n_el, seed + 1, -1.0f, 1.0f);
       const int64_t new_row = rc.x.ring_rows > 0 ? pos % rc.x.ring_rows : pos;
-      std::fill_n(cache_k.begin() + new_row * row, width, f32_to_bf16(std::nanf("")));
-      std::fill_n(cache_v.begin() + new_row * row, width, f32_to_bf16(std::nanf("")));
+      std::fill_n(rk.begin() + new_row * row, width, std::nanf(""));
+      std::fill_n(rv.begin() + new_row * row, width, std::nanf(""));
+      const size_t el_bytes = f32 ? 4 : 2;
+      std::vector<uint8_t> cache_k(n_el * el_bytes), cache_v(cache_k.size());
+      for (size_t i = 0; i < n_el; ++i) {
+        if (f32) {
+          std::memcpy(&cache_k[i * 4], &rk[i], 4);
+          std::memcpy(&cache_v[i * 4], &rv[i], 4);
+        } else {
+          const uint16_t kb = f32_to_bf16(rk[i]), vb = f32_to_bf16(rv[i]);
+          std::memcpy(&cache_k[i * 2], &kb, 2);
+          std::memcpy(&cache_v[i * 2], &vb, 2);
+        }
+      }
       const auto qkv = test::random_floats(static_cast<size_t>(qkv_n), seed + 2, -1.0f, 1.0f);
 
       cuda::AttentionParams p;
       p.n_tokens = 1;
       p.n_kv = c.n_kv;
       p.n_head = c.n_head;
-      p.kv = {DType::kBF16, c.n_head_kv, hd, row, rc.x.ring_rows};
+      p.kv = {kv, c.n_head_kv, hd, row, rc.x.ring_rows};
       p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
       p.window = rc.x.window;
+      ASSERT_TRUE(cuda::attention_decode_rope_supports(p.kv));
       cuda::DeviceBuffer dn_kv = upload(std::vector<int32_t>{static_cast<int32_t>(c.n_kv)});
       cuda::DeviceBuffer dpos = upload(std::vector<int32_t>{static_cast<int32_t>(pos)});
       if (rc.x.n_kv_upper > 0) p.n_kv = rc.x.n_kv_upper;
@@ -482,15 +498,15 @@ void CudaAttention::decode_rope_cases(double tol) {
       EXPECT_EQ(got[0], got[1]);
       EXPECT_EQ(download<uint32_t>(counters, static_cast<size_t>(n_counters)),
                 std::vector<uint32_t>(static_cast<size_t>(n_counters)));
-      EXPECT_EQ(download<uint16_t>(kb, cache_k.size()), download<uint16_t>(ka, cache_k.size()));
-      EXPECT_EQ(download<uint16_t>(vb, cache_k.size()), download<uint16_t>(va, cache_k.size()));
+      EXPECT_EQ(download<uint8_t>(kb, cache_k.size()), download<uint8_t>(ka, cache_k.size()));
+      EXPECT_EQ(download<uint8_t>(vb, cache_k.size()), download<uint8_t>(va, cache_k.size()));
       EXPECT_EQ(download<float>(qkv_b, qkv.size()), qkv);  // the input row stays raw
     }
   }
 }
 
 TEST_F(CudaAttention, DecodeRopeRejectsBadInput) {
-  // Bad input: an f32 cache, a bad n_rot, no counters.
+  // Bad input: a bad n_rot, no counters, caches the fused step does not take.
   cuda::DeviceBuffer b = poisoned<float>(4096);
   cuda::AttentionParams p;
   p.n_tokens = 1;
@@ -510,11 +526,16 @@ TEST_F(CudaAttention, DecodeRopeRejectsBadInput) {
                                         nullptr, nullptr, b.data(), 4096, stream())
                 .code(),
             StatusCode::kInvalidArgument);
-  p.kv.dtype = DType::kF32;
-  EXPECT_NE(cuda::attention_decode_rope(p, rope, b.as<float>(), b.data(), b.data(), b.as<float>(),
+  // An f32 cache of head_dim 256 (the fused step takes f32 at 64 and 128 only).
+  p.kv = {DType::kF32, 1, 256, 256, 0};
+  EXPECT_FALSE(cuda::attention_decode_rope_supports(p.kv));
+  rope.n_rot = 256;
+  EXPECT_EQ(cuda::attention_decode_rope(p, rope, b.as<float>(), b.data(), b.data(), b.as<float>(),
                                         nullptr, cnt, b.data(), 4096, stream())
                 .code(),
-            StatusCode::kOk);
+            StatusCode::kUnsupported);
+  p.kv = {DType::kF16, 1, 64, 64, 0};
+  EXPECT_FALSE(cuda::attention_decode_rope_supports(p.kv));
 }
 
 TEST_F(CudaAttention, RejectsBadShapes) {

@@ -578,11 +578,16 @@ __global__ void __launch_bounds__(
                                   : static_cast<uint32_t>(pos);
       const size_t off = row * static_cast<uint32_t>(a.stride) + static_cast<uint32_t>(hk * kD);
       for (int d = threadIdx.x; d < kD; d += kThreads) {
-        const uint16_t kb = f32_to_bf16_bits(s_new[0][d]), vb = f32_to_bf16_bits(s_new[1][d]);
-        static_cast<uint16_t*>(const_cast<void*>(k))[off + d] = kb;
-        static_cast<uint16_t*>(const_cast<void*>(v))[off + d] = vb;
-        s_new[0][d] = __uint_as_float(static_cast<uint32_t>(kb) << 16);
-        s_new[1][d] = __uint_as_float(static_cast<uint32_t>(vb) << 16);
+        if constexpr (kBf16) {
+          const uint16_t kb = f32_to_bf16_bits(s_new[0][d]), vb = f32_to_bf16_bits(s_new[1][d]);
+          static_cast<uint16_t*>(const_cast<void*>(k))[off + d] = kb;
+          static_cast<uint16_t*>(const_cast<void*>(v))[off + d] = vb;
+          s_new[0][d] = __uint_as_float(static_cast<uint32_t>(kb) << 16);
+          s_new[1][d] = __uint_as_float(static_cast<uint32_t>(vb) << 16);
+        } else {  // an f32 cache keeps the values as they are
+          static_cast<float*>(const_cast<void*>(k))[off + d] = s_new[0][d];
+          static_cast<float*>(const_cast<void*>(v))[off + d] = s_new[1][d];
+        }
       }
       __syncthreads();
     }
@@ -1028,7 +1033,10 @@ cudaError_t launch_attn_decode(const AttnArgs& a, const float* q, const void* k,
 cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
                                     void* k, void* v, float* out, void* workspace,
                                     cudaStream_t stream) {
-  if (!a.kv_bf16 || r.counters == nullptr) return cudaErrorInvalidValue;
+  // An f32 cache: head_dim 64 and 128 (the scalar split; fewer instances to build).
+  if (r.counters == nullptr || (!a.kv_bf16 && a.head_dim != 64 && a.head_dim != 128)) {
+    return cudaErrorInvalidValue;
+  }
   int g = 0;
   // Whole clusters of splits, rounded down so that the grid fits the SMs in one wave (3 blocks
   // an SM, 2 with six rows a step): rounded up (Llama-3-8B with 3 an SM: 56 splits, 448 blocks
@@ -1043,6 +1051,10 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
   l.v = v;
   l.out = out;
   l.r = r;
+  if (!a.kv_bf16) {
+    return a.head_dim == 64 ? launch_d<false, 64, true>(a, g, l, stream)
+                            : launch_d<false, 128, true>(a, g, l, stream);
+  }
   return launch_b<true, true>(a, g, l, stream);
 }
 

@@ -519,6 +519,11 @@ int64_t attention_decode_counters(const AttentionParams& p) {
   return kern::attn_decode_counters(a);
 }
 
+bool attention_decode_rope_supports(const KvLayout& kv) {
+  return kv.dtype == DType::kBF16 ||
+         (kv.dtype == DType::kF32 && (kv.head_dim == 64 || kv.head_dim == 128));
+}
+
 Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
                              const float* qkv, void* k_cache, void* v_cache, float* out,
                              const QuantizedActivation* out_q16, unsigned* counters,
@@ -526,8 +531,10 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
   const char* op = "attention_decode_rope";
   if (p.n_tokens != 1)
     return invalid_argument("{}: n_tokens {} (decode takes one token)", op, p.n_tokens);
-  if (p.kv.dtype != DType::kBF16) {
-    return unsupported("{}: KV cache dtype {} (bf16 only)", op, dtype_name(p.kv.dtype));
+  if (!attention_decode_rope_supports(p.kv)) {
+    return unsupported(
+        "{}: KV cache dtype {} with head_dim {} (bf16, or f32 of head_dim 64 or 128)", op,
+        dtype_name(p.kv.dtype), p.kv.head_dim);
   }
   RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a, attn_args(p, qkv, k_cache, v_cache, out, op));
   RINFER_RETURN_IF_ERROR(check_decode_sizes(p, op));

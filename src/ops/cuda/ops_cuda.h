@@ -234,7 +234,8 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 // block of each head group, so no second kernel either). qkv: the raw f32 row of the new token,
 // [n_head q | n_head_kv k | n_head_kv v] heads of head_dim, at position n_kv - 1 (n_kv from
 // p.n_kv_device when set, as attention_decode); q and k are rotated by `rope` exactly as
-// rope_kv_store does, k and v go to the bf16 cache row of that position, and the attention
+// rope_kv_store does, k and v go to the cache row of that position (bf16 or f32, as
+// attention_decode_rope_supports), and the attention
 // output to out [n_head, head_dim] f32 and, when out_q16 is not null (n_head * head_dim
 // elements), to its int16 blocks too. counters: attention_decode_counters(p) unsigned ints,
 // zero before the first call; each call leaves them zero. workspace as attention_decode.
@@ -243,6 +244,9 @@ int64_t attention_decode_counters(const AttentionParams& p);
 // cache of head_dim 64 or 128; q and the probabilities as bf16 pairs hi + lo, about 2^-16
 // relative) or, off, the scalar f32 kernel (RINFER_ATTN_MMA=0 in the environment starts it off).
 void set_attention_decode_mma(bool on);
+// The caches attention_decode_rope takes: bf16, and f32 of head_dim 64 or 128 (the scalar
+// kernel; the others run rope_kv_store and attention_decode).
+bool attention_decode_rope_supports(const KvLayout& kv);
 Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
                              const float* qkv, void* k_cache, void* v_cache, float* out,
                              const QuantizedActivation* out_q16, unsigned* counters,

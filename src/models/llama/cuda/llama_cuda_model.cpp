@@ -809,9 +809,9 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   ap.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = window;
   bool aq = false;  // the attention output's int16 form is in s.q16
-  if (decode && opts_.fusion.qkv && kv_dtype_ == DType::kBF16) {
+  if (decode && opts_.fusion.qkv && cuda::attention_decode_rope_supports(kl)) {
     // RoPE, the K/V store, attention and (for a quantized Wo) the int16 form of its output in
-    // one kernel (a bf16 cache; an f32 one takes the kernels below).
+    // one kernel (an f32 cache of head_dim 256 takes the kernels below).
     ap.n_kv_device = s.n_kv;
     ap.n_kv = kv_n_ctx_;  // the upper bound: one graph serves every length
     std::optional<cuda::QuantizedActivation> oq;
