@@ -288,6 +288,7 @@ TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
       {"no graphs, unfused, plain allocator", false, unfused, AllocatorKind::kPlain},
       {"weights converted to bf16", true, FusionOptions{}, AllocatorKind::kCaching, true},
       {"f32 KV cache", true, FusionOptions{}, AllocatorKind::kCaching, false, DType::kF32},
+      {"f32 KV cache, unfused", false, unfused, AllocatorKind::kCaching, false, DType::kF32},
   };
   // Q4_K files mix in Q6_K tensors, which the GPU holds as bf16 (one more rounding of every
   // weight of those matrices): a looser bound for them.

@@ -235,10 +235,10 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 // [n_head q | n_head_kv k | n_head_kv v] heads of head_dim, at position n_kv - 1 (n_kv from
 // p.n_kv_device when set, as attention_decode); q and k are rotated by `rope` exactly as
 // rope_kv_store does, k and v go to the cache row of that position (bf16 or f32, as
-// attention_decode_rope_supports), and the attention
-// output to out [n_head, head_dim] f32 and, when out_q16 is not null (n_head * head_dim
-// elements), to its int16 blocks too. counters: attention_decode_counters(p) unsigned ints,
-// zero before the first call; each call leaves them zero. workspace as attention_decode.
+// attention_decode_rope_supports), and the attention output to out [n_head, head_dim] f32 and,
+// when out_q16 is not null (n_head * head_dim elements), to its int16 blocks too. counters:
+// attention_decode_counters(p) unsigned ints, zero before the first call; each call leaves them
+// zero. workspace as attention_decode.
 int64_t attention_decode_counters(const AttentionParams& p);
 // attention_decode_rope's attention, process-wide: on the tensor cores (the default for a bf16
 // cache of head_dim 64 or 128; q and the probabilities as bf16 pairs hi + lo, about 2^-16
