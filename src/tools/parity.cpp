@@ -88,7 +88,7 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
   opts.ops.pool = &pool;
   if (a.kernels == "reference") opts.ops.impl = cpu::Impl::kReference;
   opts.device = device;
-  if (a.kv != "auto") opts.kv_dtype = a.kv == "f32" ? DType::kF32 : DType::kBF16;
+  if (a.kv != "auto") opts.kv_dtype = dtype_from_name(a.kv);  // bf16 or f32 (checked by CLI11)
   if (a.weights != "keep") {
     const auto dt = dtype_from_name(a.weights);
     if (!dt)

@@ -522,7 +522,7 @@ Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
       const int64_t w = hp_.layer_attn[static_cast<size_t>(il)].window;
       if (w > 0) rows = std::min(n_ctx, w + opts_.max_batch - 1);
     }
-    const size_t bytes = static_cast<size_t>(rows * kv_dim_) * (kv_dtype_ == DType::kF32 ? 4 : 2);
+    const size_t bytes = static_cast<size_t>(rows * kv_dim_ * dtype_traits(kv_dtype_).block_bytes);
     auto k = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
     if (!k.ok())
       return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
