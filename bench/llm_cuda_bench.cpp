@@ -9,7 +9,11 @@
 // over the measured bf16 GEMM peak.
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
-//                  [--quick] [--format a,b,...] [--out FILE.json]
+//                  [--quick] [--format a,b,...] [--host-sampling] [--out FILE.json]
+//       decode: with device sampling (strategies.device_sampling, the generator's default on
+//       CUDA), greedy tokens chosen on the device, each step queued before the host reads the
+//       last token; the "host sampling" row copies the logits to the host every step instead.
+//       --host-sampling: a "host sampling" row after each format's (A/B in one process).
 //       --format: only those formats' rows, in that order, without the switch-off rows (a
 //       format as a one-model process runs it: up to ac4b08d a q4_0 model made after others
 //       decoded 1-3% slower than one made first, cause not found; docs/gpu-workflow.md).
@@ -37,6 +41,7 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "ops/cuda/ops_cuda.h"
 
@@ -220,15 +225,33 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
       (n == 512 ? r.prefill512 : r.prefill2048) = tok_s;
     }
   }
-  // Decode: a 128-token prompt, then decode_tokens steps (logits to the host every step, as the
-  // generator does). Without the KV cache every step recomputes the whole prefix.
-  const int64_t prompt = 128;
-  std::vector<double> step_ms;
-  for (int rep = 0; rep < 2 && r.error.empty(); ++rep) {
-    step_ms.clear();
-    prefill(prompt);
-    for (int64_t i = 0; i < decode_tokens && r.error.empty(); ++i) {
-      const int64_t p = prompt + i;
+  // n decode steps from position p0 (the cache holds p0 tokens): their times in ms. Device
+  // sampling (the generator's path with the strategy on): greedy tokens chosen on the device,
+  // each step queued before the host reads the previous one's token; a step's time is the
+  // interval between the host receiving two tokens. Host sampling: teacher-forced tokens, the
+  // logits copied to the host every step (the generator then samples there).
+  auto decode_steps = [&](int64_t p0, int64_t n, std::vector<double>& ms) {
+    ms.clear();
+    if (v.opts.device_sampling && v.kv_cache) {
+      SamplingParams greedy;
+      greedy.temperature = 0.0f;
+      greedy.repeat_penalty = 1.0f;
+      DeviceDecode dd;
+      dd.sampling = &greedy;
+      dd.history = std::span(tokens).first(static_cast<size_t>(p0 + 1));
+      auto t_prev = Clock::now();
+      dd.on_token = [&](int32_t) {
+        const auto t = Clock::now();
+        ms.push_back(std::chrono::duration<double, std::milli>(t - t_prev).count());
+        t_prev = t;
+        return static_cast<int64_t>(ms.size()) < n;
+      };
+      auto res = model.decode_on_device(*cache, dd);
+      if (!res.ok()) r.error = res.status().to_string();
+      return;
+    }
+    for (int64_t i = 0; i < n && r.error.empty(); ++i) {
+      const int64_t p = p0 + i;
       const auto t0 = Clock::now();
       Status st;
       if (v.kv_cache) {
@@ -242,9 +265,17 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
                        std::span(pos).first(static_cast<size_t>(p + 1)), std::span(&row, 1)};
         st = model.infer(d, *cache, logits.data());
       }
-      step_ms.push_back(seconds_since(t0) * 1e3);
+      ms.push_back(seconds_since(t0) * 1e3);
       if (!st.ok()) r.error = st.to_string();
     }
+  };
+  // Decode: a 128-token prompt, then decode_tokens steps. Without the KV cache every step
+  // recomputes the whole prefix.
+  const int64_t prompt = 128;
+  std::vector<double> step_ms;
+  for (int rep = 0; rep < 2 && r.error.empty(); ++rep) {
+    prefill(prompt);
+    decode_steps(prompt, decode_tokens, step_ms);
   }
   if (do_prefill && v.kv_cache && r.error.empty()) {
     cache->clear();
@@ -257,14 +288,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
       if (Status st = model.infer(b, *cache, logits.data()); !st.ok()) r.error = st.to_string();
     }
     std::vector<double> long_ms;
-    for (int64_t i = 0; i < kLongSteps && r.error.empty(); ++i) {
-      const auto p = static_cast<size_t>(kLongPrompt + i);
-      DecoderBatch d{std::span(tokens).subspan(p, 1), std::span(pos).subspan(p, 1),
-                     std::span(&last, 1)};
-      const auto t0 = Clock::now();
-      if (Status st = model.infer(d, *cache, logits.data()); !st.ok()) r.error = st.to_string();
-      long_ms.push_back(seconds_since(t0) * 1e3);
-    }
+    if (r.error.empty()) decode_steps(kLongPrompt, kLongSteps, long_ms);
     if (!long_ms.empty()) r.decode_long_ms = bench::median(long_ms);
   }
   if (!step_ms.empty()) {
@@ -351,7 +375,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
 int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
-  bool quick = false, profile = false;
+  bool quick = false, profile = false, host_rows = false;
   int prefill = 0, skip = 0;
   std::string format;  // --profile: q4_1 when not given; the table: every format
   for (int i = 1; i < argc; ++i) {
@@ -367,6 +391,8 @@ int main_impl(int argc, char** argv) {
       out = next();
     else if (a == "--quick")
       quick = true;
+    else if (a == "--host-sampling")
+      host_rows = true;
     else if (a == "--profile")
       profile = true;
     else if (a == "--format")
@@ -376,11 +402,11 @@ int main_impl(int argc, char** argv) {
     else if (a == "--skip")
       skip = std::stoi(next());
     else {
-      std::fprintf(
-          stderr,
-          "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-          "[--decode-tokens N] [--quick] [--format F] [--out FILE] | --profile [--shape S] "
-          "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
+      std::fprintf(stderr,
+                   "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
+                   "--profile [--shape S] "
+                   "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -432,8 +458,10 @@ int main_impl(int argc, char** argv) {
   j["limits"] = {{"copy_gbs", lim.copy_gbs}, {"gemm_bf16_tflops", lim.gemm_tflops}};
   j["method"] =
       "random weights made on the device; decode: 128-token prompt then N greedy steps at batch 1, "
-      "logits copied to the host every step (as the generator does), median step time over 2 "
-      "runs; decode at 4k (optimized rows): a 3968-token prompt, then the median of 64 steps, "
+      "each token chosen on the device and the next step queued before the host reads it (the "
+      "generator's device sampling; the host sampling row copies the logits to the host every "
+      "step instead), median interval between tokens over 2 runs; decode at 4k (optimized rows): a "
+      "3968-token prompt, then the median of 64 steps, "
       "its limit counting the K/V rows read (bf16); prefill: one forward of 512 / 2048 tokens into "
       "an empty cache, logits of the last "
       "row, median of --reps after a warm-up";
@@ -462,6 +490,12 @@ int main_impl(int argc, char** argv) {
     for (DType t : formats) {
       vs.push_back({"optimized " + std::string(dtype_name(t)),
                     "weights " + std::string(dtype_name(t)), t, base});
+      if (host_rows) {
+        Variant h{"host sampling " + std::string(dtype_name(t)),
+                  "device_sampling off (logits to the host every step)", t, base};
+        h.opts.device_sampling = false;
+        vs.push_back(h);
+      }
     }
     if (!quick && wanted.empty()) {
       const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
@@ -478,6 +512,10 @@ int main_impl(int argc, char** argv) {
       v = {"plain allocator, no graphs " + tn, "allocator plain (cudaMalloc per step)", t0, base};
       v.opts.allocator = AllocatorKind::kPlain;
       v.opts.cuda_graphs = false;
+      v.opts.device_sampling = false;  // infer() allocates per step; the device loop once
+      vs.push_back(v);
+      v = {"host sampling " + tn, "device_sampling off (logits to the host every step)", t0, base};
+      v.opts.device_sampling = false;
       vs.push_back(v);
       v = {"f32 kv cache " + tn, "kv_cache dtype f32 (keys and values unrounded)", t0, base};
       v.opts.kv_dtype = DType::kF32;
@@ -485,6 +523,7 @@ int main_impl(int argc, char** argv) {
       v = {"no kv cache " + tn, "kv_cache off (recompute the prefix)", t0, base};
       v.kv_cache = false;
       v.opts.cuda_graphs = false;
+      v.opts.device_sampling = false;
       vs.push_back(v);
     }
     std::printf("## %s shape (%lld layers, hidden %lld, FFN %lld, %lld/%lld heads, vocab %lld)\n\n",

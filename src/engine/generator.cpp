@@ -150,8 +150,11 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
   };
 
   Clock::time_point t_first;
-  for (;;) {
-    const int32_t tok = sampler_.sample(logits_, tokens_);
+  // A sampled token: counted and streamed; false when it ends the reply (stop_reason set), else
+  // it joins the history and is fed to the next step.
+  bool ended = false;
+  auto accept = [&](int32_t tok) -> bool {
+    ended = true;  // until it is fed
     result.tokens.push_back(tok);
     ++tm.generated_tokens;
     if (tm.generated_tokens == 1) {
@@ -160,28 +163,59 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     }
     if (text_ != nullptr && text_->is_end_of_generation(tok)) {
       result.stop_reason = StopReason::kEndOfGeneration;
-      break;
+      return false;
     }
     if (text_ != nullptr) {
       emit(stop.push(text_->push(tok)));
       if (stop.stopped()) {
         result.stop_reason = StopReason::kStopString;
-        break;
+        return false;
       }
     }
     if (opts_.max_tokens > 0 && tm.generated_tokens >= opts_.max_tokens) {
       result.stop_reason = StopReason::kMaxTokens;
-      break;
+      return false;
     }
     if (is_cancelled(cancel)) {
       result.stop_reason = StopReason::kCancelled;
-      break;
+      return false;
     }
     if (static_cast<int64_t>(tokens_.size()) >= n_ctx) {
       result.stop_reason = StopReason::kContextFull;
-      break;
+      return false;
     }
     tokens_.push_back(tok);
+    ended = false;
+    return true;
+  };
+
+  // The first token comes from the prefill's logits, on the host.
+  bool go_on = accept(sampler_.sample(logits_, tokens_));
+  if (go_on && opts_.kv_cache && model_.can_decode_on_device(sampler_.params())) {
+    // Device decoding: each step samples its token on the device and the next step is queued
+    // before the host reads it. The uniforms come from sampler_'s RNG in the host loop's order;
+    // a draw made for a step queued ahead of the stop is taken back, so the next call draws as
+    // the host loop would have.
+    std::mt19937_64 before_last = sampler_.rng();
+    DeviceDecode dd;
+    dd.sampling = &sampler_.params();
+    dd.history = tokens_;  // read before the first id is handed out
+    dd.uniform = [&] {
+      before_last = sampler_.rng();
+      return static_cast<float>(sampler_.next_uniform());
+    };
+    dd.on_token = accept;
+    auto r = model_.decode_on_device(cache_, dd);
+    if (!r.ok()) {
+      sync();
+      return r.status();
+    }
+    tm.decode_steps += r->steps;
+    if (r->discarded > 0 && sampler_.params().temperature > 0.0f) sampler_.set_rng(before_last);
+    if (!ended) result.stop_reason = StopReason::kContextFull;  // the model stops only there
+    go_on = false;
+  }
+  while (go_on) {
     st = evaluate(static_cast<int64_t>(tokens_.size()) - 1, cancel, &cancelled);
     if (!st.ok()) {
       sync();
@@ -193,6 +227,7 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
       tokens_.pop_back();
       break;
     }
+    go_on = accept(sampler_.sample(logits_, tokens_));
   }
   tm.decode_ms = ms_since(t_first);
   if (text_ != nullptr) {

@@ -156,10 +156,10 @@ void Sampler::min_p(float p) {
   n_cand_ = w;
 }
 
-int32_t Sampler::draw() {
+int32_t Sampler::draw(double unit) {
   double total = 0.0;
   for (size_t i = 0; i < n_cand_; ++i) total += cand_[i].p;
-  const double u = uniform() * total;
+  const double u = unit * total;
   double cum = 0.0;
   for (size_t i = 0; i < n_cand_; ++i) {
     cum += cand_[i].p;
@@ -169,6 +169,16 @@ int32_t Sampler::draw() {
 }
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  return sample_impl(logits, history, nullptr);
+}
+
+int32_t Sampler::sample_with_uniform(std::span<float> logits, std::span<const int32_t> history,
+                                     double u) {
+  return sample_impl(logits, history, &u);
+}
+
+int32_t Sampler::sample_impl(std::span<float> logits, std::span<const int32_t> history,
+                             const double* u) {
   apply_penalties(logits, history);
   const int32_t best = argmax(logits);
   if (params_.temperature <= 0.0f) return best;
@@ -182,7 +192,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   for (size_t i = 0; i < n_cand_; ++i) total += cand_[i].p;
   const auto inv = static_cast<float>(1.0 / total);
   for (size_t i = 0; i < n_cand_; ++i) cand_[i].p *= inv;
-  return draw();
+  return draw(u != nullptr ? *u : uniform());
 }
 
 }  // namespace rinfer

@@ -59,10 +59,20 @@ class Sampler {
   // temperature) and returns the chosen id. `history` is every token so far (the penalties
   // look at its last repeat_last_n).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // The same chain with the draw's uniform [0, 1) number given (this sampler's RNG untouched):
+  // what a sampler elsewhere that took u = next_uniform() computes.
+  int32_t sample_with_uniform(std::span<float> logits, std::span<const int32_t> history, double u);
 
   // The candidates left after the last non-greedy sample() (renormalized, most probable
   // first when top-k or top-p sorted them): for tests and for `--verbose` output.
   std::span<const TokenProb> candidates() const { return {cand_.data(), n_cand_}; }
+
+  // The next uniform [0, 1) number of the draw's RNG: a sampler elsewhere (the device, see
+  // DecoderModel::decode_on_device) draws from the same sequence as this one would.
+  double next_uniform() { return uniform(); }
+  // The RNG's state: saved and restored to take back a draw made for a step that was dropped.
+  const std::mt19937_64& rng() const { return rng_; }
+  void set_rng(const std::mt19937_64& rng) { rng_ = rng; }
 
   // The stages on their own (public for the unit tests).
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
@@ -73,7 +83,8 @@ class Sampler {
   void top_k(int32_t k);
   void top_p(float p);
   void min_p(float p);
-  int32_t draw();
+  int32_t sample_impl(std::span<float> logits, std::span<const int32_t> history, const double* u);
+  int32_t draw(double unit);
   double uniform();  // [0, 1)
 
   SamplingParams params_;

@@ -57,6 +57,11 @@ Result<KvCache> DecoderModel::create_cache(int64_t n_ctx) const {
   return KvCache::create(hp.n_layer, n_ctx, hp.kv_dim());
 }
 
+Result<DeviceDecodeResult> DecoderModel::decode_on_device(KvCache& /*cache*/,
+                                                          const DeviceDecode& /*d*/) {
+  return unsupported("decode_on_device: this model samples on the host only ({})", architecture());
+}
+
 namespace {
 
 // A host model stays on the CPU or moves its weights to opts.device.

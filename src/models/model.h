@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,6 +34,7 @@
 namespace rinfer {
 
 class KvCache;
+struct SamplingParams;
 
 enum class ModelTask : uint8_t {
   kTextGeneration,  // decoder-only LLM: logits for the next token
@@ -73,6 +75,10 @@ struct LoadOptions {
   // The KV cache's element type (strategies.kv_cache.dtype): nullopt is the device's default,
   // bf16 on CUDA and f32 on the CPU (whose cache is f32 only); CUDA also takes f32.
   std::optional<DType> kv_dtype;
+  // Decode with each token sampled on the device and the next step queued before the host reads
+  // it (strategies.device_sampling, CUDA; DecoderModel::decode_on_device). Off: the logits go
+  // to the host every step and the host Sampler picks the token (the baseline).
+  bool device_sampling = true;
 };
 
 class ModelSample {
@@ -139,6 +145,21 @@ struct DecoderBatch {
 // ascending inside the batch, an output buffer when rows are asked for.
 Status check_decoder_batch(const DecoderBatch& batch, const KvCache& cache, const float* logits);
 
+// A decode loop whose tokens are chosen on the device (DecoderModel::decode_on_device).
+struct DeviceDecode {
+  const SamplingParams* sampling = nullptr;  // engine/sampler.h's chain, penalties included
+  // Every token so far: the penalties read its tail, and its last token (not yet in the cache) is
+  // fed first, at position cache.size().
+  std::span<const int32_t> history;
+  std::function<float()> uniform;  // the next uniform [0, 1) draw, one per step (temperature > 0)
+  // Each sampled id, in order: true feeds it to the next step, false stops (the id is not fed).
+  std::function<bool(int32_t)> on_token;
+};
+struct DeviceDecodeResult {
+  int64_t steps = 0;      // forward passes committed to the cache (one per id handed out)
+  int64_t discarded = 0;  // steps queued ahead of a stop and dropped (their draws unused)
+};
+
 class DecoderModel : public ModelSample {
  public:
   ModelTask task() const override { return ModelTask::kTextGeneration; }
@@ -155,6 +176,17 @@ class DecoderModel : public ModelSample {
 
   // Device memory in use (weights + scratch + caches), 0 on CPU; peak since load.
   virtual uint64_t device_bytes_peak() const { return 0; }
+
+  // Whether decode_on_device takes these sampling settings (a CUDA model with device sampling
+  // on; the chain's limits are in ops/cuda/ops_cuda.h, DecodeSampling).
+  virtual bool can_decode_on_device(const SamplingParams& /*sampling*/) const { return false; }
+  // Decode steps whose next token is sampled on the device and fed to the next step without a
+  // host round trip; the host queues each step before it reads the previous one's id. Stops when
+  // on_token returns false or the cache is full (the last id is then handed out but not fed).
+  // The cache ends with every fed token committed; a step queued ahead of the stop wrote its
+  // rows past the end (noted with note_written) and is not committed. On error the cache keeps
+  // the steps committed so far.
+  virtual Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d);
 };
 
 // postprocess for text generation: token ids -> text, as they are produced (implemented over

@@ -16,6 +16,7 @@
 //     fusion: {attention: true, residual_norm: true, swiglu: true, qkv: true}   # CUDA
 //     quantization: {weights: keep, keep_layers: [0, -1], embeddings: false, activations: int8}
 //     cuda_graphs: {enabled: true}      # CUDA
+//     device_sampling: {enabled: true}  # CUDA
 //     allocator: {kind: caching}        # caching | plain (CUDA)
 //   sampling: {temperature: 0.2, top_k: 40, top_p: 0.9, min_p: 0.05, repeat_penalty: 1.1,
 //              repeat_last_n: 64, presence_penalty: 0, seed: 42, max_tokens: 256, stop: []}

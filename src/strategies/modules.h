@@ -16,6 +16,7 @@ const StrategyInfo& threads_strategy();
 const StrategyInfo& fusion_strategy();
 const StrategyInfo& quantization_strategy();
 const StrategyInfo& cuda_graphs_strategy();
+const StrategyInfo& device_sampling_strategy();
 const StrategyInfo& allocator_strategy();
 
 // Records where `key` of `m` was written, when it is present.

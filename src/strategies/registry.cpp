@@ -16,7 +16,8 @@ std::string KeyOrigins::where(std::string_view key) const {
 const std::vector<StrategyInfo>& strategy_registry() {
   static const std::vector<StrategyInfo> all{
       kv_cache_strategy(),     kernels_strategy(),     threads_strategy(),   fusion_strategy(),
-      quantization_strategy(), cuda_graphs_strategy(), allocator_strategy(),
+      quantization_strategy(), cuda_graphs_strategy(), device_sampling_strategy(),
+      allocator_strategy(),
   };
   return all;
 }

@@ -64,7 +64,8 @@ Status parse_strategies(const YamlMap& m, StrategyConfig& s);
 Status validate_strategies(const StrategyConfig& s, const Device& device);
 
 // Validates the composition, then sets load.device, load.ops (impl, quantize_activations),
-// weight_format / keep_precision_layers / convert_embeddings, fusion, cuda_graphs, allocator,
+// weight_format / keep_precision_layers / convert_embeddings, fusion, cuda_graphs,
+// device_sampling, allocator,
 // and gen.kv_cache. The thread count stays in s.threads: the engine sizes its pool with it.
 Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load,
                         GeneratorOptions& gen);

@@ -61,6 +61,7 @@ struct StrategyConfig {
   FusionOptions fusion;                  // strategies.fusion.{attention, residual_norm, ...}
   QuantizationConfig quantization;       // strategies.quantization.*
   bool cuda_graphs = true;               // strategies.cuda_graphs.enabled (CUDA decode)
+  bool device_sampling = true;           // strategies.device_sampling.enabled (CUDA decode)
   AllocatorKind allocator = AllocatorKind::kCaching;  // strategies.allocator.kind
 
   KeyOrigins origins;  // which keys were set, and where (filled by the recipe parser)

@@ -223,6 +223,107 @@ TEST(GeneratorTest, SeededSamplingIsReproducible) {
   EXPECT_NE(runs[0], runs[2]);
 }
 
+// The contract of DecoderModel::decode_on_device, on the host: a CPU model whose "device" loop
+// samples with a second Sampler on the uniforms the generator hands it, draws each step's
+// uniform when that step is queued (one step ahead of on_token, as the CUDA model does) and
+// reports the step queued ahead of a stop as discarded.
+class HostLoopModel final : public DecoderModel {
+ public:
+  explicit HostLoopModel(std::unique_ptr<DecoderModel> m) : m_(std::move(m)) {}
+  std::string_view architecture() const override { return m_->architecture(); }
+  std::string describe() const override { return m_->describe(); }
+  uint64_t weight_bytes_per_token() const override { return m_->weight_bytes_per_token(); }
+  const DecoderHParams& hparams() const override { return m_->hparams(); }
+  Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
+    return m_->infer(b, c, logits);
+  }
+  bool can_decode_on_device(const SamplingParams&) const override { return enabled; }
+  Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d) override {
+    ++calls;
+    const SamplingParams& sp = *d.sampling;
+    const bool draws = sp.temperature > 0.0f;
+    Sampler sampler(sp, hparams().n_vocab);
+    std::vector<int32_t> hist(d.history.begin(), d.history.end());
+    std::vector<float> logits(static_cast<size_t>(hparams().n_vocab));
+    const int64_t p0 = cache.size();
+    DeviceDecodeResult r;
+    double u = draws ? d.uniform() : 0.0;  // step 0 queued
+    for (int64_t k = 0;; ++k) {
+      const int32_t pos = static_cast<int32_t>(p0 + k), row = 0;
+      DecoderBatch b{std::span<const int32_t>(&hist.back(), 1), std::span<const int32_t>(&pos, 1),
+                     std::span<const int32_t>(&row, 1)};
+      RINFER_RETURN_IF_ERROR(m_->infer(b, cache, logits.data()));
+      ++r.steps;
+      const int32_t tok = sampler.sample_with_uniform(logits, hist, u);
+      const bool ahead = p0 + k + 1 < cache.n_ctx();
+      if (ahead && draws) u = d.uniform();  // step k + 1 queued before the host reads tok
+      if (!d.on_token(tok)) {
+        if (ahead) r.discarded = 1;
+        return r;
+      }
+      if (!ahead) return r;
+      hist.push_back(tok);
+    }
+  }
+  bool enabled = true;
+  int calls = 0;
+
+ private:
+  std::unique_ptr<DecoderModel> m_;
+};
+
+// Device decoding (through the contract above) against the host loop: the same tokens, stop
+// reasons and cache, greedy with penalties and seeded sampling, over consecutive replies (the
+// draw of a dropped step is taken back, so the next reply draws as the host loop's would).
+TEST(GeneratorTest, DeviceDecodingMatchesTheHostLoop) {
+  for (bool sampled : {false, true}) {
+    struct Reply {
+      std::vector<int32_t> tokens;
+      StopReason reason;
+      int64_t steps, cache;
+      bool operator==(const Reply&) const = default;
+    };
+    std::vector<Reply> runs[2];
+    for (int dev = 0; dev < 2; ++dev) {
+      Rig s = make(40);
+      HostLoopModel m(std::move(s.model));
+      m.enabled = dev == 1;
+      GeneratorOptions o = greedy(10);
+      o.sampling.repeat_penalty = 1.3f;
+      o.sampling.presence_penalty = 0.2f;
+      o.sampling.repeat_last_n = 8;
+      if (sampled) {
+        o.sampling.temperature = 1.2f;
+        o.sampling.top_k = 20;
+        o.sampling.top_p = 0.95f;
+        o.sampling.min_p = 0.0f;
+        o.sampling.seed = 7;
+      }
+      Generator g(m, s.cache, nullptr, o);
+      std::vector<int32_t> prompt = kPrompt;
+      for (int turn = 0; turn < 3; ++turn) {
+        if (turn == 2) g.mutable_options().max_tokens = 0;  // until the context is full
+        auto r = g.generate(prompt, nullptr);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        runs[dev].push_back({r->tokens, r->stop_reason, r->timings.decode_steps, s.cache.size()});
+        EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size()));
+        prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
+        prompt.insert(prompt.end(), {7, 8});
+      }
+      EXPECT_EQ(m.calls, dev == 1 ? 3 : 0);
+    }
+    ASSERT_EQ(runs[1].size(), 3u);
+    EXPECT_EQ(runs[1][0].reason, StopReason::kMaxTokens);
+    EXPECT_EQ(runs[1][0].tokens.size(), 10u);
+    EXPECT_EQ(runs[1][0].steps, 9);
+    EXPECT_EQ(runs[1][2].reason, StopReason::kContextFull);
+    EXPECT_EQ(runs[1][2].cache, 40);
+    for (size_t t = 0; t < runs[0].size(); ++t) {
+      EXPECT_TRUE(runs[0][t] == runs[1][t]) << (sampled ? "sampled" : "greedy") << ", reply " << t;
+    }
+  }
+}
+
 TEST(GeneratorTest, TimingsAreFilled) {
   Rig s = make();
   Generator g(*s.model, s.cache, nullptr, greedy(4));

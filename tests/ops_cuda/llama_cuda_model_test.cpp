@@ -16,6 +16,7 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
+#include "engine/generator.h"
 #include "engine/kv_cache.h"
 #include "formats/gguf_writer.h"
 #include "models/model.h"
@@ -426,6 +427,78 @@ TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {
     std::printf("[ %s layout %s ] matvec rel L2 %.3g\n", std::string(dtype_name(t)).c_str(),
                 std::string(dtype_name(dw->dtype)).c_str(), err);
     EXPECT_LT(err, 1e-2);
+  }
+}
+
+// strategies.device_sampling: replies generated with each token sampled on the device (the next
+// step queued before the host reads it) against the host sampler on the same GPU model: the same
+// tokens, stop reasons and cache sizes over three replies (the last until the context is full),
+// greedy with penalties and seeded sampling, with and without graphs, on a Llama and on a Gemma 3
+// whose sliding-window rings are smaller than the context (the step queued ahead of a stop
+// writes a ring row past the end).
+TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  for (const std::string arch : {"llama", "gemma3"}) {
+    TinySpec spec;
+    spec.arch = arch;
+    spec.wtype = DType::kQ4_0;
+    const std::string path = write_tiny_model(spec, 21);
+    for (bool graphs : {true, false}) {
+      for (bool sampled : {false, true}) {
+        SCOPED_TRACE(arch + (graphs ? " graphs" : " no graphs") +
+                     (sampled ? " sampled" : " greedy"));
+        struct Reply {
+          std::vector<int32_t> tokens;
+          StopReason reason;
+          int64_t steps, cache;
+        };
+        std::vector<Reply> runs[2];
+        for (int dev = 0; dev < 2; ++dev) {
+          LoadOptions o;
+          o.device = Device::cuda(0);
+          o.max_batch = 4;  // Gemma's rings: window + 3 rows, under the context
+          o.cuda_graphs = graphs;
+          o.device_sampling = dev == 1;
+          auto m = load_decoder_model(path, o);
+          ASSERT_TRUE(m.ok()) << m.status().to_string();
+          auto cache = (*m)->create_cache(48);
+          ASSERT_TRUE(cache.ok());
+          GeneratorOptions g;
+          g.max_tokens = 10;
+          g.prefill_chunk = 4;
+          g.sampling.temperature = sampled ? 1.1f : 0.0f;
+          g.sampling.top_k = 30;
+          g.sampling.top_p = 0.95f;
+          g.sampling.min_p = 0.0f;
+          g.sampling.repeat_penalty = 1.3f;
+          g.sampling.repeat_last_n = 16;
+          g.sampling.seed = 3;
+          EXPECT_EQ((*m)->can_decode_on_device(g.sampling), dev == 1);
+          Generator gen(**m, *cache, nullptr, g);
+          std::vector<int32_t> prompt = {5, 77, 12, 300, 41, 9};
+          for (int turn = 0; turn < 3; ++turn) {
+            if (turn == 2) gen.mutable_options().max_tokens = 0;
+            auto r = gen.generate(prompt, nullptr);
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            runs[dev].push_back(
+                {r->tokens, r->stop_reason, r->timings.decode_steps, cache->size()});
+            prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
+            prompt.insert(prompt.end(), {3, 4});
+          }
+        }
+        ASSERT_EQ(runs[0].size(), runs[1].size());
+        EXPECT_EQ(runs[1][2].reason, StopReason::kContextFull);
+        EXPECT_EQ(runs[1][2].cache, 48);
+        for (size_t t = 0; t < runs[0].size(); ++t) {
+          EXPECT_EQ(runs[0][t].tokens, runs[1][t].tokens) << "reply " << t;
+          EXPECT_EQ(runs[0][t].reason, runs[1][t].reason) << "reply " << t;
+          EXPECT_EQ(runs[0][t].steps, runs[1][t].steps) << "reply " << t;
+          EXPECT_EQ(runs[0][t].cache, runs[1][t].cache) << "reply " << t;
+        }
+      }
+    }
+    std::filesystem::remove(path);
   }
 }
 

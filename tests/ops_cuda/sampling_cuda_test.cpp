@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "engine/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 
 namespace rinfer {
@@ -160,6 +161,76 @@ TEST_F(CudaSampling, GreedyAndUnsupportedSettings) {
                          out.as<int32_t>(), stream())
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+// The device decode loop's sampler against the host Sampler (engine/sampler.h), step by step:
+// penalties over the history ring (duplicates penalized once, ids joining as they are sampled),
+// then argmax or the top-k chain with the host's uniform; and its bookkeeping (token, position,
+// KV length, host ring).
+TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
+  const int64_t n = 5003;
+  CU_ASSIGN_OR_FAIL(cuda::DecodeSampler ds, cuda::DecodeSampler::create(0, stream()));
+  for (bool sampled : {false, true}) {
+    for (int last_n : {0, 8, 64, 1024}) {
+      SamplingParams sp;
+      sp.temperature = sampled ? 0.9f : 0.0f;
+      sp.top_k = 50;
+      sp.top_p = 0.9f;
+      sp.min_p = 0.02f;
+      sp.repeat_penalty = 1.4f;
+      sp.presence_penalty = 0.7f;
+      sp.repeat_last_n = last_n;
+      sp.seed = 11;
+      const cuda::DecodeSampling dsp{{sp.temperature, sp.top_k, sp.top_p, sp.min_p},
+                                     sp.repeat_penalty,
+                                     sp.presence_penalty,
+                                     sp.repeat_last_n};
+      CU_ASSERT_OK(cuda::decode_sampling_supported(dsp, n));
+      Sampler host(sp, n), rng(sp, n);
+      // A history with repeats and an out-of-vocabulary id (never penalized).
+      std::vector<int32_t> hist;
+      for (int i = 0; i < 700; ++i) hist.push_back(static_cast<int32_t>((i * 37) % 300));
+      hist.push_back(static_cast<int32_t>(n + 5));
+      CU_ASSERT_OK(ds.start(dsp, n, hist, stream()));
+      cuda::DeviceBuffer io = upload(std::vector<int32_t>{-1, 100, 101});  // token, pos, n_kv
+      int32_t* tok = io.as<int32_t>();
+      int mismatches = 0;
+      const int steps = 24;
+      for (int step = 0; step < steps; ++step) {
+        // Logits where the history's ids lead, so the penalties decide the pick.
+        auto x = test::random_floats(static_cast<size_t>(n), 1000u * last_n + step + sampled, -2.0f,
+                                     2.0f);
+        for (int32_t id = 0; id < 300; ++id) x[static_cast<size_t>(id)] += 3.0f;
+        cuda::DeviceBuffer dx = upload(x);
+        const double u = rng.next_uniform();
+        ds.set_uniform(step, static_cast<float>(u));
+        CU_ASSERT_OK(ds.launch(dx.as<float>(), tok, tok + 1, tok + 2, stream()));
+        ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+        const int32_t got = ds.result(step);
+        const int32_t want = host.sample_with_uniform(x, hist, u);
+        if (sampled) {
+          mismatches += got != want;  // a draw on a boundary of the sums (f32 against double)
+        } else {
+          ASSERT_EQ(got, want) << "last_n " << last_n << " step " << step;
+        }
+        EXPECT_EQ(download<int32_t>(io, 1)[0], got);
+        hist.push_back(want);
+        if (got != want) {  // follow the device's history from here
+          hist.back() = got;
+        }
+      }
+      EXPECT_LE(mismatches, 1) << "last_n " << last_n;
+      const auto st = download<int32_t>(io, 3);
+      EXPECT_EQ(st[1], 100 + steps);
+      EXPECT_EQ(st[2], 101 + steps);
+    }
+  }
+  // Settings the device does not take.
+  EXPECT_EQ(cuda::decode_sampling_supported({{1.0f, 0, 1.0f, 0.0f}, 1.0f, 0.0f, 0}, n).code(),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 2000}, n).code(),
+            StatusCode::kUnsupported);
+  EXPECT_TRUE(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 64}, n).ok());
 }
 
 }  // namespace

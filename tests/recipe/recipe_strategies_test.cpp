@@ -51,8 +51,9 @@ TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
                           "b.yaml");
     EXPECT_TRUE(r.ok()) << s.name << ": " << r.status().to_string();
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion",
-                                             "quantization", "cuda_graphs", "allocator"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion", "quantization",
+                                      "cuda_graphs", "device_sampling", "allocator"}));
   ASSERT_NE(find_strategy("fusion"), nullptr);
   EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
   EXPECT_EQ(find_strategy("paged_attention"), nullptr);
@@ -121,7 +122,7 @@ TEST(ApplyStrategiesTest, CudaDefaultsAreTheOptimizedSettings) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->strategies_summary(),
             "kv_cache on, threads all cores, fusion attention+residual_norm+swiglu+qkv, "
-            "cuda_graphs on, allocator caching, context 2048");
+            "cuda_graphs on, device_sampling on, allocator caching, context 2048");
 }
 
 TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
@@ -139,13 +140,27 @@ TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(describe_strategies(r->strategies, r->device),
             "kv_cache on, threads all cores, fusion attention (unfused residual_norm+swiglu+qkv), "
-            "cuda_graphs off, allocator plain");
+            "cuda_graphs off, device_sampling on, allocator plain");
 }
 
 TEST(ApplyStrategiesTest, CudaWithoutKvCacheTurnsTheDefaultGraphsOff) {
   Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {enabled: false}}\n");
   EXPECT_FALSE(a.gen.kv_cache);
   EXPECT_FALSE(a.load.cuda_graphs);
+  EXPECT_FALSE(a.load.device_sampling);
+}
+
+TEST(ApplyStrategiesTest, DeviceSamplingIsOnForCudaAndOffElsewhere) {
+  EXPECT_TRUE(apply_ok(BASE "device: cuda:0\n").load.device_sampling);
+  EXPECT_FALSE(apply_ok(BASE).load.device_sampling);  // the CPU samples on the host
+  Applied a = apply_ok(BASE "device: cuda:0\nstrategies:\n  device_sampling: {enabled: false}\n");
+  EXPECT_FALSE(a.load.device_sampling);
+  EXPECT_TRUE(a.load.cuda_graphs);
+  auto r = parse_recipe(BASE "device: cuda:0\nstrategies:\n  device_sampling: {enabled: false}\n",
+                        "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(describe_strategies(r->strategies, r->device).find("device_sampling off"),
+            std::string::npos);
 }
 
 TEST(ApplyStrategiesTest, QuantizationKeepsFirstAndLastByDefault) {
@@ -223,6 +238,13 @@ INSTANTIATE_TEST_SUITE_P(
         Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {enabled: false}\n"
                       "  cuda_graphs: {enabled: true}\n",
                  "c.yaml:6:26: strategies.cuda_graphs.enabled: true needs the KV cache",
+                 "strategies.kv_cache.enabled: set at c.yaml:5:23)"},
+        Conflict{BASE "strategies:\n  device_sampling: {enabled: true}\n",
+                 "c.yaml:4:30: strategies.device_sampling.enabled: true needs a CUDA device",
+                 "device: the default)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {enabled: false}\n"
+                      "  device_sampling: {enabled: true}\n",
+                 "strategies.device_sampling.enabled: true needs the KV cache",
                  "strategies.kv_cache.enabled: set at c.yaml:5:23)"},
         Conflict{BASE "device: cuda:0\nstrategies:\n  fusion: {attention: false}\n",
                  "strategies.fusion.attention: false (scores, softmax and the weighted sum as "
@@ -442,6 +464,7 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   GeneratorOptions gen;
   ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
   EXPECT_FALSE(load.cuda_graphs);
+  EXPECT_FALSE(load.device_sampling);
   EXPECT_EQ(load.allocator, AllocatorKind::kPlain);
   EXPECT_FALSE(load.fusion.residual_norm || load.fusion.swiglu || load.fusion.qkv);
   EXPECT_TRUE(load.fusion.attention);  // the only attention on CUDA
@@ -458,6 +481,13 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   ASSERT_TRUE(apply_strategies(*v, load32, gen).ok());
   EXPECT_EQ(load32.kv_dtype, std::optional<DType>(DType::kF32));
   EXPECT_TRUE(load32.cuda_graphs);
+
+  v = load_recipe(dir + "cuda-host-sampling.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  LoadOptions loadh;
+  ASSERT_TRUE(apply_strategies(*v, loadh, gen).ok());
+  EXPECT_FALSE(loadh.device_sampling);
+  EXPECT_TRUE(loadh.cuda_graphs);
 }
 
 #undef BASE

@@ -26,10 +26,11 @@ __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
+// The argmax of x[n] over the block (kThreads threads), returned to every thread.
+__device__ int block_argmax(const float* __restrict__ x, int64_t n) {
   __shared__ float s_v[kWarps];
   __shared__ int s_i[kWarps];
+  __shared__ int s_best;
   float bv = -INFINITY;
   int bi = INT_MAX;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) {
@@ -66,8 +67,16 @@ __global__ void __launch_bounds__(kThreads)
         bi = oi;
       }
     }
-    if (lane == 0) *out = bi == INT_MAX ? 0 : bi;  // every logit -inf or NaN: id 0
+    if (lane == 0) s_best = bi == INT_MAX ? 0 : bi;  // every logit -inf or NaN: id 0
   }
+  __syncthreads();
+  return s_best;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
+  const int id = block_argmax(x, n);
+  if (threadIdx.x == 0) *out = id;
 }
 
 // Larger floats get larger keys; NaN gets 0 (below -inf).
@@ -77,9 +86,8 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_top_k_kernel(const float* __restrict__ x, SampleArgs a,
-                        const float* __restrict__ uniform, int32_t* out) {
+// The top-k chain's draw with the uniform u, returned to every thread of the block.
+__device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, float u) {
   __shared__ uint32_t hist[256];
   __shared__ float cand_v[kMaxTopK];
   __shared__ int cand_i[kMaxTopK];
@@ -242,12 +250,67 @@ __global__ void __launch_bounds__(kThreads)
   const int n_keep = max(1, min(s_np, s_nm));
   if (tid == 0) s_choice = n_keep - 1;  // u rounded up to the mass: the last kept
   __syncthreads();
-  const float target = uniform[0] * cum[n_keep - 1];
+  const float target = u * cum[n_keep - 1];
   if (tid < n_keep && cum[tid] > target && (tid == 0 || cum[tid - 1] <= target)) {
     atomicMin(&s_choice, tid);
   }
   __syncthreads();
-  if (tid == 0) *out = cand_i[s_choice];
+  return cand_i[s_choice];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_top_k_kernel(const float* __restrict__ x, SampleArgs a,
+                        const float* __restrict__ uniform, int32_t* out) {
+  const int id = block_sample(x, a, uniform[0]);
+  if (threadIdx.x == 0) *out = id;
+}
+
+// One decode step's token, chosen on the device (DecodeSampleIo in launch.h): the penalties
+// over the last `last_n` ids of the history ring (each distinct id once, in the logits, in
+// place), then argmax or the top-k draw with this step's uniform, then the bookkeeping of a
+// device-driven decode loop: the id becomes the next step's input token, position and KV length
+// advance by one, the id joins the history ring and is written to the host ring's slot.
+__global__ void __launch_bounds__(kThreads)
+    decode_sample_kernel(float* __restrict__ x, DecodeSampleIo io) {
+  __shared__ int s_win[kMaxDecodeHistory];
+  const DecodeSampleArgs a = *io.args;  // written by the host before the loop
+  pdl_begin();
+  const int count = io.state[0], step = io.state[1];
+  const int tid = threadIdx.x;
+  const bool pen = a.last_n > 0 && (a.repeat_penalty != 1.0f || a.presence_penalty != 0.0f);
+  if (pen) {
+    const int w = min(count, a.last_n);
+    if (tid < w) s_win[tid] = io.hist[(count - 1 - tid) % a.hist_cap];
+    __syncthreads();
+    if (tid < w) {
+      const int id = s_win[tid];
+      bool first = id >= 0 && id < a.n_vocab;
+      for (int j = 0; j < tid && first; ++j) first = s_win[j] != id;
+      if (first) {
+        float l = x[id];
+        if (a.repeat_penalty != 1.0f) l = l > 0.0f ? l / a.repeat_penalty : l * a.repeat_penalty;
+        x[id] = l - a.presence_penalty;
+      }
+    }
+    __syncthreads();  // the penalized logits are visible to the whole block
+  }
+  int id;
+  if (a.temperature <= 0.0f) {
+    id = block_argmax(x, a.n_vocab);
+  } else {
+    const SampleArgs sa{a.n_vocab, a.top_k, a.temperature, a.top_p, a.min_p};
+    id = block_sample(x, sa, io.uniforms[step % a.ring]);
+  }
+  if (tid == 0) {
+    id = id < 0 || id >= a.n_vocab ? 0 : id;
+    *io.token = id;
+    *io.pos += 1;
+    *io.n_kv += 1;
+    io.hist[count % a.hist_cap] = id;
+    io.state[0] = count + 1;
+    io.state[1] = step + 1;
+    io.host_out[step % a.ring] = id;
+  }
 }
 
 }  // namespace
@@ -255,6 +318,10 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream) {
   argmax_kernel<<<1, kThreads, 0, stream>>>(logits, n, out_id);
   return cudaGetLastError();
+}
+
+cudaError_t launch_decode_sample(float* logits, const DecodeSampleIo& io, cudaStream_t stream) {
+  return launch_pdl(decode_sample_kernel, dim3(1), dim3(kThreads), 0, stream, logits, io);
 }
 
 cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const float* uniform,

@@ -17,6 +17,7 @@
 #include "core/cuda/stream.h"
 #include "core/error.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "ops/cuda/model_ops.h"
 #include "ops/cuda/ops_cuda.h"
 
@@ -123,6 +124,11 @@ class LlamaCudaModel final : public DecoderModel {
   const DecoderHParams& hparams() const override { return hp_; }
   Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
   Result<KvCache> create_cache(int64_t n_ctx) const override;
+  bool can_decode_on_device(const SamplingParams& sp) const override {
+    return opts_.device_sampling &&
+           cuda::decode_sampling_supported(decode_sampling(sp), hp_.n_vocab).ok();
+  }
+  Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d) override;
   uint64_t device_bytes_peak() const override { return peak_bytes_; }
 
  private:
@@ -216,6 +222,25 @@ class LlamaCudaModel final : public DecoderModel {
     return false;
   }
   Status decode_step_graph(int32_t token, int64_t pos, DeviceKvStorage& kv, float* logits);
+  // The device storage of a cache this model made, else an error.
+  Result<DeviceKvStorage*> device_kv(KvCache& cache) const;
+  // The decode graphs' scratch, (re)allocated for cache `kv` (the graphs of another cache are
+  // dropped), and the graph of one step captured at position pos when missing: with the logits
+  // copied to pinned host memory (sampled: false), or with the device sampler's kernel after
+  // the output projection (sampled: true).
+  Status ensure_graph_scratch(const DeviceKvStorage& kv);
+  Status ensure_graph(bool sampled, int64_t pos, DeviceKvStorage& kv);
+  // One queued step of decode_on_device: forward + the device sampler (a graph replay or the
+  // kernels one by one), then the event of its slot.
+  Status queue_sampled_step(int64_t pos, DeviceKvStorage& kv, const Scratch& s);
+  static cuda::DecodeSampling decode_sampling(const SamplingParams& sp) {
+    cuda::DecodeSampling d;
+    d.chain = {sp.temperature, sp.top_k, sp.top_p, sp.min_p};
+    d.repeat_penalty = sp.repeat_penalty;
+    d.presence_penalty = sp.presence_penalty;
+    d.last_n = sp.repeat_last_n;
+    return d;
+  }
 
   DecoderHParams hp_;
   LoadOptions opts_;
@@ -246,9 +271,14 @@ class LlamaCudaModel final : public DecoderModel {
   int64_t kv_n_ctx_ = 0;           // n_ctx of the cache the current infer() runs against
   DType kv_dtype_ = DType::kBF16;  // the KV cache's elements (LoadOptions::kv_dtype)
 
-  // CUDA graph of the decode step, captured for one cache and one scratch set.
+  // CUDA graphs of the decode step, captured for one cache and one scratch set: logits to the
+  // host (infer), or the token sampled on the device (decode_on_device).
   cudaGraphExec_t graph_exec_ = nullptr;
+  cudaGraphExec_t sampled_graph_exec_ = nullptr;
   uint64_t graph_cache_id_ = 0;
+  // decode_on_device: the sampler's device state and rings, and one event per step in flight.
+  std::optional<cuda::DecodeSampler> dsampler_;
+  cudaEvent_t step_done_[2] = {nullptr, nullptr};
   std::optional<Scratch> graph_scratch_;
   mutable uint64_t next_cache_id_ = 1;
 
@@ -262,6 +292,10 @@ class LlamaCudaModel final : public DecoderModel {
  public:
   ~LlamaCudaModel() override {
     if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    if (sampled_graph_exec_ != nullptr) cudaGraphExecDestroy(sampled_graph_exec_);
+    for (cudaEvent_t e : step_done_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (pinned_in_ != nullptr) {
       cuda::pinned_host_allocator().deallocate(pinned_in_, pinned_in_bytes());
     }
@@ -991,10 +1025,7 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
 Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
   RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
   const auto n = static_cast<int64_t>(batch.tokens.size());
-  auto* kv = dynamic_cast<DeviceKvStorage*>(cache.backend());
-  if (kv == nullptr || cache.n_layer() != hp_.n_layer || cache.kv_dim() != kv_dim_) {
-    return invalid_argument("infer: the KV cache was not made by this CUDA model (create_cache)");
-  }
+  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache));
   const int64_t n_past = cache.size();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = batch.tokens[static_cast<size_t>(i)];
@@ -1052,35 +1083,58 @@ Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* l
   return ok_status();
 }
 
+Result<DeviceKvStorage*> LlamaCudaModel::device_kv(KvCache& cache) const {
+  auto* kv = dynamic_cast<DeviceKvStorage*>(cache.backend());
+  if (kv == nullptr || cache.n_layer() != hp_.n_layer || cache.kv_dim() != kv_dim_) {
+    return invalid_argument("infer: the KV cache was not made by this CUDA model (create_cache)");
+  }
+  return kv;
+}
+
+Status LlamaCudaModel::ensure_graph_scratch(const DeviceKvStorage& kv) {
+  if (graph_scratch_ && graph_cache_id_ == kv.id) return ok_status();
+  for (cudaGraphExec_t* g : {&graph_exec_, &sampled_graph_exec_}) {
+    if (*g != nullptr) cudaGraphExecDestroy(*g);
+    *g = nullptr;
+  }
+  if (graph_scratch_) note_bytes(-static_cast<int64_t>(graph_scratch_->bytes));
+  graph_scratch_.reset();
+  RINFER_ASSIGN_OR_RETURN(Scratch s, allocate_scratch(1));
+  graph_scratch_ = std::move(s);
+  note_bytes(static_cast<int64_t>(graph_scratch_->bytes));
+  graph_cache_id_ = kv.id;
+  return ok_status();
+}
+
+Status LlamaCudaModel::ensure_graph(bool sampled, int64_t pos, DeviceKvStorage& kv) {
+  RINFER_RETURN_IF_ERROR(ensure_graph_scratch(kv));
+  cudaGraphExec_t& exec = sampled ? sampled_graph_exec_ : graph_exec_;
+  if (exec != nullptr) return ok_status();
+  cudaStream_t st = stream_.get();
+  const Scratch& s = *graph_scratch_;
+  // Everything before capture must be done: capture records, it does not run.
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
+  RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  Status fs = forward(1, pos, sampled ? 0 : 1, kv, s, nullptr);
+  if (fs.ok() && sampled) fs = dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(st, &graph);
+  if (!fs.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return fs.with_context("capturing the decode graph");
+  }
+  RINFER_CUDA_RETURN(end);
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) exec = nullptr;
+  RINFER_CUDA_RETURN(inst);
+  return ok_status();
+}
+
 Status LlamaCudaModel::decode_step_graph(int32_t token, int64_t pos, DeviceKvStorage& kv,
                                          float* logits) {
   cudaStream_t st = stream_.get();
-  if (graph_exec_ == nullptr || graph_cache_id_ != kv.id) {
-    if (graph_exec_ != nullptr) {
-      cudaGraphExecDestroy(graph_exec_);
-      graph_exec_ = nullptr;
-    }
-    if (graph_scratch_) note_bytes(-static_cast<int64_t>(graph_scratch_->bytes));
-    graph_scratch_.reset();
-    RINFER_ASSIGN_OR_RETURN(Scratch s, allocate_scratch(1));
-    graph_scratch_ = std::move(s);
-    note_bytes(static_cast<int64_t>(graph_scratch_->bytes));
-    // Everything before capture must be done: capture records, it does not run.
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
-    RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    Status fs = forward(1, pos, 1, kv, *graph_scratch_, nullptr);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(st, &graph);
-    if (!fs.ok()) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return fs.with_context("capturing the decode graph");
-    }
-    RINFER_CUDA_RETURN(end);
-    const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
-    cudaGraphDestroy(graph);
-    RINFER_CUDA_RETURN(inst);
-    graph_cache_id_ = kv.id;
-  }
+  RINFER_RETURN_IF_ERROR(ensure_graph(false, pos, kv));
   const int32_t one_row = 0;
   const auto pos32 = static_cast<int32_t>(pos);
   RINFER_RETURN_IF_ERROR(
@@ -1092,6 +1146,102 @@ Status LlamaCudaModel::decode_step_graph(int32_t token, int64_t pos, DeviceKvSto
     std::memcpy(logits, pinned_logits_, static_cast<size_t>(hp_.n_vocab) * 4);
   }
   return ok_status();
+}
+
+Status LlamaCudaModel::queue_sampled_step(int64_t pos, DeviceKvStorage& kv, const Scratch& s) {
+  cudaStream_t st = stream_.get();
+  if (opts_.cuda_graphs) {
+    RINFER_CUDA_RETURN(cudaGraphLaunch(sampled_graph_exec_, st));
+  } else {
+    RINFER_RETURN_IF_ERROR(forward(1, pos, 0, kv, s, nullptr));
+    RINFER_RETURN_IF_ERROR(dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st));
+  }
+  return ok_status();
+}
+
+Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, const DeviceDecode& d) {
+  if (d.sampling == nullptr || !d.on_token) {
+    return invalid_argument("decode_on_device: no sampling settings or no on_token callback");
+  }
+  if (!opts_.device_sampling) {
+    return unsupported("decode_on_device: device sampling is off (strategies.device_sampling)");
+  }
+  const cuda::DecodeSampling ds = decode_sampling(*d.sampling);
+  RINFER_RETURN_IF_ERROR(cuda::decode_sampling_supported(ds, hp_.n_vocab));
+  const bool draws = ds.chain.temperature > 0.0f;
+  if (draws && !d.uniform) return invalid_argument("decode_on_device: sampling needs uniform()");
+  if (d.history.empty()) return invalid_argument("decode_on_device: the history is empty");
+  const int32_t first = d.history.back();
+  if (first < 0 || first >= hp_.n_vocab) {
+    return invalid_argument("decode_on_device: token {} is outside the vocabulary [0, {})", first,
+                            hp_.n_vocab);
+  }
+  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache));
+  const int64_t p0 = cache.size(), n_ctx = cache.n_ctx();
+  if (p0 >= n_ctx) {
+    return out_of_range("decode_on_device: the KV cache is full ({} positions)", n_ctx);
+  }
+  kv_n_ctx_ = n_ctx;
+  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
+  cudaStream_t st = stream_.get();
+  if (!dsampler_) {
+    RINFER_ASSIGN_OR_RETURN(cuda::DecodeSampler ns, cuda::DecodeSampler::create(device_, st));
+    dsampler_ = std::move(ns);
+  }
+  for (cudaEvent_t& e : step_done_) {
+    if (e == nullptr) RINFER_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  RINFER_RETURN_IF_ERROR(dsampler_->start(ds, hp_.n_vocab, d.history, st));
+  // The scratch of the steps: the graphs' (captured once per cache), or one set for this call.
+  std::optional<Scratch> own;
+  const Scratch* s = nullptr;
+  if (opts_.cuda_graphs) {
+    RINFER_RETURN_IF_ERROR(ensure_graph(true, p0, *kv));
+    s = &*graph_scratch_;
+  } else {
+    RINFER_ASSIGN_OR_RETURN(Scratch ns, allocate_scratch(1));
+    own = std::move(ns);
+    note_bytes(static_cast<int64_t>(own->bytes));
+    s = &*own;
+  }
+  const int32_t one_row = 0;
+  const auto pos32 = static_cast<int32_t>(p0);
+  Status st_all =
+      stage_inputs(std::span<const int32_t>(&first, 1), std::span<const int32_t>(&pos32, 1),
+                   std::span<const int32_t>(&one_row, 1), p0 + 1, *s);
+  DeviceDecodeResult r;
+  // Queues step k (feeding the token at position p0 + k), then its event.
+  auto queue = [&](int64_t k) -> Status {
+    if (draws) dsampler_->set_uniform(k, d.uniform());
+    cache.note_written(p0 + k + 1);
+    RINFER_RETURN_IF_ERROR(queue_sampled_step(p0 + k, *kv, *s));
+    return cuda_status(cudaEventRecord(step_done_[k % 2], st), "decode_on_device event");
+  };
+  if (st_all.ok()) st_all = queue(0);
+  for (int64_t k = 0; st_all.ok(); ++k) {
+    // Step k + 1 feeds step k's id: queued before the host reads that id.
+    const bool ahead = p0 + k + 1 < n_ctx;
+    if (ahead) {
+      st_all = queue(k + 1);
+      if (!st_all.ok()) break;
+    }
+    st_all = cuda_status(cudaEventSynchronize(step_done_[k % 2]), "decode step");
+    if (!st_all.ok()) break;
+    st_all = cache.commit(1);
+    if (!st_all.ok()) break;
+    ++r.steps;
+    if (!d.on_token(dsampler_->result(k))) {
+      if (ahead) r.discarded = 1;
+      break;
+    }
+    if (!ahead) break;  // the cache is full: the last id cannot be fed
+  }
+  // Nothing may be left running on the scratch or the rings (a step queued ahead of the stop).
+  const Status drained = cuda_status(cudaStreamSynchronize(st), "decode_on_device");
+  if (own) note_bytes(-static_cast<int64_t>(own->bytes));
+  RINFER_RETURN_IF_ERROR(st_all);
+  RINFER_RETURN_IF_ERROR(drained);
+  return r;
 }
 
 Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel> host,
