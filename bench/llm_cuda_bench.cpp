@@ -17,12 +17,14 @@
 //       --format: only those formats' rows, in that order, without the switch-off rows (a
 //       format as a one-model process runs it: up to ac4b08d a q4_0 model made after others
 //       decoded 1-3% slower than one made first, cause not found; docs/gpu-workflow.md).
-//   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--decode-tokens N | --prefill N]
+//   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--device-sampling]
+//                  [--decode-tokens N | --prefill N]
 //       one shape and format: a 128-token prompt, --skip N untimed steps (later positions), 64
 //       timed warm-up steps (their median printed), then N decode steps (default
 //       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
 //       times (per step, and kernel count per step from the launches seen) on stdout; with
-//       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up).
+//       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
+//       with --device-sampling, the decode steps through decode_on_device (greedy).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -303,7 +305,8 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 }
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
-int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip) {
+int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,
+                   bool device_sampling) {
   LoadOptions o;
   o.device = Device::cuda(0);
   o.max_batch = 2048;
@@ -332,6 +335,25 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
                    std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
     return model.infer(d, *cache, logits.data());
   };
+  // --device-sampling: n steps from position p through decode_on_device (greedy, the next step
+  // queued before the host reads a token), the intervals between tokens in `ms`.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.repeat_penalty = 1.0f;
+  auto device_steps = [&](int64_t p, int n, std::vector<double>* ms) -> Status {
+    DeviceDecode dd;
+    dd.sampling = &greedy;
+    dd.history = std::span(tokens).first(static_cast<size_t>(p + 1));
+    int got = 0;
+    auto tp = Clock::now();
+    dd.on_token = [&](int32_t) {
+      const auto t = Clock::now();
+      if (ms != nullptr) ms->push_back(std::chrono::duration<double, std::milli>(t - tp).count());
+      tp = t;
+      return ++got < n;
+    };
+    return model.decode_on_device(*cache, dd).status();
+  };
   if (prefill > 0) {
     // One forward of `prefill` tokens into an empty cache (a warm-up first), logits of the last.
     const int32_t lrow = prefill - 1;
@@ -357,16 +379,29 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
     if (Status st = step(p); !st.ok()) return 1;
   }
   std::vector<double> warm;
-  for (int i = 0; i < 64; ++i, ++p) {
-    const auto t0 = Clock::now();
-    if (Status st = step(p); !st.ok()) return 1;
-    warm.push_back(seconds_since(t0) * 1e3);
+  if (device_sampling) {
+    if (Status st = device_steps(p, 64, &warm); !st.ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      return 1;
+    }
+    p += 64;
+  } else {
+    for (int i = 0; i < 64; ++i, ++p) {
+      const auto t0 = Clock::now();
+      if (Status st = step(p); !st.ok()) return 1;
+      warm.push_back(seconds_since(t0) * 1e3);
+    }
   }
-  std::printf("profile %s: median decode step %.4f ms over 64 warm steps (no profiler)\n",
-              std::string(dtype_name(t)).c_str(), bench::median(warm));
+  std::printf("profile %s: median decode step %.4f ms over 64 warm steps (no profiler%s)\n",
+              std::string(dtype_name(t)).c_str(), bench::median(warm),
+              device_sampling ? ", device sampling" : "");
   cudaProfilerStart();
-  for (int i = 0; i < steps; ++i, ++p) {
-    if (Status st = step(p); !st.ok()) return 1;
+  if (device_sampling) {
+    if (!device_steps(p, steps, nullptr).ok()) return 1;
+  } else {
+    for (int i = 0; i < steps; ++i, ++p) {
+      if (Status st = step(p); !st.ok()) return 1;
+    }
   }
   cudaProfilerStop();
   return 0;
@@ -375,7 +410,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
 int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
-  bool quick = false, profile = false, host_rows = false;
+  bool quick = false, profile = false, host_rows = false, device_profile = false;
   int prefill = 0, skip = 0;
   std::string format;  // --profile: q4_1 when not given; the table: every format
   for (int i = 1; i < argc; ++i) {
@@ -393,6 +428,8 @@ int main_impl(int argc, char** argv) {
       quick = true;
     else if (a == "--host-sampling")
       host_rows = true;
+    else if (a == "--device-sampling")
+      device_profile = true;
     else if (a == "--profile")
       profile = true;
     else if (a == "--format")
@@ -406,7 +443,7 @@ int main_impl(int argc, char** argv) {
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
                    "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
                    "--profile [--shape S] "
-                   "[--format F] [--skip N] [--decode-tokens N | --prefill N]\n");
+                   "[--format F] [--skip N] [--device-sampling] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -436,7 +473,7 @@ int main_impl(int argc, char** argv) {
   if (profile) {
     const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
-                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip);
+                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",

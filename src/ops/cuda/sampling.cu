@@ -33,9 +33,31 @@ __device__ int block_argmax(const float* __restrict__ x, int64_t n) {
   __shared__ int s_best;
   float bv = -INFINITY;
   int bi = INT_MAX;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+  // Each thread visits its ids in increasing order (so `>` keeps the first of equal values):
+  // float4s, eight loads in flight, then the scalar tail.
+  const int tid = threadIdx.x;
+  const int64_t n4 = (reinterpret_cast<uintptr_t>(x) & 15u) == 0 ? n / 4 : 0;
+  const auto* x4 = reinterpret_cast<const float4*>(x);
+  constexpr int kU = 8;
+  for (int64_t b = 0; b < n4; b += kThreads * kU) {
+    float4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t i = b + u * kThreads + tid;
+      v[u] = i < n4 ? x4[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = static_cast<int>(4 * (b + u * kThreads + tid));
+      if (v[u].x > bv) bv = v[u].x, bi = i;
+      if (v[u].y > bv) bv = v[u].y, bi = i + 1;
+      if (v[u].z > bv) bv = v[u].z, bi = i + 2;
+      if (v[u].w > bv) bv = v[u].w, bi = i + 3;
+    }
+  }
+  for (int64_t i = 4 * n4 + tid; i < n; i += kThreads) {
     const float v = x[i];
-    if (v > bv) {  // ids grow along the loop: the first of equal values stays
+    if (v > bv) {
       bv = v;
       bi = static_cast<int>(i);
     }
