@@ -347,9 +347,9 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
     int got = 0;
     auto tp = Clock::now();
     dd.on_token = [&](int32_t) {
-      const auto t = Clock::now();
-      if (ms != nullptr) ms->push_back(std::chrono::duration<double, std::milli>(t - tp).count());
-      tp = t;
+      const auto now = Clock::now();
+      if (ms != nullptr) ms->push_back(std::chrono::duration<double, std::milli>(now - tp).count());
+      tp = now;
       return ++got < n;
     };
     return model.decode_on_device(*cache, dd).status();
@@ -439,11 +439,12 @@ int main_impl(int argc, char** argv) {
     else if (a == "--skip")
       skip = std::stoi(next());
     else {
-      std::fprintf(stderr,
-                   "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
-                   "--profile [--shape S] "
-                   "[--format F] [--skip N] [--device-sampling] [--decode-tokens N | --prefill N]\n");
+      std::fprintf(
+          stderr,
+          "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+          "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
+          "--profile [--shape S] "
+          "[--format F] [--skip N] [--device-sampling] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }

@@ -460,5 +460,67 @@ TEST_F(CudaElementwise, GetRowsGathersEveryLayout) {
   }
 }
 
+// The decode step's first kernel: the embedding row, the first norm and its int16 blocks in one
+// kernel, bit for bit get_rows + scale + rms_norm_q16 (every layout; the widths of SmolLM2,
+// Llama-3-8B and the limit), and an id out of range gives NaN.
+TEST_F(CudaElementwise, EmbedRmsNormQ16IsGetRowsThenTheNorm) {
+  uint64_t seed = 1300;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K}) {
+    for (int64_t n : {int64_t{576}, int64_t{4096}, int64_t{8192}}) {
+      for (float es : {1.0f, 3.5f}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(n) + " scale " +
+                     std::to_string(es));
+        const int64_t n_rows = 37;
+        const Tensor w =
+            test::random_weight(t, n_rows, t == DType::kQ4_K ? n / 256 * 256 : n, ++seed);
+        if (w.shape()[1] != n) continue;  // Q4_K needs multiples of 256
+        CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+        const auto nw = test::random_floats(static_cast<size_t>(n), ++seed, 0.5f, 1.5f);
+        cuda::DeviceBuffer dnw = upload(nw), dids = upload(std::vector<int32_t>{29});
+        const size_t qb = cuda::quantized_activation_bytes(n);
+        cuda::DeviceBuffer x1 = poisoned<float>(static_cast<size_t>(n)),
+                           x2 = poisoned<float>(static_cast<size_t>(n));
+        cuda::DeviceBuffer h1 = poisoned<float>(static_cast<size_t>(n)),
+                           h2 = poisoned<float>(static_cast<size_t>(n));
+        cuda::DeviceBuffer q1 = poisoned<uint8_t>(qb), q2 = poisoned<uint8_t>(qb);
+        auto qa1 = cuda::quantized_activation_in(q1.data(), qb, n);
+        auto qa2 = cuda::quantized_activation_in(q2.data(), qb, n);
+        ASSERT_TRUE(qa1.ok() && qa2.ok());
+        CU_ASSERT_OK(cuda::embed_rms_norm_q16(dw, dids.as<int32_t>(), es, dnw.as<float>(), 1e-5f,
+                                              x1.as<float>(), h1.as<float>(), *qa1, stream()));
+        CU_ASSERT_OK(cuda::get_rows(dw, dids.as<int32_t>(), 1, DType::kF32, x2.data(), stream()));
+        if (es != 1.0f) CU_ASSERT_OK(cuda::scale(x2.as<float>(), n, es, stream()));
+        CU_ASSERT_OK(cuda::rms_norm_q16(x2.as<float>(), nullptr, dnw.as<float>(), n, 1e-5f,
+                                        h2.as<float>(), *qa2, stream()));
+        const auto xa = download<float>(x1, static_cast<size_t>(n));
+        EXPECT_EQ(test::count_non_finite(xa), 0u);
+        EXPECT_EQ(xa, download<float>(x2, static_cast<size_t>(n)));
+        EXPECT_EQ(download<float>(h1, static_cast<size_t>(n)),
+                  download<float>(h2, static_cast<size_t>(n)));
+        EXPECT_EQ(download<uint8_t>(q1, qb), download<uint8_t>(q2, qb));
+        // An id out of range: NaN rows, no out-of-bounds read.
+        cuda::DeviceBuffer dbad = upload(std::vector<int32_t>{static_cast<int32_t>(n_rows)});
+        CU_ASSERT_OK(cuda::embed_rms_norm_q16(dw, dbad.as<int32_t>(), es, dnw.as<float>(), 1e-5f,
+                                              x1.as<float>(), h1.as<float>(), *qa1, stream()));
+        EXPECT_EQ(test::count_non_finite(download<float>(x1, static_cast<size_t>(n))),
+                  static_cast<size_t>(n));
+      }
+    }
+  }
+  // Rows over the limit, or not a multiple of 32.
+  const Tensor wide = test::random_weight(DType::kBF16, 2, 8224, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dwide, cuda::upload_weight(wide, 0, stream()));
+  cuda::DeviceBuffer b = poisoned<float>(8224);
+  const size_t qb = cuda::quantized_activation_bytes(8224);
+  cuda::DeviceBuffer qw = poisoned<uint8_t>(qb);
+  auto qa = cuda::quantized_activation_in(qw.data(), qb, 8224);
+  ASSERT_TRUE(qa.ok());
+  EXPECT_EQ(cuda::embed_rms_norm_q16(dwide, b.as<int32_t>(), 1.0f, b.as<float>(), 1e-5f,
+                                     b.as<float>(), b.as<float>(), *qa, stream())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace rinfer

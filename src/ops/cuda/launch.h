@@ -100,6 +100,11 @@ cudaError_t launch_dequant_bf16(const WeightView& w, uint16_t* out, int64_t ld_o
 // out[i, :] = row ids[i] of W as f32 or bf16: [n_ids, n_in]. Out-of-range ids give NaN rows.
 cudaError_t launch_get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, bool out_bf16,
                             void* out, cudaStream_t stream);
+// One id (decode): x = row ids[0] * embd_scale; out = rms_norm(x) * nw; (q, scale, sum16) its
+// int16 blocks. n_in % 32 == 0, n_in <= 8192.
+cudaError_t launch_embed_norm_q16(const WeightView& w, const int32_t* ids, float embd_scale,
+                                  const float* nw, float eps, float* x, float* out, int16_t* q,
+                                  float* scale, float* sum16, cudaStream_t stream);
 
 // residual == nullptr: out = rms_norm(x) * w.  Else: residual += x; out = rms_norm(residual) * w.
 // x, residual: [n_rows, n] f32; w: [n] f32 or nullptr; out: [n_rows, n] f32 or bf16.

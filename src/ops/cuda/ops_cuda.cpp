@@ -222,6 +222,27 @@ Status get_rows(const DeviceWeight& table, const int32_t* ids, int64_t n_ids, DT
                   "get_rows launch");
 }
 
+Status embed_rms_norm_q16(const DeviceWeight& table, const int32_t* ids, float embd_scale,
+                          const float* w, float eps, float* x, float* out,
+                          const QuantizedActivation& qa, cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(table, "embed_rms_norm_q16"));
+  const int64_t n = table.n_in;
+  if (n <= 0 || n % 32 != 0 || n > kMaxEmbedNorm) {
+    return invalid_argument("embed_rms_norm_q16: rows of {} must be a multiple of 32, at most {}",
+                            n, kMaxEmbedNorm);
+  }
+  if (qa.n != n || qa.q == nullptr || qa.scale == nullptr || qa.sum16 == nullptr) {
+    return invalid_argument("embed_rms_norm_q16: the quantized activation holds {}, not {}", qa.n,
+                            n);
+  }
+  if (ids == nullptr || w == nullptr || x == nullptr || out == nullptr) {
+    return invalid_argument("embed_rms_norm_q16: null pointer");
+  }
+  return launched(kern::launch_embed_norm_q16(v, ids, embd_scale, w, eps, x, out, qa.q, qa.scale,
+                                              qa.sum16, stream),
+                  "embed_rms_norm_q16 launch");
+}
+
 Status rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                 DType out_dtype, void* out, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "rms_norm"));

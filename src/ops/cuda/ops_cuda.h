@@ -139,6 +139,13 @@ Status gemm(CublasLt& lt, const DeviceWeight& w, const uint16_t* x, int64_t n_to
 // from outside; sampled ids are always in range).
 Status get_rows(const DeviceWeight& table, const int32_t* ids, int64_t n_ids, DType out_dtype,
                 void* out, cudaStream_t stream);
+// A decode step's input in one kernel: x = row ids[0] of `table` * embd_scale (f32 [n_in]), then
+// out = rms_norm(x) * w (f32 [n_in]) and qa its int16 blocks: bit for bit get_rows, scale and
+// rms_norm_q16. n_in a multiple of 32, at most kMaxEmbedNorm.
+inline constexpr int64_t kMaxEmbedNorm = 8192;
+Status embed_rms_norm_q16(const DeviceWeight& table, const int32_t* ids, float embd_scale,
+                          const float* w, float eps, float* x, float* out,
+                          const QuantizedActivation& qa, cudaStream_t stream);
 
 // out = x / sqrt(mean(x^2) + eps) * w, rows of n. x: [n_rows, n] f32; w: [n] f32 or nullptr;
 // out: [n_rows, n] f32 (may alias x) or bf16.

@@ -961,20 +961,32 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
   const bool decode = nt == 1;
-  RINFER_RETURN_IF_ERROR(cuda::get_rows(tok_embd_, s.tokens, nt, DType::kF32, s.x, st));
-  if (hp_.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
   NormIn norm;  // how the next norm reaches its matrices (decode)
-  if (decode) {
-    // The first layer's: only kRow needs no matrix before it.
-    const DeviceLayer& d0 = layers_[0];
-    if (norm_mode(nullptr, false, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
-      norm = {NormMode::kRow, d0.attn_norm};
+  const DeviceLayer& d0 = layers_[0];
+  // The first layer's: only kRow needs no matrix before it.
+  if (decode && norm_mode(nullptr, false, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
+    norm = {NormMode::kRow, d0.attn_norm};
+  }
+  // Decode with integer matrices after the first norm: the gather, the norm and its int16 form
+  // in one kernel.
+  const bool embed_norm = decode && norm.mode == NormMode::kKernel && opts_.fusion.residual_norm &&
+                          e % 32 == 0 && e <= cuda::kMaxEmbedNorm &&
+                          any_q16({&d0.wqkv, &d0.wq, &d0.wk, &d0.wv});
+  if (embed_norm) {
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16, s.q16_bytes, e));
+    RINFER_RETURN_IF_ERROR(cuda::embed_rms_norm_q16(tok_embd_, s.tokens, hp_.embd_scale,
+                                                    d0.attn_norm, hp_.norm_eps, s.x, s.h, qa, st));
+  } else {
+    RINFER_RETURN_IF_ERROR(cuda::get_rows(tok_embd_, s.tokens, nt, DType::kF32, s.x, st));
+    if (hp_.embd_scale != 1.0f) {
+      RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
     }
   }
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
-    bool hq = false;
-    if (norm.mode == NormMode::kKernel) {
+    bool hq = il == 0 && embed_norm;
+    if (norm.mode == NormMode::kKernel && !hq) {
       RINFER_ASSIGN_OR_RETURN(
           hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
                             decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
