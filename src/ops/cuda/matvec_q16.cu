@@ -159,8 +159,7 @@ struct PartsAcc {
 // (loaded early: they do not wait on the matvec).
 template <int R, int S, int kNT>
 __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane, int wi,
-                                                      const ResNormOut& rn, float4 xr, float4 wv,
-                                                      int unit, int n_units) {
+                                                      const ResNormOut& rn, float4 xr, float4 wv) {
   static_assert(R == 4 && kNT / kWarp / S == 8, "32 rows a block, four a group");
   __shared__ float part[kNT / kWarp][R];
 #pragma unroll
@@ -168,7 +167,6 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
   float v = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) v = lane == r ? acc[r] : v;
-  __syncthreads();  // warp 0 may still read the block's previous unit
   if (lane < R) part[wi][lane] = v;
   __syncthreads();
   if (wi != 0) return;
@@ -182,7 +180,7 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
 #pragma unroll
     for (int k = 0; k < S; ++k) y4[r] += part[g * S + k][r];
   }
-  const int64_t i = static_cast<int64_t>(unit) * 32 + 4 * g;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + 4 * g;
   float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (valid) {
     xr = make_float4(xr.x + y4[0], xr.y + y4[1], xr.z + y4[2], xr.w + y4[3]);
@@ -193,10 +191,10 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
   }
   quantize4(t, i, valid, rn.q, rn.scale, rn.sum16);
   const float ss = warp_sum((xr.x * xr.x + xr.y * xr.y) + (xr.z * xr.z + xr.w * xr.w));
-  if (lane == 0) rn.parts[unit] = ss;
-  // The parts are read as float4s: unit 0 zeroes the padding up to a multiple of 4.
-  const int pad = n_units + lane;
-  if (unit == 0 && lane < 3 && pad < (n_units + 3) / 4 * 4) rn.parts[pad] = 0.0f;
+  if (lane == 0) rn.parts[blockIdx.x] = ss;
+  // The parts are read as float4s: block 0 zeroes the padding up to a multiple of 4.
+  const unsigned pad = gridDim.x + static_cast<unsigned>(lane);
+  if (blockIdx.x == 0 && lane < 3 && pad < (gridDim.x + 3) / 4 * 4) rn.parts[pad] = 0.0f;
 }
 
 // kNT threads a block; kNorm: the ResNormOut producer (kNT = 256 S: 32 rows a block).
@@ -222,123 +220,118 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks :
   const int lane = threadIdx.x % kWarp;
   const int wi = threadIdx.x / kWarp;
   const int ks = wi % S;  // this warp's share of the row (split-K)
-  // kNorm: the block takes units (32 rows) blockIdx.x, + gridDim.x, ... (a grid of fewer blocks
-  // than units: see launch_fs); otherwise one unit, its own.
-  const int n_units = kNorm ? static_cast<int>(w.n_out / 32) : static_cast<int>(gridDim.x);
-  for (int unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
-    const int64_t row0 = (static_cast<int64_t>(unit) * (kNT / kWarp / S) + wi / S) * kRows;
-    // Groups past the last row walk no chunks (they still reach the split-K barrier).
-    // Chunk indices are 32-bit (a row has far fewer than 2^31): registers bound the occupancy.
-    const int32_t nc = row0 < w.n_out ? static_cast<int32_t>(w_chunks<F>(w)) : 0;
-    const MvRows rs = matvec_rows<F>(w, row0);
-    float acc[kRows];
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kNT / kWarp / S) + wi / S) * kRows;
+  // Groups past the last row walk no chunks (they still reach the split-K barrier).
+  // Chunk indices are 32-bit (a row has far fewer than 2^31): registers bound the occupancy.
+  const int32_t nc = row0 < w.n_out ? static_cast<int32_t>(w_chunks<F>(w)) : 0;
+  const MvRows rs = matvec_rows<F>(w, row0);
+  float acc[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
-    const int32_t c_first = lane + ks * kWarp;
-    PartsAcc pv;  // RmsIn: this lane's parts of the norm's sum of squares
-    // kNorm: warp 0's lanes 0-7 fetch their rows of the norm weights now and of the residual once
-    // the previous kernels are done, so the end of the block does not wait on them.
-    const bool norm_lane = kNorm && wi == 0 && lane < 8;
-    const int64_t norm_i = static_cast<int64_t>(unit) * 32 + 4 * lane;
-    float4 nw = make_float4(0.0f, 0.0f, 0.0f, 0.0f), nx = nw;
-    if (norm_lane) nw = ld_f4(rn.w + norm_i);
-    for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
-      uint4 wv[kUnroll][kRows];
-      uint4 hdr[kUnroll][kRows];
-      uint32_t sc[kUnroll][kRows];
-      matvec_load_step<F, kUnroll, kRows>(rs, c0, kWarp * S, nc, wv, hdr, sc);
-      // The weights do not depend on the previous kernel: the first step's loads are in flight
-      // before waiting for it (PDL); x is read only after.
-      if (c0 == c_first) {
-        pdl_begin();
-        pv.load(rin, lane);
-        if (norm_lane) nx = ld_f4(rn.residual + norm_i);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t c = c0 + u * kWarp * S;
-        if (c >= nc) break;
-        if constexpr (F == kWQ8_0) {
-          int xw[8];
-          load_x16(x.q + c * 16, xw);
-          const float xs = __ldg(x.scale + c / 2);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const int s = dot16(xw, wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w);
-            const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
-            acc[r] = fmaf(d * xs, static_cast<float>(s), acc[r]);
-          }
-        } else if constexpr (F == kWQ4_0 || F == kWQ4_1) {
-          // A chunk is one 32-element block: one x scale, and one int32 sum for both halves,
-          // 16 * sum lo * xl + sum (16 hi) * xh (the high nibbles masked in place; below 2^28).
-          // The halves' x are loaded in turn (registers bound Q4_0's occupancy).
-          int xw[8], s[kRows];
-          load_x16(x.q + c * 32, xw);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const uint4 v = wv[u][r];
-            s[r] = dot16(xw, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu,
-                         v.w & 0x0f0f0f0fu);
-          }
-          load_x16(x.q + c * 32 + 16, xw);
-          const float xs16 = __ldg(x.scale + c) * 0.0625f;
-          const float2 sx2 = __ldg(reinterpret_cast<const float2*>(x.sum16) + c);
-          const float sx = sx2.x + sx2.y;
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const uint4 v = wv[u][r];
-            const int t = dot16<true>(xw, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
-                                      v.w & 0xf0f0f0f0u, s[r] * 16);
-            const float f = xs16 * static_cast<float>(t);
-            if constexpr (F == kWQ4_0) {
-              const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
-              acc[r] = fmaf(d, fmaf(-8.0f, sx, f), acc[r]);
-            } else {
-              const float2 dm = half2_to_float2(sc[u][r]);
-              acc[r] = fmaf(dm.x, f, fmaf(dm.y, sx, acc[r]));
-            }
-          }
-        } else {  // Q4_K: the halves are 32 elements apart, in sub-blocks of their own scales
-          const int64_t lo = chunk_base_lo<F>(c), hi = chunk_base_hi<F>(c);
-          int xl[8], xh[8];
-          load_x16(x.q + lo, xl);
-          load_x16(x.q + hi, xh);
-          const float xsl = __ldg(x.scale + lo / 32), xsh16 = __ldg(x.scale + hi / 32) * 0.0625f;
-          const float sxl = __ldg(x.sum16 + lo / 16), sxh = __ldg(x.sum16 + hi / 16);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const uint4 v = wv[u][r];
-            const int il = dot16(xl, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu,
-                                 v.w & 0x0f0f0f0fu);
-            const int ih16 = dot16<true>(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u,
-                                         v.z & 0xf0f0f0f0u, v.w & 0xf0f0f0f0u, 0);
-            const float fl = xsl * static_cast<float>(il), fh = xsh16 * static_cast<float>(ih16);
-            const uint4 h = hdr[u][r];
-            const float dd = half_to_float(static_cast<uint16_t>(h.x & 0xffffu));
-            const float dmin = half_to_float(static_cast<uint16_t>(h.x >> 16));
-            float sc0, sc1, m0, m1;
-            q4k_scales_pair(h, static_cast<int>((c & 7) >> 1), sc0, sc1, m0, m1);
-            acc[r] += dd * (sc0 * fl + sc1 * fh) - dmin * (m0 * sxl + m1 * sxh);
-          }
-        }
-      }
-    }
-    pdl_begin();  // lanes without chunks (and a repeat for the others: returns at once)
-    if (c_first >= nc) {
+  const int32_t c_first = lane + ks * kWarp;
+  PartsAcc pv;  // RmsIn: this lane's parts of the norm's sum of squares
+  // kNorm: warp 0's lanes 0-7 fetch their rows of the norm weights now and of the residual once
+  // the previous kernels are done, so the end of the block does not wait on them.
+  const bool norm_lane = kNorm && wi == 0 && lane < 8;
+  const int64_t norm_i = static_cast<int64_t>(blockIdx.x) * 32 + 4 * lane;
+  float4 nw = make_float4(0.0f, 0.0f, 0.0f, 0.0f), nx = nw;
+  if (norm_lane) nw = ld_f4(rn.w + norm_i);
+  for (int32_t c0 = c_first; c0 < nc; c0 += kWarp * S * kUnroll) {
+    uint4 wv[kUnroll][kRows];
+    uint4 hdr[kUnroll][kRows];
+    uint32_t sc[kUnroll][kRows];
+    matvec_load_step<F, kUnroll, kRows>(rs, c0, kWarp * S, nc, wv, hdr, sc);
+    // The weights do not depend on the previous kernel: the first step's loads are in flight
+    // before waiting for it (PDL); x is read only after.
+    if (c0 == c_first) {
+      pdl_begin();
       pv.load(rin, lane);
       if (norm_lane) nx = ld_f4(rn.residual + norm_i);
     }
-    __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
-    if constexpr (kNorm) {
-      matvec_store_res_norm<kRows, S, kNT>(acc, lane, wi, rn, nx, nw, unit, n_units);
-    } else {
-      const float ss = warp_sum(pv.sum());
-      const float sc = rin.parts != nullptr ? rms_scale(ss, rin.n, rin.eps) : 1.0f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] *= sc;
-      matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t c = c0 + u * kWarp * S;
+      if (c >= nc) break;
+      if constexpr (F == kWQ8_0) {
+        int xw[8];
+        load_x16(x.q + c * 16, xw);
+        const float xs = __ldg(x.scale + c / 2);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int s = dot16(xw, wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w);
+          const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
+          acc[r] = fmaf(d * xs, static_cast<float>(s), acc[r]);
+        }
+      } else if constexpr (F == kWQ4_0 || F == kWQ4_1) {
+        // A chunk is one 32-element block: one x scale, and one int32 sum for both halves,
+        // 16 * sum lo * xl + sum (16 hi) * xh (the high nibbles masked in place; below 2^28).
+        // The halves' x are loaded in turn (registers bound Q4_0's occupancy).
+        int xw[8], s[kRows];
+        load_x16(x.q + c * 32, xw);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint4 v = wv[u][r];
+          s[r] =
+              dot16(xw, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
+        }
+        load_x16(x.q + c * 32 + 16, xw);
+        const float xs16 = __ldg(x.scale + c) * 0.0625f;
+        const float2 sx2 = __ldg(reinterpret_cast<const float2*>(x.sum16) + c);
+        const float sx = sx2.x + sx2.y;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint4 v = wv[u][r];
+          const int t = dot16<true>(xw, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
+                                    v.w & 0xf0f0f0f0u, s[r] * 16);
+          const float f = xs16 * static_cast<float>(t);
+          if constexpr (F == kWQ4_0) {
+            const float d = half_to_float(static_cast<uint16_t>(sc[u][r]));
+            acc[r] = fmaf(d, fmaf(-8.0f, sx, f), acc[r]);
+          } else {
+            const float2 dm = half2_to_float2(sc[u][r]);
+            acc[r] = fmaf(dm.x, f, fmaf(dm.y, sx, acc[r]));
+          }
+        }
+      } else {  // Q4_K: the halves are 32 elements apart, in sub-blocks of their own scales
+        const int64_t lo = chunk_base_lo<F>(c), hi = chunk_base_hi<F>(c);
+        int xl[8], xh[8];
+        load_x16(x.q + lo, xl);
+        load_x16(x.q + hi, xh);
+        const float xsl = __ldg(x.scale + lo / 32), xsh16 = __ldg(x.scale + hi / 32) * 0.0625f;
+        const float sxl = __ldg(x.sum16 + lo / 16), sxh = __ldg(x.sum16 + hi / 16);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint4 v = wv[u][r];
+          const int il =
+              dot16(xl, v.x & 0x0f0f0f0fu, v.y & 0x0f0f0f0fu, v.z & 0x0f0f0f0fu, v.w & 0x0f0f0f0fu);
+          const int ih16 = dot16<true>(xh, v.x & 0xf0f0f0f0u, v.y & 0xf0f0f0f0u, v.z & 0xf0f0f0f0u,
+                                       v.w & 0xf0f0f0f0u, 0);
+          const float fl = xsl * static_cast<float>(il), fh = xsh16 * static_cast<float>(ih16);
+          const uint4 h = hdr[u][r];
+          const float dd = half_to_float(static_cast<uint16_t>(h.x & 0xffffu));
+          const float dmin = half_to_float(static_cast<uint16_t>(h.x >> 16));
+          float sc0, sc1, m0, m1;
+          q4k_scales_pair(h, static_cast<int>((c & 7) >> 1), sc0, sc1, m0, m1);
+          acc[r] += dd * (sc0 * fl + sc1 * fh) - dmin * (m0 * sxl + m1 * sxh);
+        }
+      }
     }
+  }
+  pdl_begin();  // lanes without chunks (and a repeat for the others: returns at once)
+  if (c_first >= nc) {
+    pv.load(rin, lane);
+    if (norm_lane) nx = ld_f4(rn.residual + norm_i);
+  }
+  __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
+  if constexpr (kNorm) {
+    matvec_store_res_norm<kRows, S, kNT>(acc, lane, wi, rn, nx, nw);
+  } else {
+    const float ss = warp_sum(pv.sum());
+    const float sc = rin.parts != nullptr ? rms_scale(ss, rin.n, rin.eps) : 1.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] *= sc;
+    matvec_store<kRows, S>(acc, lane, wi, row0, w.n_out, add, y);
   }
 }
 
@@ -597,29 +590,11 @@ cudaError_t launch_stream(const WeightView& w, const Q16View& x, const float* ad
                     dim3(st::kThreads), smem, stream, w, x, add, y, rin, g);
 }
 
-// The producers' units (32 rows) a block: RINFER_RES_NORM_U (rows of up to 8192) and
-// RINFER_RES_NORM_U_WIDE (longer rows) in the environment; 1 by default.
-int res_norm_units(int64_t n_in) {
-  static const int narrow = [] {
-    const char* e = std::getenv("RINFER_RES_NORM_U");
-    return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : 1;
-  }();
-  static const int wide = [] {
-    const char* e = std::getenv("RINFER_RES_NORM_U_WIDE");
-    return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : 1;
-  }();
-  return n_in <= 8192 ? narrow : wide;
-}
-
 template <int F, int S, int kNT, bool kNorm>
 cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, float* y,
                       const RmsIn& rin, const ResNormOut& rn, cudaStream_t stream) {
   constexpr int rows_per_block = (kNT / kWarp / S) * Q16Cfg<F>::kRows;
-  int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  if constexpr (kNorm) {
-    const int u = res_norm_units(w.n_in);
-    blocks = (blocks + u - 1) / u;
-  }
+  const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
   return launch_pdl(matvec_q16_kernel<F, S, kNT, kNorm>, dim3(static_cast<unsigned>(blocks)),
                     dim3(kNT), 0, stream, w, x, add, y, rin, rn);
 }
