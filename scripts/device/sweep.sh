@@ -5,7 +5,8 @@
 # environment switches (RINFER_MATVEC_SPLIT, RINFER_CUDA_PDL, ...) are compared in one call on
 # one machine; BIN=name in a line runs .device/bin/name instead of llm_cuda_bench (variant
 # builds bundled side by side). REPEAT=N runs the whole list N times (interleaved, to see the
-# noise). Prints one line per run and writes them to $OUT/sweep.txt.
+# noise). ARGS adds llm_cuda_bench arguments to every run (ARGS=--device-sampling: the steps
+# through the device sampling loop). Prints one line per run and writes them to $OUT/sweep.txt.
 #   SWEEP=$'llama3-8b:q4_0\nllama3-8b:q4_0 RINFER_CUDA_PDL=0\nllama3-8b:q4_0 BIN=llm_cuda_bench_old' \
 #     REPEAT=2 bash scripts/device/sweep.sh
 set -uo pipefail
@@ -17,7 +18,7 @@ for ((rep = 1; rep <= ${REPEAT:-1}; ++rep)); do
     [[ " $envs " =~ \ BIN=([^ ]+) ]] && bin=${BASH_REMATCH[1]}
     # shellcheck disable=SC2086
     r=$(env $envs timeout 120 "$b/bin/$bin" --profile --shape "${sf%%:*}" \
-      --format "${sf##*:}" --decode-tokens 1 2>&1 | grep -E '^profile|rror' | head -3)
+      --format "${sf##*:}" --decode-tokens 1 ${ARGS:-} 2>&1 | grep -E '^profile|rror' | head -3)
     printf '%-16s %-58s %s\n' "$sf" "${envs:-(defaults)}" "$r" | tee -a "$out/sweep.txt"
   done <<<"${SWEEP:-llama3-8b:q4_0}"
 done

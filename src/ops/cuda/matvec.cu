@@ -47,6 +47,8 @@ int forced_split() {
 }
 }  // namespace
 
+bool matvec_split_forced() { return forced_split() != 0; }
+
 int matvec_split_q16(int64_t chunks) {
   if (forced_split() != 0) return forced_split();
   return chunks >= 2 * 2 * kWarp ? 2 : 1;

@@ -22,6 +22,8 @@ int matvec_split(int64_t n_out, int rows, int64_t chunks);
 // 2.10, SmolLM2 q4_1 0.548 -> 0.540; the 16-bit formats keep matvec_split (split 2 everywhere:
 // bf16 3.88 -> 3.97).
 int matvec_split_q16(int64_t chunks);
+// Whether RINFER_MATVEC_SPLIT forces the split (then no rule may change it).
+bool matvec_split_forced();
 
 // The end of a decode matvec (matvec.cu, matvec_q16.cu): a warp holds per-lane partial sums
 // acc[r] of rows row0 + r; with split-K, S adjacent warps of the block hold partial sums of the
