@@ -179,13 +179,6 @@ double percentile(std::vector<double> v, double p) {
 constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,
                               DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
 
-// Returns the caching allocator's free blocks to CUDA.
-void release_device_cache() {
-  auto a = cuda::default_device_allocator(0);
-  if (!a.ok()) return;
-  if (auto* c = dynamic_cast<cuda::CachingDeviceAllocator*>(*a)) c->release_cached();
-}
-
 // Decode at a long context: a kLongPrompt-token prompt (in chunks of 2048), then kLongSteps
 // steps; the KV cache holds 4096 positions.
 constexpr int64_t kLongPrompt = 3968, kLongSteps = 64;
@@ -584,9 +577,6 @@ int main_impl(int argc, char** argv) {
       const bool kv = v.kv_cache;
       const Result1 r =
           run_variant(hp, v, reps, kv ? decode_tokens : 32, v.change.rfind("weights", 0) == 0);
-      // The next model starts from an empty allocator cache, as a process's first model does
-      // (made from the blocks an earlier model left, a q4_0 model decoded 1-3% slower).
-      release_device_cache();
       const double limit_dec = lim.copy_gbs * 1e9 / static_cast<double>(r.weight_bytes);
       const double f2048 = matmul_flops_per_token(hp, false) * 2048 + attention_flops(hp, 2048);
       const double limit_pf = lim.gemm_tflops * 1e12 / (f2048 / 2048);
