@@ -24,7 +24,8 @@
 //       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
 //       times (per step, and kernel count per step from the launches seen) on stdout; with
 //       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
-//       with --device-sampling, the decode steps through decode_on_device (greedy).
+//       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
+//       KV cache of N positions (default 4096; the decode attention's grid is sized for it).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -306,7 +307,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
 int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,
-                   bool device_sampling) {
+                   bool device_sampling, int64_t n_ctx) {
   LoadOptions o;
   o.device = Device::cuda(0);
   o.max_batch = 2048;
@@ -316,7 +317,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
     return 1;
   }
   DecoderModel& model = **m;
-  auto cache = model.create_cache(4096);
+  auto cache = model.create_cache(n_ctx);
   if (!cache.ok()) return 1;
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   std::vector<int32_t> tokens(4096), pos(4096);
@@ -411,6 +412,7 @@ int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
   bool quick = false, profile = false, host_rows = false, device_profile = false;
+  int64_t profile_ctx = 4096;  // --profile: the KV cache's positions (the decode graph's bound)
   int prefill = 0, skip = 0;
   std::string format;  // --profile: q4_1 when not given; the table: every format
   for (int i = 1; i < argc; ++i) {
@@ -430,6 +432,8 @@ int main_impl(int argc, char** argv) {
       host_rows = true;
     else if (a == "--device-sampling")
       device_profile = true;
+    else if (a == "--ctx")
+      profile_ctx = std::stoll(next());
     else if (a == "--profile")
       profile = true;
     else if (a == "--format")
@@ -444,7 +448,7 @@ int main_impl(int argc, char** argv) {
           "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
           "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
           "--profile [--shape S] "
-          "[--format F] [--skip N] [--device-sampling] [--decode-tokens N | --prefill N]\n");
+          "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | --prefill N]\n");
       return 2;
     }
   }
@@ -474,7 +478,8 @@ int main_impl(int argc, char** argv) {
   if (profile) {
     const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
-                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile);
+                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile,
+                          profile_ctx);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",
