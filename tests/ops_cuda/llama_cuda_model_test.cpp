@@ -502,6 +502,59 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
   }
 }
 
+// Decode graphs are captured per attention length bound (1024, 2048, ... up to the cache's
+// n_ctx): decode steps across the 1024 and 2048 boundaries replay three graphs; their logits
+// against the same steps launched without graphs (whose attention is sized for the whole cache,
+// so its splits sum in another order).
+TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  TinySpec spec;
+  spec.wtype = DType::kQ8_0;
+  const std::string path = write_tiny_model(spec, 31);
+  std::vector<int32_t> tokens(2060);
+  std::mt19937 rng(9);
+  for (int32_t& tk : tokens) tk = static_cast<int32_t>(rng() % static_cast<uint32_t>(spec.n_vocab));
+  const int64_t nv = spec.n_vocab, n_ctx = 3000;
+  std::vector<float> got[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    LoadOptions o;
+    o.device = Device::cuda(0);
+    o.max_batch = 512;
+    o.cuda_graphs = graphs == 1;
+    auto m = load_decoder_model(path, o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto cache = (*m)->create_cache(n_ctx);
+    ASSERT_TRUE(cache.ok());
+    std::vector<int32_t> pos(tokens.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+    const int32_t row0 = 0;
+    for (int64_t p = 0; p < static_cast<int64_t>(tokens.size()); ++p) {
+      // Prefill up to 1020 and 2040 (no logits), decode steps across 1024 and 2048.
+      const bool decode = (p >= 1020 && p < 1030) || p >= 2040;
+      if (!decode) {
+        const int64_t end = p < 1020 ? 1020 : 2040;
+        DecoderBatch b{
+            std::span(tokens).subspan(static_cast<size_t>(p), static_cast<size_t>(end - p)),
+            std::span(pos).subspan(static_cast<size_t>(p), static_cast<size_t>(end - p)),
+            {}};
+        ASSERT_TRUE((*m)->infer(b, *cache, nullptr).ok());
+        p = end - 1;
+        continue;
+      }
+      std::vector<float> l(static_cast<size_t>(nv));
+      DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
+                     std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&row0, 1)};
+      ASSERT_TRUE((*m)->infer(d, *cache, l.data()).ok()) << "position " << p;
+      got[graphs].insert(got[graphs].end(), l.begin(), l.end());
+    }
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  for (float v : got[1]) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(test::rel_l2(got[0], got[1]), 1e-5);
+  std::filesystem::remove(path);
+}
+
 TEST(LlamaCudaModel, RejectsForeignCacheAndBadTokens) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
