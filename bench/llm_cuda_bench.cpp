@@ -616,6 +616,7 @@ int main_impl(int argc, char** argv) {
       e["allocator"] = v.opts.allocator == AllocatorKind::kPlain ? "plain" : "caching";
       e["kv_cache"] = v.kv_cache;
       e["kv_dtype"] = std::string(dtype_name(v.opts.kv_dtype.value_or(DType::kBF16)));
+      e["device_sampling"] = v.opts.device_sampling && v.kv_cache;
       e["pdl"] = v.pdl;
       e["weight_bytes_per_token"] = r.weight_bytes;
       e["decode_tok_s"] = r.decode_tok_s;

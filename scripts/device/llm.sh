@@ -7,7 +7,9 @@
 #      against the CPU reference kernels on the same file (prefill and decode steps, top-1
 #      agreement over 512 positions of GPL-3 text; the CPU's fast kernels for information), and a
 #      short `rinfer run` answer;
-#   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows) -> $OUT/llm_cuda.json.
+#   3. bench/llm_cuda_bench (decode, prefill 512/2048, strategy rows), then each format's
+#      optimized row in a process of its own (OWN="shape:format ..."), merged by
+#      merge_bench.py -> $OUT/llm_cuda.json.
 # PARITY=0 / BENCH=0 / REAL=0 skip a part; SHAPES narrows the parity shapes; SEEDS="0 1 2" runs
 # the parity on several random models of each shape (files of seeds other than 0 end in _s<seed>;
 # tests/tools/parity_floor.py gives the spread a bf16 KV cache alone has over seeds); KVS="auto
@@ -113,8 +115,25 @@ fi
 
 if [ "${BENCH:-1}" = 1 ] && [ -x "$b/bin/llm_cuda_bench" ]; then
   echo "== llm_cuda_bench"
-  timeout "${BENCH_TIMEOUT:-400}" "$b/bin/llm_cuda_bench" --out "$out/llm_cuda.json" \
+  timeout "${BENCH_TIMEOUT:-400}" "$b/bin/llm_cuda_bench" --out /tmp/llm_cuda_one.json \
     ${BENCH_ARGS:-} 2>&1 | tee "$out/llm_cuda.txt" || fail=1
+  # Each format's optimized row again, in a process of its own (one model a process, as a
+  # deployment runs; in one process a model made after others decodes 0.5-1.5% slower), merged
+  # into llm_cuda.json with the one-process figures beside them (merge_bench.py).
+  echo "== one model a process" | tee -a "$out/llm_cuda.txt"
+  own=()
+  for sf in ${OWN:-llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3-8b:q4_k smollm2:bf16 \
+      smollm2:q8_0 smollm2:q4_1}; do
+    f="/tmp/llm_cuda_own_${sf/:/_}.json"
+    if timeout 120 "$b/bin/llm_cuda_bench" --shape "${sf%%:*}" --format "${sf##*:}" --out "$f" \
+        2>&1 | grep -E '^\| optimized' | tee -a "$out/llm_cuda.txt"; then
+      own+=("$f")
+    else
+      fail=1
+    fi
+  done
+  python3 scripts/device/merge_bench.py /tmp/llm_cuda_one.json "${own[@]}" \
+    >"$out/llm_cuda.json" || fail=1
 fi
 # At most 8 files come back from $OUT: the parity JSONs travel as one archive.
 (cd "$out" && ls parity_*.json >/dev/null 2>&1 && tar -czf parity.tgz parity_*.json && rm -f parity_*.json)

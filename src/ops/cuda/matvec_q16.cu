@@ -54,10 +54,10 @@ struct Q16Cfg {
   // 0.559 ms capped). H200, Llama-3-8B decode step, with the 32-bit chunk indices and row
   // offsets (MvRows): q4_0 1.94 -> 1.89 ms, q8_0 2.56 -> 2.50, q4_k 2.39 -> 2.14. Capping Q4_0
   // at 5 before those (24 bytes of spills) was slower, 1.92 -> 2.10.
-  // Q8_0 at 6 (80 registers, 16 bytes of spills): the Llama-3-8B QKV matrix's 768 blocks fit
-  // one wave (792 places) instead of two (660): H200 decode step, two runs, q8_0 2.2491 / 2.2488
-  // -> 2.2393 / 2.2384 ms.
-  static constexpr int kMinBlocks = F == kWQ4_K ? 4 : (F == kWQ4_1 ? 1 : (F == kWQ8_0 ? 6 : 5));
+  static constexpr int kMinBlocks = F == kWQ4_K ? 4 : (F == kWQ4_1 ? 1 : 5);
+  // Q8_0 consumers also come at 6 (80 registers, 16 bytes of spills), for grids that fit one wave
+  // only so (consumer_plan).
+  static constexpr int kWaveMinBlocks = F == kWQ8_0 ? 6 : 0;
 };
 
 // The 6-bit scales and mins of sub-blocks 2g and 2g+1 of a Q4_K super-block, from its header
@@ -213,8 +213,8 @@ constexpr int producer_max_regs() {
   return kNorm && (F == kWQ8_0 || F == kWQ4_0) ? 104 : 255;
 }
 
-template <int F, int S, int kNT, bool kNorm>
-__global__ void __launch_bounds__(kNT, kNT == kThreads ? Q16Cfg<F>::kMinBlocks : 1)
+template <int F, int S, int kNT, bool kNorm, int MB = 0>
+__global__ void __launch_bounds__(kNT, kNT == kThreads ? (MB > 0 ? MB : Q16Cfg<F>::kMinBlocks) : 1)
     __maxnreg__((producer_max_regs<F, kNorm>()))
         matvec_q16_kernel(WeightView w, Q16View x, const float* add, float* y, RmsIn rin,
                           ResNormOut rn) {
@@ -593,32 +593,38 @@ cudaError_t launch_stream(const WeightView& w, const Q16View& x, const float* ad
                     dim3(st::kThreads), smem, stream, w, x, add, y, rin, g);
 }
 
-template <int F, int S, int kNT, bool kNorm>
+template <int F, int S, int kNT, bool kNorm, int MB = 0>
 cudaError_t launch_fs(const WeightView& w, const Q16View& x, const float* add, float* y,
                       const RmsIn& rin, const ResNormOut& rn, cudaStream_t stream) {
   constexpr int rows_per_block = (kNT / kWarp / S) * Q16Cfg<F>::kRows;
   const int64_t blocks = (w.n_out + rows_per_block - 1) / rows_per_block;
-  return launch_pdl(matvec_q16_kernel<F, S, kNT, kNorm>, dim3(static_cast<unsigned>(blocks)),
+  return launch_pdl(matvec_q16_kernel<F, S, kNT, kNorm, MB>, dim3(static_cast<unsigned>(blocks)),
                     dim3(kNT), 0, stream, w, x, add, y, rin, rn);
 }
 
-// A Q4_0 / Q8_0 consumer's split-K: split 2 (matvec_split_q16) in one wave of resident blocks
-// where it fits (kMinBlocks an SM), else split 1 where that fits. The blocks past one wave ran as
-// a second wave of the Llama-3-8B shape's QKV matrix (6144 rows, 768 blocks of 8 at split 2):
-// H200 decode step, two runs, q4_0 (5 blocks an SM) 1.5416 / 1.5412 ms at split 2 against
-// 1.5291 / 1.5306 at split 1 (384 blocks); q8_0 at 6 blocks an SM (792 places) keeps split 2.
+// A consumer's split-K and register budget: split 2 (matvec_split_q16) where its grid fits one
+// wave of resident blocks (kMinBlocks an SM); else, for Q8_0, split 2 at 6 blocks an SM
+// (kWaveMinBlocks) where that fits; else split 1 where that fits. A grid past one wave ran its
+// last blocks as a second wave: the Llama-3-8B shape's QKV matrix (6144 rows, 768 blocks of 8
+// at split 2, 660 places at 5 an SM). H200 decode step, two runs: q4_0 1.5416 / 1.5412 ms at
+// split 2 against 1.5291 / 1.5306 at split 1 (384 blocks); q8_0 2.2491 / 2.2488 against
+// 2.2393 / 2.2384 at 6 blocks an SM (792 places). Q8_0 at 6 everywhere cost SmolLM2 q8_0 2-3%.
+struct ConsumerPlan {
+  int split;
+  bool wave_regs;  // the kWaveMinBlocks instance
+};
 template <int F>
-int consumer_split(const WeightView& w, int split) {
-  if constexpr (F != kWQ4_0 && F != kWQ8_0) {
-    return split;
-  } else {
-    if (split != 2 || matvec_split_forced()) return split;
-    constexpr int kRowsAt1 = (kThreads / kWarp) * Q16Cfg<F>::kRows;  // rows a block at split 1
-    const int64_t places = static_cast<int64_t>(sm_count()) * Q16Cfg<F>::kMinBlocks;
-    const int64_t at2 = (w.n_out + kRowsAt1 / 2 - 1) / (kRowsAt1 / 2);
-    const int64_t at1 = (w.n_out + kRowsAt1 - 1) / kRowsAt1;
-    return at2 > places && at1 <= places ? 1 : 2;
-  }
+ConsumerPlan consumer_plan(const WeightView& w, int split) {
+  if (F != kWQ4_0 && F != kWQ8_0) return {split, false};
+  if (split != 2 || matvec_split_forced()) return {split, false};
+  constexpr int kRowsAt1 = (kThreads / kWarp) * Q16Cfg<F>::kRows;  // rows a block at split 1
+  const int64_t sms = sm_count();
+  const int64_t at2 = (w.n_out + kRowsAt1 / 2 - 1) / (kRowsAt1 / 2);
+  const int64_t at1 = (w.n_out + kRowsAt1 - 1) / kRowsAt1;
+  if (at2 <= sms * Q16Cfg<F>::kMinBlocks) return {2, false};
+  if (at2 <= sms * Q16Cfg<F>::kWaveMinBlocks) return {2, true};
+  if (at1 <= sms * Q16Cfg<F>::kMinBlocks) return {1, false};
+  return {2, false};
 }
 
 template <int F>
@@ -638,7 +644,14 @@ cudaError_t launch_f(const WeightView& w, const Q16View& x, const float* add, fl
     if (split == 1) return launch_fs<F, 1, 256, true>(w, x, nullptr, nullptr, {}, *rn, stream);
     return launch_fs<F, 2, 512, true>(w, x, nullptr, nullptr, {}, *rn, stream);
   }
-  switch (consumer_split<F>(w, split)) {
+  const ConsumerPlan plan = consumer_plan<F>(w, split);
+  if constexpr (Q16Cfg<F>::kWaveMinBlocks > 0) {
+    if (plan.wave_regs) {
+      return launch_fs<F, 2, kThreads, false, Q16Cfg<F>::kWaveMinBlocks>(w, x, add, y, rin, {},
+                                                                         stream);
+    }
+  }
+  switch (plan.split) {
     case 4: return launch_fs<F, 4, kThreads, false>(w, x, add, y, rin, {}, stream);
     case 2: return launch_fs<F, 2, kThreads, false>(w, x, add, y, rin, {}, stream);
     default: return launch_fs<F, 1, kThreads, false>(w, x, add, y, rin, {}, stream);
