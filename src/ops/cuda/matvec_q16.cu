@@ -232,6 +232,21 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? (MB > 0 ? MB : Q16Cfg<F
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 
+  if constexpr (kNorm) {
+    // The producer's blocks of the grid's second half may start late (after the previous
+    // kernel's blocks leave their SMs): the first half's blocks ask L2 for their rows now.
+    const unsigned partner = blockIdx.x + (gridDim.x + 1) / 2;
+    if (rn.l2_prefetch && threadIdx.x < 2 && partner < gridDim.x) {
+      const MvRows pr = matvec_rows<F>(w, static_cast<int64_t>(partner) * 32);
+      const uint8_t* base = threadIdx.x == 0 ? pr.w0 : pr.s0;
+      const uint32_t bytes = static_cast<uint32_t>((threadIdx.x == 0 ? pr.rb : pr.sb) * 32);
+      for (uint32_t off = 0; off < bytes; off += 16384) {
+        const uint32_t n = min(16384u, bytes - off);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n)
+                     : "memory");
+      }
+    }
+  }
   const int32_t c_first = lane + ks * kWarp;
   PartsAcc pv;  // RmsIn: this lane's parts of the norm's sum of squares
   // kNorm: warp 0's lanes 0-7 fetch their rows of the norm weights now and of the residual once
@@ -695,7 +710,13 @@ cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float
 cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, const ResNormOut& rn,
                                        cudaStream_t stream) {
   if (w.n_out % 32 != 0) return cudaErrorInvalidValue;
-  return launch_any(w, x, nullptr, nullptr, {}, &rn, stream);
+  static const int l2 = [] {  // measurement switch: 1 rows of up to 8192 (Wo), 2 every producer
+    const char* e = std::getenv("RINFER_PRODUCER_L2");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  ResNormOut r = rn;
+  r.l2_prefetch = l2 == 2 || (l2 == 1 && w.n_in <= 8192) ? 1 : 0;
+  return launch_any(w, x, nullptr, nullptr, {}, &r, stream);
 }
 
 }  // namespace rinfer::cuda::kern
