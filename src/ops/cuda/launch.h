@@ -77,7 +77,7 @@ struct ResNormOut {
   float* scale = nullptr;
   float* sum16 = nullptr;
   float* parts = nullptr;  // [n_out / 32, rounded up to a multiple of 4 (zero padding)]
-  int l2_prefetch = 0;     // measurement: the first half's blocks prefetch the second half's rows
+  int l2_prefetch = 0;     // the first half's blocks prefetch the second half's rows into L2
 };
 
 // Which kernel the Q8_0 / Q4_0 consumers use (process-wide): kAuto, the streaming kernel for

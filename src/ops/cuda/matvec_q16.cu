@@ -710,12 +710,18 @@ cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float
 cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, const ResNormOut& rn,
                                        cudaStream_t stream) {
   if (w.n_out % 32 != 0) return cudaErrorInvalidValue;
-  static const int l2 = [] {  // measurement switch: 1 rows of up to 8192 (Wo), 2 every producer
+  // The L2 prefetch of the grid's second half (in the kernel): on for Q8_0 producers of rows up
+  // to 8192 (Wo; its blocks on the SMs the fused attention holds start late). H200, profile
+  // decode step, two runs: q8_0 2.2100 / 2.2105 -> 2.2035 / 2.2031 ms; for q4_0 it cost 1.5351 /
+  // 1.5377 -> 1.5399 / 1.5408, and for every producer q8_0 2.2546 / 2.2560, q4_0 1.5873 /
+  // 1.5898. RINFER_PRODUCER_L2 (0 off, 1 those rows in every format, 2 every producer) overrides.
+  static const int l2 = [] {
     const char* e = std::getenv("RINFER_PRODUCER_L2");
-    return e != nullptr ? std::atoi(e) : 0;
+    return e != nullptr ? std::atoi(e) : -1;
   }();
   ResNormOut r = rn;
-  r.l2_prefetch = l2 == 2 || (l2 == 1 && w.n_in <= 8192) ? 1 : 0;
+  const bool narrow = w.n_in <= 8192;
+  r.l2_prefetch = (l2 < 0 ? w.format == kWQ8_0 && narrow : l2 == 2 || (l2 == 1 && narrow)) ? 1 : 0;
   return launch_any(w, x, nullptr, nullptr, {}, &r, stream);
 }
 
