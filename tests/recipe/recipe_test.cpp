@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
             "strategies.threads.count: expected an integer in [0, 1024], got -2"},
         Bad{BASE "strategies:\n  paged_attention: {enabled: true}\n",
             "strategies.paged_attention: unknown key (allowed here: kv_cache, kernels, threads, "
-            "fusion, quantization, cuda_graphs, allocator)"},
+            "fusion, quantization, cuda_graphs, device_sampling, allocator)"},
         // The strategies added with the registry, bench and precision.
         Bad{BASE "strategies:\n  fusion: {attention: yes}\n",
             "bad.yaml:4:23: strategies.fusion.attention: expected true or false, got yes"},
