@@ -1234,7 +1234,7 @@ Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, cons
     if (e == nullptr) RINFER_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   RINFER_RETURN_IF_ERROR(dsampler_->start(ds, hp_.n_vocab, d.history, st));
-  // The scratch of the steps: the graphs' (captured once per cache), or one set for this call.
+  // The scratch of the steps: the graphs' (one set per cache), or one set for this call.
   std::optional<Scratch> own;
   const Scratch* s = nullptr;
   if (opts_.cuda_graphs) {
