@@ -180,6 +180,29 @@ double percentile(std::vector<double> v, double p) {
 constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,
                               DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
 
+// n greedy decode steps through decode_on_device from position p0 (the cache holds tokens[0,
+// p0); tokens[p0] is fed first): each token taken on the device, the next step queued before
+// the host reads it. `ms` (when given) receives the intervals between the host's tokens.
+Status greedy_on_device(DecoderModel& model, KvCache& cache, std::span<const int32_t> tokens,
+                        int64_t p0, int64_t n, std::vector<double>* ms) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.repeat_penalty = 1.0f;
+  DeviceDecode dd;
+  dd.sampling = &greedy;
+  dd.history = tokens.first(static_cast<size_t>(p0 + 1));
+  int64_t got = 0;
+  auto t_prev = Clock::now();
+  dd.on_token = [&](int32_t) {
+    const auto now = Clock::now();
+    if (ms != nullptr)
+      ms->push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
+    t_prev = now;
+    return ++got < n;
+  };
+  return model.decode_on_device(cache, dd).status();
+}
+
 // Decode at a long context: a kLongPrompt-token prompt (in chunks of 2048), then kLongSteps
 // steps; the KV cache holds 4096 positions.
 constexpr int64_t kLongPrompt = 3968, kLongSteps = 64;
@@ -236,21 +259,9 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
   auto decode_steps = [&](int64_t p0, int64_t n, std::vector<double>& ms) {
     ms.clear();
     if (v.opts.device_sampling && v.kv_cache) {
-      SamplingParams greedy;
-      greedy.temperature = 0.0f;
-      greedy.repeat_penalty = 1.0f;
-      DeviceDecode dd;
-      dd.sampling = &greedy;
-      dd.history = std::span(tokens).first(static_cast<size_t>(p0 + 1));
-      auto t_prev = Clock::now();
-      dd.on_token = [&](int32_t) {
-        const auto t = Clock::now();
-        ms.push_back(std::chrono::duration<double, std::milli>(t - t_prev).count());
-        t_prev = t;
-        return static_cast<int64_t>(ms.size()) < n;
-      };
-      auto res = model.decode_on_device(*cache, dd);
-      if (!res.ok()) r.error = res.status().to_string();
+      if (Status st = greedy_on_device(model, *cache, tokens, p0, n, &ms); !st.ok()) {
+        r.error = st.to_string();
+      }
       return;
     }
     for (int64_t i = 0; i < n && r.error.empty(); ++i) {
@@ -336,25 +347,6 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
                    std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
     return model.infer(d, *cache, logits.data());
   };
-  // --device-sampling: n steps from position p through decode_on_device (greedy, the next step
-  // queued before the host reads a token), the intervals between tokens in `ms`.
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.repeat_penalty = 1.0f;
-  auto device_steps = [&](int64_t p, int n, std::vector<double>* ms) -> Status {
-    DeviceDecode dd;
-    dd.sampling = &greedy;
-    dd.history = std::span(tokens).first(static_cast<size_t>(p + 1));
-    int got = 0;
-    auto tp = Clock::now();
-    dd.on_token = [&](int32_t) {
-      const auto now = Clock::now();
-      if (ms != nullptr) ms->push_back(std::chrono::duration<double, std::milli>(now - tp).count());
-      tp = now;
-      return ++got < n;
-    };
-    return model.decode_on_device(*cache, dd).status();
-  };
   if (prefill > 0) {
     // One forward of `prefill` tokens into an empty cache (a warm-up first), logits of the last.
     const int32_t lrow = prefill - 1;
@@ -381,7 +373,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
   }
   std::vector<double> warm;
   if (device_sampling) {
-    if (Status st = device_steps(p, 64, &warm); !st.ok()) {
+    if (Status st = greedy_on_device(model, *cache, tokens, p, 64, &warm); !st.ok()) {
       std::fprintf(stderr, "%s\n", st.to_string().c_str());
       return 1;
     }
@@ -398,7 +390,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
               device_sampling ? ", device sampling" : "");
   cudaProfilerStart();
   if (device_sampling) {
-    if (!device_steps(p, steps, nullptr).ok()) return 1;
+    if (!greedy_on_device(model, *cache, tokens, p, steps, nullptr).ok()) return 1;
   } else {
     for (int i = 0; i < steps; ++i, ++p) {
       if (Status st = step(p); !st.ok()) return 1;
@@ -443,12 +435,12 @@ int main_impl(int argc, char** argv) {
     else if (a == "--skip")
       skip = std::stoi(next());
     else {
-      std::fprintf(
-          stderr,
-          "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-          "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
-          "--profile [--shape S] "
-          "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | --prefill N]\n");
+      std::fprintf(stderr,
+                   "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
+                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
+                   "--profile [--shape S] "
+                   "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | "
+                   "--prefill N]\n");
       return 2;
     }
   }

@@ -26,4 +26,17 @@ inline void note_origin(const YamlMap& m, std::string_view key, StrategyConfig& 
 
 inline const char* on_off(bool b) { return b ? "on" : "off"; }
 
+// A CUDA decode switch (`enabled`, a bool on by default: cuda_graphs, device_sampling). Its
+// value is `enabled` when the mapping has it.
+Status parse_enabled(const YamlMap& m, StrategyConfig& s, bool& enabled);
+// Only an explicit `enabled: true` (origin recorded for `key`) conflicts: on the CPU
+// (`cpu_why`) or without the KV cache (`kv_why`), each an error naming both keys; the default
+// quietly resolves to off there (cuda_decode_switch_on).
+Status validate_cuda_decode_switch(const StrategyConfig& s, const Device& device, bool enabled,
+                                   std::string_view key, std::string_view cpu_why,
+                                   std::string_view kv_why);
+inline bool cuda_decode_switch_on(const StrategyConfig& s, const Device& device, bool enabled) {
+  return device.is_cuda() && s.kv_cache && enabled;
+}
+
 }  // namespace rinfer

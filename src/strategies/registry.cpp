@@ -13,11 +13,35 @@ std::string KeyOrigins::where(std::string_view key) const {
   return it == where_.end() ? file : it->second;
 }
 
+Status parse_enabled(const YamlMap& m, StrategyConfig& s, bool& enabled) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled"}));
+  RINFER_ASSIGN_OR_RETURN(auto v, m.get_bool("enabled"));
+  if (v) enabled = *v;
+  note_origin(m, "enabled", s);
+  return ok_status();
+}
+
+Status validate_cuda_decode_switch(const StrategyConfig& s, const Device& device, bool enabled,
+                                   std::string_view key, std::string_view cpu_why,
+                                   std::string_view kv_why) {
+  if (!(enabled && s.origins.has(key))) return ok_status();
+  if (device.is_cpu()) {
+    return key_conflict(
+        s.origins, key, "device",
+        fmt::format("true needs a CUDA device, but the device is cpu ({})", cpu_why));
+  }
+  if (!s.kv_cache) {
+    return key_conflict(s.origins, key, "strategies.kv_cache.enabled",
+                        fmt::format("true needs the KV cache: {}", kv_why));
+  }
+  return ok_status();
+}
+
 const std::vector<StrategyInfo>& strategy_registry() {
   static const std::vector<StrategyInfo> all{
-      kv_cache_strategy(),     kernels_strategy(),     threads_strategy(),   fusion_strategy(),
-      quantization_strategy(), cuda_graphs_strategy(), device_sampling_strategy(),
-      allocator_strategy(),
+      kv_cache_strategy(),        kernels_strategy(),      threads_strategy(),
+      fusion_strategy(),          quantization_strategy(), cuda_graphs_strategy(),
+      device_sampling_strategy(), allocator_strategy(),
   };
   return all;
 }

@@ -131,43 +131,36 @@ cudaError_t launch_f(const WeightView& w, const int32_t* ids, int64_t n_ids, boo
   return cudaGetLastError();
 }
 
+// fn.template operator()<F>() for the table's layout F (every layout a device weight has).
+template <typename Fn>
+cudaError_t for_format(int format, Fn&& fn) {
+  switch (format) {
+    case kWF32: return fn.template operator()<kWF32>();
+    case kWF16: return fn.template operator()<kWF16>();
+    case kWBF16: return fn.template operator()<kWBF16>();
+    case kWQ8_0: return fn.template operator()<kWQ8_0>();
+    case kWQ4_0: return fn.template operator()<kWQ4_0>();
+    case kWQ4_1: return fn.template operator()<kWQ4_1>();
+    case kWQ4_K: return fn.template operator()<kWQ4_K>();
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_embed_norm_q16(const WeightView& w, const int32_t* ids, float embd_scale,
                                   const float* nw, float eps, float* x, float* out, int16_t* q,
                                   float* scale, float* sum16, cudaStream_t stream) {
   if (w.n_in % 32 != 0 || w.n_in > kEmbedNormMax) return cudaErrorInvalidValue;
-  switch (w.format) {
-    case kWF32:
-      return launch_en<kWF32>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWF16:
-      return launch_en<kWF16>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWBF16:
-      return launch_en<kWBF16>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWQ8_0:
-      return launch_en<kWQ8_0>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWQ4_0:
-      return launch_en<kWQ4_0>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWQ4_1:
-      return launch_en<kWQ4_1>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    case kWQ4_K:
-      return launch_en<kWQ4_K>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return for_format(w.format, [&]<int F>() {
+    return launch_en<F>(w, ids, embd_scale, nw, eps, x, out, q, scale, sum16, stream);
+  });
 }
 
 cudaError_t launch_get_rows(const WeightView& w, const int32_t* ids, int64_t n_ids, bool out_bf16,
                             void* out, cudaStream_t stream) {
-  switch (w.format) {
-    case kWF32: return launch_f<kWF32>(w, ids, n_ids, out_bf16, out, stream);
-    case kWF16: return launch_f<kWF16>(w, ids, n_ids, out_bf16, out, stream);
-    case kWBF16: return launch_f<kWBF16>(w, ids, n_ids, out_bf16, out, stream);
-    case kWQ8_0: return launch_f<kWQ8_0>(w, ids, n_ids, out_bf16, out, stream);
-    case kWQ4_0: return launch_f<kWQ4_0>(w, ids, n_ids, out_bf16, out, stream);
-    case kWQ4_1: return launch_f<kWQ4_1>(w, ids, n_ids, out_bf16, out, stream);
-    case kWQ4_K: return launch_f<kWQ4_K>(w, ids, n_ids, out_bf16, out, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return for_format(w.format,
+                    [&]<int F>() { return launch_f<F>(w, ids, n_ids, out_bf16, out, stream); });
 }
 
 }  // namespace rinfer::cuda::kern

@@ -12,34 +12,17 @@ namespace {
 
 constexpr const char* kKey = "strategies.cuda_graphs.enabled";
 
-Status parse(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled"}));
-  RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
-  if (enabled) s.cuda_graphs = *enabled;
-  note_origin(m, "enabled", s);
-  return ok_status();
-}
-
-// Graphs are on by default on CUDA, but only an explicit `enabled: true` conflicts: the
-// default quietly resolves to off where graphs cannot run.
-bool explicit_on(const StrategyConfig& s) { return s.cuda_graphs && s.origins.has(kKey); }
+Status parse(const YamlMap& m, StrategyConfig& s) { return parse_enabled(m, s, s.cuda_graphs); }
 
 Status validate(const StrategyConfig& s, const Device& device) {
-  if (device.is_cpu() && explicit_on(s)) {
-    return key_conflict(s.origins, kKey, "device",
-                        "true needs a CUDA device, but the device is cpu (CUDA graphs replay GPU "
-                        "kernel launches)");
-  }
-  if (device.is_cuda() && explicit_on(s) && !s.kv_cache) {
-    return key_conflict(s.origins, kKey, "strategies.kv_cache.enabled",
-                        "true needs the KV cache: a graph replays a decode step of one token, "
-                        "but without the cache every step recomputes a growing sequence");
-  }
-  return ok_status();
+  return validate_cuda_decode_switch(
+      s, device, s.cuda_graphs, kKey, "CUDA graphs replay GPU kernel launches",
+      "a graph replays a decode step of one token, but without the cache every step recomputes a "
+      "growing sequence");
 }
 
 bool effective(const StrategyConfig& s, const Device& device) {
-  return device.is_cuda() && s.kv_cache && s.cuda_graphs;
+  return cuda_decode_switch_on(s, device, s.cuda_graphs);
 }
 
 void apply(const StrategyConfig& s, const Device& device, LoadOptions& load, GeneratorOptions&) {

@@ -12,31 +12,18 @@ namespace {
 
 constexpr const char* kKey = "strategies.device_sampling.enabled";
 
-Status parse(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled"}));
-  RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
-  if (enabled) s.device_sampling = *enabled;
-  note_origin(m, "enabled", s);
-  return ok_status();
-}
+Status parse(const YamlMap& m, StrategyConfig& s) { return parse_enabled(m, s, s.device_sampling); }
 
 Status validate(const StrategyConfig& s, const Device& device) {
-  if (!(s.device_sampling && s.origins.has(kKey))) return ok_status();
-  if (device.is_cpu()) {
-    return key_conflict(s.origins, kKey, "device",
-                        "true needs a CUDA device, but the device is cpu (the CPU samples on the "
-                        "host, where its logits already are)");
-  }
-  if (!s.kv_cache) {
-    return key_conflict(s.origins, kKey, "strategies.kv_cache.enabled",
-                        "true needs the KV cache: a device decode step feeds one token, but "
-                        "without the cache every step recomputes a growing sequence");
-  }
-  return ok_status();
+  return validate_cuda_decode_switch(
+      s, device, s.device_sampling, kKey,
+      "the CPU samples on the host, where its logits already are",
+      "a device decode step feeds one token, but without the cache every step recomputes a "
+      "growing sequence");
 }
 
 bool effective(const StrategyConfig& s, const Device& device) {
-  return device.is_cuda() && s.kv_cache && s.device_sampling;
+  return cuda_decode_switch_on(s, device, s.device_sampling);
 }
 
 void apply(const StrategyConfig& s, const Device& device, LoadOptions& load, GeneratorOptions&) {

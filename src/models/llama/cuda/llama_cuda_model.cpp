@@ -230,7 +230,7 @@ class LlamaCudaModel final : public DecoderModel {
   }
   Status decode_step_graph(int32_t token, int64_t pos, DeviceKvStorage& kv, float* logits);
   // The device storage of a cache this model made, else an error.
-  Result<DeviceKvStorage*> device_kv(KvCache& cache) const;
+  Result<DeviceKvStorage*> device_kv(KvCache& cache, const char* op) const;
   // The decode graphs' scratch, (re)allocated for cache `kv` (the graphs of another cache are
   // dropped), and the graph of one step captured at position pos when missing: with the logits
   // copied to pinned host memory (sampled: false), or with the device sampler's kernel after
@@ -1051,7 +1051,7 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
 Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
   RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
   const auto n = static_cast<int64_t>(batch.tokens.size());
-  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache));
+  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache, "infer"));
   const int64_t n_past = cache.size();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = batch.tokens[static_cast<size_t>(i)];
@@ -1109,10 +1109,10 @@ Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* l
   return ok_status();
 }
 
-Result<DeviceKvStorage*> LlamaCudaModel::device_kv(KvCache& cache) const {
+Result<DeviceKvStorage*> LlamaCudaModel::device_kv(KvCache& cache, const char* op) const {
   auto* kv = dynamic_cast<DeviceKvStorage*>(cache.backend());
   if (kv == nullptr || cache.n_layer() != hp_.n_layer || cache.kv_dim() != kv_dim_) {
-    return invalid_argument("infer: the KV cache was not made by this CUDA model (create_cache)");
+    return invalid_argument("{}: the KV cache was not made by this CUDA model (create_cache)", op);
   }
   return kv;
 }
@@ -1218,7 +1218,7 @@ Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, cons
     return invalid_argument("decode_on_device: token {} is outside the vocabulary [0, {})", first,
                             hp_.n_vocab);
   }
-  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache));
+  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache, "decode_on_device"));
   const int64_t p0 = cache.size(), n_ctx = cache.n_ctx();
   if (p0 >= n_ctx) {
     return out_of_range("decode_on_device: the KV cache is full ({} positions)", n_ctx);
