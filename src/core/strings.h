@@ -13,4 +13,9 @@ std::string printable(std::string_view s, size_t max_chars = 240);
 // printable() in single quotes, with quote and backslash escaped too: 'blk.0.attn_q.weight'.
 std::string quoted(std::string_view s, size_t max_chars = 96);
 
+// Text from files or users for a terminal, whole: valid UTF-8 kept (C1 controls excepted);
+// \n, \t, \r and \\ escaped as such, other control bytes and invalid UTF-8 bytes as \xNN.
+// Metadata printed this way cannot move the cursor or inject terminal escape sequences.
+std::string display_text(std::string_view s);
+
 }  // namespace rinfer

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/strings.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -176,11 +177,11 @@ std::string format_model_info(const ModelInfo& m) {
   auto line = [&s](std::string_view k, const std::string& v) {
     s += fmt::format("{:<18} {}\n", k, v);
   };
-  line("file", m.path);
+  line("file", display_text(m.path));
   line("format", m.format_version ? fmt::format("{} v{}", m.format, m.format_version) : m.format);
   line("size", fmt::format("{} ({} bytes)", human_bytes(m.file_bytes), m.file_bytes));
-  line("name", m.name.empty() ? "-" : m.name);
-  line("architecture", m.architecture.empty() ? "-" : m.architecture);
+  line("name", m.name.empty() ? "-" : display_text(m.name));
+  line("architecture", m.architecture.empty() ? "-" : display_text(m.architecture));
   line("layers", opt(m.n_layers));
   line("embedding", opt(m.n_embd));
   line("feed-forward", opt(m.n_ff));
@@ -193,8 +194,9 @@ std::string format_model_info(const ModelInfo& m) {
   line("norm eps", opt(m.norm_eps));
   line("vocab size", opt(m.vocab_size));
   line("tokenizer", m.tokenizer_tokens
-                        ? fmt::format("{}, {} tokens", m.tokenizer, m.tokenizer_tokens)
-                        : m.tokenizer);
+                        ? fmt::format("{}, {} tokens", display_text(m.tokenizer),
+                                      m.tokenizer_tokens)
+                        : display_text(m.tokenizer));
   line("chat template", m.has_chat_template ? "yes" : "no");
   line("tensors", fmt::format("{} ({} parameters, {})", m.n_tensors, m.n_elements,
                               human_bytes(m.tensor_bytes)));

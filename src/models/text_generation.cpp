@@ -101,14 +101,16 @@ Result<std::unique_ptr<TextGenerationSample>> TextGenerationSample::load_model(
 }
 
 Result<std::vector<int32_t>> TextGenerationSample::preprocess(
-    std::span<const ChatMessage> messages) const {
+    std::span<const ChatMessage> messages, bool allow_special) const {
   if (!chat_) {
     return invalid_argument(
         "this model has no chat template: use --raw, or set chat_template "
         "(chatml, gemma) in the recipe");
   }
-  RINFER_ASSIGN_OR_RETURN(std::string text, chat_->apply(messages, true));
-  return tokenizer_->encode(text, EncodeOptions{.add_special = true, .parse_special = true});
+  RINFER_ASSIGN_OR_RETURN(RenderedChat chat, chat_->render(messages, true));
+  EncodeOptions o{.add_special = true, .parse_special = true};
+  if (!allow_special) o.plain_ranges = chat.content;
+  return tokenizer_->encode(chat.text, o);
 }
 
 Result<std::vector<int32_t>> TextGenerationSample::preprocess_raw(std::string_view text) const {

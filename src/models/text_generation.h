@@ -38,8 +38,11 @@ class TextGenerationSample {
   const std::string& chat_template_note() const { return chat_note_; }
 
   // preprocess: the conversation rendered by the chat template, ending with the assistant's
-  // turn opener, tokenized with special tokens parsed. Errors without a chat template.
-  Result<std::vector<int32_t>> preprocess(std::span<const ChatMessage> messages) const;
+  // turn opener, tokenized with the template's markers as control tokens. The messages'
+  // content is plain text (control-token text a user typed stays text, so a message cannot
+  // close its turn or open a system one) unless `allow_special`. Errors without a template.
+  Result<std::vector<int32_t>> preprocess(std::span<const ChatMessage> messages,
+                                          bool allow_special = false) const;
   // preprocess without a template: BOS as the model wants it, control-token text kept literal.
   Result<std::vector<int32_t>> preprocess_raw(std::string_view text) const;
 

@@ -18,6 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxContext = int64_t{1} << 20;
+constexpr size_t kMaxStopStrings = 64;
 
 Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   RINFER_RETURN_IF_ERROR(
@@ -46,7 +47,7 @@ Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   }
   RINFER_ASSIGN_OR_RETURN(auto max_tokens, m.get_int("max_tokens", 0, kMaxContext));
   if (max_tokens) r.max_tokens = *max_tokens;
-  RINFER_ASSIGN_OR_RETURN(auto stop, m.get_string_list("stop"));
+  RINFER_ASSIGN_OR_RETURN(auto stop, m.get_string_list("stop", kMaxStopStrings));
   if (stop) r.stop = std::move(*stop);
   return ok_status();
 }
@@ -87,7 +88,15 @@ void note_keys(const YamlMap& m, KeyOrigins& o) {
   for (const std::string& k : m.keys()) o.set(m.key_path(k), m.location(k));
 }
 
+// A recipe is a few dozen lines; a file far larger is refused before YAML parses it (a parser
+// holds tens of bytes per byte of input).
+constexpr size_t kMaxRecipeBytes = size_t{1} << 20;
+
 Result<YAML::Node> parse_yaml(const std::string& text, const std::string& path) {
+  if (text.size() > kMaxRecipeBytes) {
+    return invalid_argument("{}: {} bytes; a recipe is at most {} bytes (1 MiB)", path, text.size(),
+                            kMaxRecipeBytes);
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);

@@ -14,9 +14,21 @@ namespace {
 
 bool is_plain(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
 
+// Values quoted in messages are cut, so that an error about a huge value stays one short line.
+constexpr size_t kMaxShown = 80;
+
+std::string cut_note(std::string_view s) {
+  return s.size() > kMaxShown ? fmt::format("... ({} bytes)", s.size()) : std::string();
+}
+
+// A plain value as the user wrote it, cut to kMaxShown bytes.
+std::string shown(std::string_view s) {
+  return std::string(s.substr(0, kMaxShown)) + cut_note(s);
+}
+
 std::string quoted(std::string_view s) {
   std::string out = "\"";
-  for (char c : s) {
+  for (char c : s.substr(0, kMaxShown)) {
     if (c == '"' || c == '\\') out += '\\';
     if (c == '\n') {
       out += "\\n";
@@ -24,7 +36,7 @@ std::string quoted(std::string_view s) {
     }
     out += c;
   }
-  return out + "\"";
+  return out + "\"" + cut_note(s);
 }
 
 std::string allowed_list(const std::vector<std::string_view>& allowed) {
@@ -68,7 +80,7 @@ std::string describe_node(const YAML::Node& node) {
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
   if (node.IsScalar()) {
-    if (is_plain(node)) return node.Scalar();
+    if (is_plain(node)) return shown(node.Scalar());
     return "the string " + quoted(node.Scalar());
   }
   return "an unknown node";
@@ -198,7 +210,8 @@ Result<std::optional<bool>> YamlMap::get_bool(std::string_view key) const {
   RINFER_ASSIGN_OR_RETURN(std::string s, plain_scalar(*e, "true or false"));
   if (s == "true" || s == "True" || s == "TRUE") return std::optional<bool>(true);
   if (s == "false" || s == "False" || s == "FALSE") return std::optional<bool>(false);
-  return error_at(e->value, e->key_node, key, fmt::format("expected true or false, got {}", s));
+  return error_at(e->value, e->key_node, key,
+                  fmt::format("expected true or false, got {}", shown(s)));
 }
 
 Result<std::optional<int64_t>> YamlMap::get_int(std::string_view key, int64_t lo,
@@ -211,7 +224,7 @@ Result<std::optional<int64_t>> YamlMap::get_int(std::string_view key, int64_t lo
   const char* b = s.data() + (s.starts_with('+') ? 1 : 0);
   const auto [ptr, ec] = std::from_chars(b, s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size() || v < lo || v > hi) {
-    return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, s));
+    return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, shown(s)));
   }
   return std::optional<int64_t>(v);
 }
@@ -224,7 +237,7 @@ Result<std::optional<double>> YamlMap::get_number(std::string_view key,
   RINFER_ASSIGN_OR_RETURN(std::string s, plain_scalar(*e, what));
   const std::optional<double> v = parse_number(s);
   if (!v || !r.contains(*v)) {
-    return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, s));
+    return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, shown(s)));
   }
   return v;
 }
@@ -236,6 +249,11 @@ Result<std::optional<std::string>> YamlMap::get_string(std::string_view key) con
     return error_at(e->value, e->key_node, key,
                     fmt::format("expected a non-empty string, got {}", describe_node(e->value)));
   }
+  if (e->value.Scalar().size() > kMaxStringBytes) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("a string of {} bytes, at most {} allowed", e->value.Scalar().size(),
+                                kMaxStringBytes));
+  }
   return std::optional<std::string>(e->value.Scalar());
 }
 
@@ -246,12 +264,16 @@ Result<std::string> YamlMap::get_string_or(std::string_view key, std::string fal
 }
 
 Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(
-    std::string_view key) const {
+    std::string_view key, size_t max_items, size_t max_bytes) const {
   const Entry* e = find(key);
   if (e == nullptr) return std::optional<std::vector<std::string>>();
   if (!e->value.IsSequence()) {
     return error_at(e->value, e->key_node, key,
                     fmt::format("expected a list of strings, got {}", describe_node(e->value)));
+  }
+  if (e->value.size() > max_items) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("{} items, at most {} allowed", e->value.size(), max_items));
   }
   std::vector<std::string> out;
   for (size_t i = 0; i < e->value.size(); ++i) {
@@ -260,6 +282,11 @@ Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(
       return error_at(
           item, e->key_node, key,
           fmt::format("item {}: expected a non-empty string, got {}", i, describe_node(item)));
+    }
+    if (item.Scalar().size() > max_bytes) {
+      return error_at(item, e->key_node, key,
+                      fmt::format("item {}: {} bytes, at most {} allowed", i,
+                                  item.Scalar().size(), max_bytes));
     }
     out.push_back(item.Scalar());
   }
@@ -275,6 +302,10 @@ Result<std::optional<std::vector<int64_t>>> YamlMap::get_int_list(std::string_vi
     return error_at(e->value, e->key_node, key,
                     fmt::format("expected a list of integers in [{}, {}], got {}", lo, hi,
                                 describe_node(e->value)));
+  }
+  if (e->value.size() > kMaxListItems) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("{} items, at most {} allowed", e->value.size(), kMaxListItems));
   }
   std::vector<int64_t> out;
   for (size_t i = 0; i < e->value.size(); ++i) {
@@ -309,7 +340,7 @@ Result<std::optional<size_t>> YamlMap::get_enum(std::string_view key,
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == s) return std::optional<size_t>(i);
   }
-  return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, s));
+  return error_at(e->value, e->key_node, key, fmt::format("expected {}, got {}", what, shown(s)));
 }
 
 Result<std::optional<YamlMap>> YamlMap::get_map(std::string_view key) const {

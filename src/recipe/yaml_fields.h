@@ -32,6 +32,10 @@ struct NumberRange {
 
 class YamlMap {
  public:
+  // Limits on what a config may hold, so that a huge file fails fast and small.
+  static constexpr size_t kMaxListItems = 1024;
+  static constexpr size_t kMaxStringBytes = 4096;
+
   // `node` must be a mapping (error otherwise); `path` is its key path ("" for the root),
   // `key_node` the node that named it (for the line number when it is null).
   static Result<YamlMap> from(const YAML::Node& node, std::string file, std::string path,
@@ -59,7 +63,10 @@ class YamlMap {
   Result<std::optional<std::string>> get_string(std::string_view key) const;
   // get_string with a value for an absent key.
   Result<std::string> get_string_or(std::string_view key, std::string fallback) const;
-  Result<std::optional<std::vector<std::string>>> get_string_list(std::string_view key) const;
+  // A list of at most max_items non-empty strings of at most max_bytes each.
+  Result<std::optional<std::vector<std::string>>> get_string_list(
+      std::string_view key, size_t max_items = kMaxListItems,
+      size_t max_bytes = kMaxStringBytes) const;
   // A list of integers, each in [lo, hi].
   Result<std::optional<std::vector<int64_t>>> get_int_list(std::string_view key, int64_t lo,
                                                            int64_t hi) const;

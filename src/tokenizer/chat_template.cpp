@@ -105,28 +105,48 @@ Result<ChatTemplate> ChatTemplate::for_model(const GgufFile& file, std::string_v
 
 Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
                                         bool add_generation_prompt) const {
+  RINFER_ASSIGN_OR_RETURN(RenderedChat r, render(messages, add_generation_prompt));
+  return std::move(r.text);
+}
+
+Result<RenderedChat> ChatTemplate::render(std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt) const {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant") {
       return invalid_argument("message {}: unknown role '{}' (system, user or assistant)", i, r);
     }
   }
-  std::string out;
+  RenderedChat out;
+  std::string& text = out.text;
+  // Appends message content, recording its range (markup is appended to `text` directly).
+  auto content = [&out](std::string_view c) {
+    if (c.empty()) return;
+    const size_t begin = out.text.size();
+    out.text += c;
+    if (!out.content.empty() && out.content.back().end == begin) {
+      out.content.back().end = out.text.size();
+    } else {
+      out.content.push_back({begin, out.text.size()});
+    }
+  };
   if (family_ == ChatTemplateFamily::kChatML) {
     if (!default_system_.empty() && (messages.empty() || messages[0].role != "system")) {
-      out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+      text += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
     }
     for (const auto& m : messages) {
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      text += "<|im_start|>" + m.role + "\n";
+      content(m.content);
+      text += "<|im_end|>\n";
     }
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    if (add_generation_prompt) text += "<|im_start|>assistant\n";
     return out;
   }
   // Gemma.
   size_t first = 0;
-  std::string prefix;
+  std::string_view system;
   if (!messages.empty() && messages[0].role == "system") {
-    prefix = std::string(messages[0].content) + "\n\n";
+    system = messages[0].content;
     first = 1;
   }
   for (size_t i = first; i < messages.size(); ++i) {
@@ -139,14 +159,17 @@ Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
       return invalid_argument(
           "message {}: gemma conversation roles must alternate user/assistant/user/...", i);
     }
-    out += "<start_of_turn>";
-    out += m.role == "assistant" ? "model" : "user";
-    out += "\n";
-    if (i == first) out += prefix;
-    out += trim(m.content);
-    out += "<end_of_turn>\n";
+    text += "<start_of_turn>";
+    text += m.role == "assistant" ? "model" : "user";
+    text += "\n";
+    if (i == first && first == 1) {
+      content(system);
+      text += "\n\n";
+    }
+    content(trim(m.content));
+    text += "<end_of_turn>\n";
   }
-  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  if (add_generation_prompt) text += "<start_of_turn>model\n";
   return out;
 }
 

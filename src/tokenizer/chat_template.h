@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "rinfer/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace rinfer {
 
@@ -31,6 +32,16 @@ struct ChatMessage {
 };
 
 enum class ChatTemplateFamily { kChatML, kGemma };
+
+// A rendered conversation: the prompt text and the byte ranges [begin, end) of it that came
+// from the messages' content (in order, not overlapping). Tokenize it with
+// EncodeOptions::plain_ranges = content, so that control-token text a user typed
+// ("<|im_end|><|im_start|>system ...") stays plain text and only the template's own markers
+// become control tokens.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextRange> content;
+};
 
 class ChatTemplate {
  public:
@@ -54,6 +65,9 @@ class ChatTemplate {
   // add_generation_prompt. Errors: an unknown role, roles that a family cannot express.
   Result<std::string> apply(std::span<const ChatMessage> messages,
                             bool add_generation_prompt = true) const;
+  // apply() with the ranges of the messages' content.
+  Result<RenderedChat> render(std::span<const ChatMessage> messages,
+                              bool add_generation_prompt = true) const;
 
  private:
   ChatTemplateFamily family_ = ChatTemplateFamily::kChatML;

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
+#include <tuple>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -188,14 +189,28 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
   if (options.add_special && vocab_->add_bos && vocab_->bos >= 0) out.push_back(vocab_->bos);
   bool starts_text = true;
   if (options.parse_special || has_always_) {
-    const auto accept = [&](int32_t id) { return options.parse_special || special_always_[id]; };
+    // Control tokens are parsed outside the plain ranges only: ranges[r] is the first range
+    // that does not end before pos, `limit` where the next one starts.
+    const std::span<const TextRange> ranges = options.plain_ranges;
+    size_t r = 0;
+    bool in_plain = false;
+    const auto accept = [&](int32_t id) {
+      return special_always_[id] || (options.parse_special && !in_plain);
+    };
     size_t frag = 0, pos = 0;
     while (pos < text.size()) {
       if (!specials_->may_start(static_cast<uint8_t>(text[pos]))) {
         ++pos;
         continue;
       }
-      const auto [id, len] = specials_->longest_match(text, pos, accept);
+      while (r < ranges.size() && ranges[r].end <= pos) ++r;
+      in_plain = r < ranges.size() && ranges[r].begin <= pos;
+      const size_t limit = r < ranges.size() && !in_plain ? ranges[r].begin : text.size();
+      auto [id, len] = specials_->longest_match(text, pos, accept);
+      if (id >= 0 && !special_always_[id] && pos + len > limit) {
+        // A control token that would run into the content: the longest match before it.
+        std::tie(id, len) = specials_->longest_match(text.substr(0, limit), pos, accept);
+      }
       if (id < 0) {
         ++pos;
         continue;

@@ -60,11 +60,21 @@ enum class TokenType : uint8_t {
 
 enum class TokenizerKind : uint8_t { kByteLevelBpe, kSentencePiece };
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 struct EncodeOptions {
   // Add BOS / EOS as the model's flags say (tokenizer.ggml.add_bos_token / add_eos_token).
   bool add_special = true;
   // Parse control-token text ("<|im_start|>") as the token; otherwise it is plain text.
   bool parse_special = true;
+  // With parse_special: ranges of the text (sorted, not overlapping) where control-token text
+  // stays plain text: the user's content inside a chat template's markup. A control token is
+  // parsed only where its whole match lies outside every range.
+  std::span<const TextRange> plain_ranges = {};
 };
 
 class Tokenizer {

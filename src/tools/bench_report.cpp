@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tools/output.h"
 
 namespace rinfer::bench {
 
@@ -116,7 +117,7 @@ int write_json(const std::string& path, const ordered_json& j) {
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   std::ofstream f(path);
-  f << j.dump(2) << "\n";
+  f << json_text(j) << "\n";
   if (!f) {
     std::fprintf(stderr, "cannot write %s\n", path.c_str());
     return 1;

@@ -1,15 +1,59 @@
 #include "tools/cli.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
 #include <string>
 
+#include "tools/output.h"
 #include "tools/tools.h"
 
 namespace rinfer {
+
+namespace {
+
+// A standard descriptor the caller closed (`>&-`) is reopened on /dev/null, read-only for
+// stdout so that every write to it still fails (and is reported), and so that no file this
+// process opens later can take descriptor 1 and receive the output meant for stdout.
+void guard_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int flags = fd == 2 ? O_WRONLY : O_RDONLY;
+    const int got = ::open("/dev/null", flags | O_CLOEXEC);
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+  }
+}
+
+// Diagnostics go to stderr, never into the result on stdout.
+void log_to_stderr() {
+  auto logger = spdlog::stderr_color_mt("rinfer");
+  spdlog::set_default_logger(logger);
+}
+
+// The subcommand's usage line, for usage errors: "Usage: rinfer run [OPTIONS] recipe".
+std::string usage_of(const CLI::App* failed) {
+  if (failed == nullptr) return {};
+  const std::string name =
+      failed->get_parent() != nullptr ? "rinfer " + failed->get_name() : std::string("rinfer");
+  CLI::Formatter f;
+  std::string usage = f.make_usage(failed, name);
+  while (!usage.empty() && (usage.back() == '\n' || usage.back() == ' ')) usage.pop_back();
+  return usage;
+}
+
+}  // namespace
 
 int report_error(const std::string& message) {
   std::fprintf(stderr, "rinfer: error: %s\n", message.c_str());
@@ -17,6 +61,8 @@ int report_error(const std::string& message) {
 }
 
 int run_cli(int argc, char** argv) {
+  guard_standard_descriptors();
+  log_to_stderr();
   CLI::App app{"recipes-infer: LLM and multimodal inference, with optimization recipes measured "
                "side by side.",
                "rinfer"};
@@ -38,18 +84,27 @@ int run_cli(int argc, char** argv) {
   add_bench_command(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
-  // Usage errors: one line on stderr, exit code 2. --help and --version exit 0.
-  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
-    return fmt::format("rinfer: error: {} (see '{} --help')\n", e.what(),
-                       failed->get_parent() ? "rinfer " + failed->get_name() : "rinfer");
-  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) {  // --help, --version
+      app.exit(e);
+      return check_stdout_written(0);
+    }
+    // A usage error: the error, then the usage of the subcommand it was given to, on stderr.
+    const std::vector<CLI::App*> used = app.get_subcommands();
+    const CLI::App* failed = used.empty() ? &app : used.front();
+    std::fprintf(stderr, "rinfer: error: %s\n%s\n(see '%s --help')\n", e.what(),
+                 usage_of(failed).c_str(),
+                 failed == &app ? "rinfer" : ("rinfer " + failed->get_name()).c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    // No exception may end the process with an abort: every one is a clean error.
+    exit_code = report_error(fmt::format("internal error: {}", e.what()));
+  } catch (...) {
+    exit_code = report_error("internal error: an unknown exception");
   }
-  return exit_code;
+  return check_stdout_written(exit_code);
 }
 
 }  // namespace rinfer

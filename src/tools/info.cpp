@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "formats/model_cache.h"
 #include "formats/model_info.h"
+#include "tools/output.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -76,7 +77,7 @@ void add_info_command(CLI::App& app, int& exit_code) {
       return;
     }
     if (*json) {
-      std::cout << info_json(info.value()).dump(2) << "\n";
+      std::cout << json_text(info_json(info.value())) << "\n";
     } else {
       std::cout << format_model_info(info.value());
     }

@@ -32,6 +32,7 @@
 #include "engine/logit_metrics.h"
 #include "formats/model_cache.h"
 #include "models/model.h"
+#include "tools/output.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -237,7 +238,7 @@ int run_parity(const ParityArgs& a) {
         {"pass", pass},
     };
     std::ofstream out(a.json, std::ios::binary);
-    if (!out || !(out << j.dump(2) << '\n')) {
+    if (!out || !(out << json_text(j) << '\n')) {
       return report_error(fmt::format("cannot write the JSON file '{}'", a.json));
     }
   }

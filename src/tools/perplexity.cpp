@@ -15,6 +15,7 @@
 #include "core/progress.h"
 #include "engine/llm_engine.h"
 #include "recipe/recipe.h"
+#include "tools/input.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -27,6 +28,7 @@ struct PplArgs {
   std::optional<int64_t> ctx;
   int64_t max_windows = 0;
   std::optional<int> threads;
+  bool allow_invalid_utf8 = false;
 };
 
 int run_perplexity(const PplArgs& a) {
@@ -34,6 +36,7 @@ int run_perplexity(const PplArgs& a) {
   if (!recipe.ok()) return report_error(recipe.status().message());
   if (a.ctx) recipe->context_length = *a.ctx;
   if (a.threads) recipe->strategies.threads = *a.threads;
+  warn_if_oversubscribed(recipe->strategies.threads, a.threads ? "--threads" : a.recipe);
   if (recipe->context_length == 0) recipe->context_length = 512;
   auto engine = LlmEngine::create(*recipe);
   if (!engine.ok()) return report_error(engine.status().message());
@@ -44,7 +47,12 @@ int run_perplexity(const PplArgs& a) {
   std::stringstream ss;
   ss << f.rdbuf();
   const Tokenizer& tok = e.sample().tokenizer();
-  auto ids = tok.encode(ss.str(), EncodeOptions{.add_special = false, .parse_special = false});
+  const std::string text = ss.str();
+  if (Status st = check_utf8(text, "the text file '" + a.text_file + "'", a.allow_invalid_utf8);
+      !st.ok()) {
+    return report_error(st.message());
+  }
+  auto ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = false});
   if (!ids.ok()) return report_error(ids.status().message());
 
   PerplexityOptions opts;
@@ -84,6 +92,8 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-windows", a->max_windows, "Score at most K windows (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--threads", a->threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--allow-invalid-utf8", a->allow_invalid_utf8,
+                "Score a file that is not valid UTF-8 as raw bytes (default: an error)");
   cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
 }
 

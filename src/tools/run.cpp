@@ -8,14 +8,19 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/llm_engine.h"
 #include "recipe/recipe.h"
+#include "tools/input.h"
+#include "tools/output.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -57,21 +62,42 @@ class SigintScope {
 struct RunArgs {
   std::string recipe;
   std::string prompt;
+  std::string prompt_file;
   std::string system;
   bool chat = false;
   bool raw = false;
   bool verbose = false;
+  bool allow_invalid_utf8 = false;
+  bool allow_special = false;
   std::optional<int64_t> max_tokens;
   std::optional<double> temperature;
-  std::optional<uint64_t> seed;
+  std::optional<int64_t> seed;
   std::optional<int> threads;
   std::optional<int64_t> ctx;
   std::string chat_template;
 };
 
+// Streams a piece to stdout; a failed write (a full disk, a closed pipe) stops the reply.
 void write_out(std::string_view s) {
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
+  if (!write_stdout(s)) g_cancel.store(true);
+}
+
+// The prompt text from -p TEXT, -p - (stdin) or --prompt-file FILE, checked as UTF-8.
+Result<std::string> prompt_text(const RunArgs& a) {
+  std::string text;
+  std::string source = "-p";
+  if (!a.prompt_file.empty()) {
+    RINFER_ASSIGN_OR_RETURN(text, read_text_input(a.prompt_file, "--prompt-file"));
+    source = "--prompt-file " + a.prompt_file;
+  } else if (a.prompt == "-") {
+    RINFER_ASSIGN_OR_RETURN(text, read_text_input("-", "-p -"));
+    source = "the prompt on stdin";
+  } else {
+    text = a.prompt;
+  }
+  if (text.empty()) return invalid_argument("{}: the prompt is empty", source);
+  RINFER_RETURN_IF_ERROR(check_utf8(text, source, a.allow_invalid_utf8));
+  return text;
 }
 
 // One line from stdin without the newline; nullopt at EOF or on Ctrl-C.
@@ -112,12 +138,22 @@ Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& pr
 Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
   RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, load_recipe(a.recipe));
   if (a.max_tokens) recipe.max_tokens = *a.max_tokens;
-  if (a.temperature) recipe.sampling.temperature = static_cast<float>(*a.temperature);
+  if (a.temperature) {
+    // Checked here, so that a bad value blames the flag rather than the recipe file.
+    SamplingParams s = recipe.sampling;
+    s.temperature = static_cast<float>(*a.temperature);
+    if (!std::isfinite(*a.temperature)) {
+      return invalid_argument("--temperature {}: expected a finite number >= 0", *a.temperature);
+    }
+    RINFER_RETURN_IF_ERROR(s.validate().with_context("--temperature"));
+    recipe.sampling.temperature = s.temperature;
+  }
   if (a.seed) {
-    recipe.sampling.seed = *a.seed;
+    recipe.sampling.seed = static_cast<uint64_t>(*a.seed);
     recipe.seed_set = true;
   }
   if (a.threads) recipe.strategies.threads = *a.threads;
+  warn_if_oversubscribed(recipe.strategies.threads, a.threads ? "--threads" : a.recipe);
   if (a.ctx) recipe.context_length = *a.ctx;
   if (!a.chat_template.empty()) recipe.chat_template = a.chat_template;
   return LlmEngine::create(recipe);
@@ -126,10 +162,11 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
 // The conversation as tokens; drops the oldest turns (keeping a system message) while it
 // leaves less than `reserve` positions for the reply.
 Result<std::vector<int32_t>> chat_prompt(LlmEngine& e, std::vector<ChatMessage>& messages,
-                                         int64_t reserve) {
+                                         int64_t reserve, bool allow_special) {
   const int64_t n_ctx = e.kv_cache().n_ctx();
   for (;;) {
-    RINFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, e.sample().preprocess(messages));
+    RINFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                            e.sample().preprocess(messages, allow_special));
     const size_t first = !messages.empty() && messages[0].role == "system" ? 1 : 0;
     if (static_cast<int64_t>(ids.size()) + reserve <= n_ctx || messages.size() < first + 3) {
       return ids;  // fits, or only the new message is left (the generator reports the overflow)
@@ -141,31 +178,50 @@ Result<std::vector<int32_t>> chat_prompt(LlmEngine& e, std::vector<ChatMessage>&
   }
 }
 
+// Without a chat template a prompt is continued as plain text only when --raw asks for it.
+Status check_template(LlmEngine& e, const char* what) {
+  if (e.sample().chat_template() != nullptr) return ok_status();
+  return invalid_argument(
+      "{}: {} needs a chat template and this model has none ({}): pass --raw to continue the "
+      "prompt as plain text, or choose a template with --chat-template chatml|gemma (or "
+      "chat_template in the recipe)",
+      e.model_path(), what, e.sample().chat_template_note());
+}
+
+// The reply's exit code: 0, 130 when Ctrl-C stopped it, 1 when stdout failed (reported at the
+// end of the command by check_stdout_written).
+int reply_exit_code(const GenerationResult& r) {
+  if (!write_stdout("")) return 1;
+  return r.stop_reason == StopReason::kCancelled ? 130 : 0;
+}
+
 int run_prompt(LlmEngine& e, const RunArgs& a) {
+  auto text = prompt_text(a);
+  if (!text.ok()) return report_error(text.status().message());
   Result<std::vector<int32_t>> ids = std::vector<int32_t>();
-  if (a.raw || e.sample().chat_template() == nullptr) {
-    if (!a.raw && a.verbose) std::fprintf(stderr, "(no chat template: raw prompt)\n");
-    ids = e.sample().preprocess_raw(a.prompt);
+  if (a.raw) {
+    ids = e.sample().preprocess_raw(*text);
   } else {
+    if (Status st = check_template(e, "a chat prompt"); !st.ok()) return report_error(st.message());
     std::vector<ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
-    messages.push_back({"user", a.prompt});
-    ids = e.sample().preprocess(messages);
+    messages.push_back({"user", *text});
+    ids = e.sample().preprocess(messages, a.allow_special);
   }
   if (!ids.ok()) return report_error(ids.status().message());
-  if (a.raw) write_out(a.prompt);  // a raw prompt is continued: show it
+  if (a.raw) write_out(*text);  // a raw prompt is continued: show it
   auto r = reply(e, *ids);
   if (!r.ok()) return report_error(r.status().message());
   if (r->text.empty() || r->text.back() != '\n') write_out("\n");
   print_timing(*r);
-  return r->stop_reason == StopReason::kCancelled ? 130 : 0;
+  return reply_exit_code(*r);
 }
 
 int run_chat(LlmEngine& e, const RunArgs& a) {
-  if (e.sample().chat_template() == nullptr) {
-    return report_error(
-        "--chat needs a chat template: this model has none (set chat_template "
-        "in the recipe or pass --chat-template chatml|gemma)");
+  if (Status st = check_template(e, "--chat"); !st.ok()) return report_error(st.message());
+  if (a.raw) return report_error("--raw and --chat exclude each other: a chat needs a template");
+  if (Status st = check_utf8(a.system, "--system", a.allow_invalid_utf8); !st.ok()) {
+    return report_error(st.message());
   }
   const bool tty = ::isatty(0) != 0;
   std::fprintf(stderr,
@@ -193,8 +249,12 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
       continue;
     }
     if (line->empty()) continue;
+    if (Status st = check_utf8(*line, "the message", a.allow_invalid_utf8); !st.ok()) {
+      report_error(st.message());
+      continue;
+    }
     messages.push_back({"user", *line});
-    auto ids = chat_prompt(e, messages, reserve);
+    auto ids = chat_prompt(e, messages, reserve, a.allow_special);
     if (!ids.ok()) {
       messages.pop_back();
       report_error(ids.status().message());
@@ -209,6 +269,7 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
     messages.push_back({"assistant", r->text});
     write_out("\n");
     print_timing(*r);
+    if (!write_stdout("")) return 1;  // stdout is gone: end the session
   }
 }
 
@@ -221,25 +282,53 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("recipe", a->recipe,
                   "Recipe YAML, e.g. recipes/llm-chat/smollm2-135m/optimized.yaml")
       ->required();
-  auto* prompt = cmd->add_option("-p,--prompt", a->prompt, "The prompt (a user message)");
+  auto* prompt =
+      cmd->add_option("-p,--prompt", a->prompt, "The prompt (a user message); - reads stdin");
+  auto* prompt_file =
+      cmd->add_option("--prompt-file", a->prompt_file, "Read the prompt from a UTF-8 text file");
   auto* chat = cmd->add_flag("--chat", a->chat,
                              "Multi-turn chat on stdin (/exit or EOF ends, /reset clears)");
   prompt->excludes(chat);
-  cmd->add_flag("--raw", a->raw, "Continue the prompt as plain text: no chat template");
+  prompt->excludes(prompt_file);
+  prompt_file->excludes(chat);
+  cmd->add_flag("--raw", a->raw,
+                "Continue the prompt as plain text: no chat template (needed for a model "
+                "without one)");
   cmd->add_option("--system", a->system, "A system message for the chat template");
+  cmd->add_flag("--allow-special", a->allow_special,
+                "Parse control-token text in the messages (<|im_start|>, ...) as control tokens "
+                "(default: messages are plain text; only the template makes control tokens)");
+  cmd->add_flag("--allow-invalid-utf8", a->allow_invalid_utf8,
+                "Take prompts that are not valid UTF-8 as raw bytes (default: rejected)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Reply length limit (0: until the end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--temperature", a->temperature, "Sampling temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--seed", a->seed, "Random seed (same seed, same output)");
+  // Parsed here: CLI11 clamps an out-of-range integer to the type's limit without a word.
+  cmd->add_option_function<std::string>(
+         "--seed",
+         [a](const std::string& text) {
+           int64_t v = -1;
+           const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+           if (ec != std::errc() || end != text.data() + text.size() || v < 0) {
+             throw CLI::ValidationError(
+                 "--seed", fmt::format("{} is not an integer in [0, {}] (the recipe's range)",
+                                       text, INT64_MAX));
+           }
+           a->seed = v;
+         },
+         "Random seed in [0, 2^63 - 1] (same seed, same output)")
+      ->type_name("INT");
   cmd->add_option("--threads", a->threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--ctx", a->ctx, "Context length (overrides the recipe's context_length)")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   cmd->add_option("--chat-template", a->chat_template, "Chat template by name: chatml, gemma");
   cmd->add_flag("-v,--verbose", a->verbose, "Print the model, strategies and sampling first");
   cmd->callback([&exit_code, a] {
-    if (!a->chat && a->prompt.empty()) {
-      exit_code = report_error("give a prompt with -p \"...\" or start a chat with --chat");
+    if (!a->chat && a->prompt.empty() && a->prompt_file.empty()) {
+      exit_code = report_error(
+          "give a prompt with -p \"...\" (- reads stdin) or --prompt-file FILE, or start a chat "
+          "with --chat");
       return;
     }
     auto engine = make_engine(*a);

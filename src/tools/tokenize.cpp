@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/strings.h"
 #include "formats/gguf.h"
 #include "formats/model_cache.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
+#include "tools/input.h"
+#include "tools/output.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -33,34 +35,6 @@ Result<LoadedTokenizer> load_tokenizer(const std::string& model) {
     out.gguf.emplace(std::move(file));
   } else {
     RINFER_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::load(path));
-  }
-  return out;
-}
-
-// A token's text for display: printable, with escapes for control bytes and broken UTF-8.
-std::string display(std::string_view bytes) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < bytes.size()) {
-    const auto c = static_cast<unsigned char>(bytes[pos]);
-    size_t len = 1;
-    if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c == '\\')
-      out += "\\\\";
-    else if (c < 0x20 || c == 0x7F)
-      out += fmt::format("\\x{:02x}", c);
-    else if (c < 0x80)
-      out += static_cast<char>(c);
-    else if (unicode::decode_utf8(bytes, pos, &len) >= 0)
-      out.append(bytes.substr(pos, len));
-    else
-      out += fmt::format("\\x{:02x}", c);
-    pos += len;
   }
   return out;
 }
@@ -101,6 +75,7 @@ struct TokenizeArgs {
   bool no_special = false;
   bool allow_invalid = false;
   bool chat = false;
+  bool allow_special = false;
   std::string system;
   std::string chat_template;
 };
@@ -110,16 +85,18 @@ int run_tokenize(const TokenizeArgs& a) {
   if (text == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  size_t bad = 0;
-  if (!a.allow_invalid && !unicode::is_valid_utf8(text, &bad)) {
-    return report_error(fmt::format(
-        "{} is not valid UTF-8 (byte {}); pass --allow-invalid-utf8 to encode the raw bytes",
-        a.text == "-" ? "stdin" : "TEXT", bad));
+  if (Status st = check_utf8(text, a.text == "-" ? "stdin" : "TEXT", a.allow_invalid);
+      !st.ok()) {
+    return report_error(st.message());
+  }
+  if (Status st = check_utf8(a.system, "--system", a.allow_invalid); !st.ok()) {
+    return report_error(st.message());
   }
   auto loaded = load_tokenizer(a.model);
   if (!loaded.ok()) return report_error(loaded.status().message());
   const Tokenizer& tok = *loaded->tokenizer;
   EncodeOptions options;
+  std::vector<TextRange> chat_content;
   options.add_special = !a.no_special;
   options.parse_special = !a.no_special;
   if (a.chat) {
@@ -131,11 +108,14 @@ int run_tokenize(const TokenizeArgs& a) {
     std::vector<ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", text});
-    auto prompt = tmpl->apply(messages, true);
+    auto prompt = tmpl->render(messages, true);
     if (!prompt.ok()) return report_error(prompt.status().message());
-    text = std::move(prompt).value();
+    text = std::move(prompt->text);
+    chat_content = std::move(prompt->content);
     options.parse_special = true;
   }
+  // With --chat the messages are plain text unless --allow-special, as in `rinfer run`.
+  if (a.chat && !a.allow_special) options.plain_ranges = chat_content;
   auto ids = tok.encode(text, options);
   if (!ids.ok()) return report_error(ids.status().message());
   if (a.json) {
@@ -146,16 +126,16 @@ int run_tokenize(const TokenizeArgs& a) {
     nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
     for (int32_t id : ids.value()) pieces.push_back(std::string(tok.piece(id)));
     j["pieces"] = pieces;
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << json_text(j, -1) << "\n";
   } else if (a.ids) {
     std::string line;
     for (size_t i = 0; i < ids->size(); ++i) line += (i ? " " : "") + std::to_string((*ids)[i]);
     std::cout << line << "\n";
   } else if (a.pieces) {
-    for (int32_t id : ids.value()) std::cout << display(tok.piece(id)) << "\n";
+    for (int32_t id : ids.value()) std::cout << display_text(tok.piece(id)) << "\n";
   } else {
     for (int32_t id : ids.value()) {
-      std::cout << fmt::format("{:>7}  '{}'\n", id, display(tok.token_text(id)));
+      std::cout << fmt::format("{:>7}  '{}'\n", id, display_text(tok.token_text(id)));
     }
   }
   return 0;
@@ -181,6 +161,8 @@ void add_tokenize_commands(CLI::App& app, int& exit_code) {
   cmd->add_flag("--chat", a->chat,
                 "Format TEXT as a user message with the model's chat template first");
   cmd->add_option("--system", a->system, "With --chat: a system message");
+  cmd->add_flag("--allow-special", a->allow_special,
+                "With --chat: parse control-token text in the messages as control tokens");
   cmd->add_option("--chat-template", a->chat_template,
                   "With --chat: the template family instead of the model's (chatml, gemma)")
       ->check(CLI::IsMember({"chatml", "gemma"}));

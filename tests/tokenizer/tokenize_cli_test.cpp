@@ -63,7 +63,6 @@ TEST_F(TokenizeCli, ErrorsAreOneLineAndNonZero) {
       "detokenize " + std::string(kSmol) + " 12 abc",
       "tokenize no-such-model-anywhere hello",
       "tokenize " + std::string(kSmol) + " - < " + bad,
-      "tokenize --chat --chat-template llama2 " + std::string(kSmol) + " hi",
   };
   for (const auto& c : cases) {
     auto r = test::run_command(rinfer(c));
@@ -73,6 +72,16 @@ TEST_F(TokenizeCli, ErrorsAreOneLineAndNonZero) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << c << ": " << r.err;
     EXPECT_EQ(r.err.rfind("rinfer: error: ", 0), 0u) << c << ": " << r.err;
   }
+  // A usage error: the error line, then the subcommand's usage, exit code 2.
+  auto usage = test::run_command(
+      rinfer("tokenize --chat --chat-template llama2 " + std::string(kSmol) + " hi"));
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_TRUE(usage.out.empty());
+  EXPECT_EQ(usage.err.rfind("rinfer: error: --chat-template: llama2 not in {chatml,gemma}\n", 0),
+            0u)
+      << usage.err;
+  EXPECT_NE(usage.err.find("\nUsage: rinfer tokenize [OPTIONS] model text\n"), std::string::npos)
+      << usage.err;
   auto out_of_range = test::run_command(rinfer("detokenize " + std::string(kSmol) + " 99999999"));
   EXPECT_NE(out_of_range.err.find("99999999"), std::string::npos);
   auto raw = test::run_command(

@@ -1,6 +1,7 @@
 // strategies.fusion: one kernel per fused group of ops instead of separate kernels with
-// intermediate tensors in memory. Per op: attention, residual_norm, swiglu, qkv. Applies to the
-// CUDA model; the CPU forward's kernel set is fixed. Hook: LoadOptions::fusion.
+// intermediate tensors in memory. Per op: attention, residual_norm, swiglu, qkv. All four apply
+// to the CUDA model; on the CPU only qkv and swiglu (the projections that share one quantized
+// input) switch, its attention and residual+norm kernels are fixed. Hook: LoadOptions::fusion.
 #include <fmt/format.h>
 
 #include <array>
@@ -86,7 +87,7 @@ const StrategyInfo& fusion_strategy() {
        {"qkv", "bool", "true", "Q, K, V (and gate, up) projections from one read of the input"}},
       "{residual_norm: false, swiglu: false, qkv: false}",
       "LoadOptions::fusion",
-      "cuda",
+      "attention, residual_norm: cuda; qkv, swiglu: cpu, cuda",
       "docs/strategies/fusion.md",
       parse,
       validate,

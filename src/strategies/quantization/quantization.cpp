@@ -17,21 +17,36 @@ namespace {
 // The host loader converts weights at load (LlamaModel::convert_weights) for every device.
 constexpr bool kCpuConvertsWeights = true;
 
-const std::vector<std::string_view> kWeightNames{"keep", "f32",  "f16",  "bf16",
-                                                 "q8_0", "q4_0", "q4_1", "q4_k"};
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF32,  DType::kF16,  DType::kBF16,
-                                  DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+const std::vector<std::string_view> kWeightNames{"keep", "f16",  "bf16",
+                                                 "q8_0", "q4_0", "q4_1"};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+                                  DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 
 constexpr int64_t kMaxLayer = 65535;
+
+// Formats the model runs but no converter writes: named in their own message.
+constexpr std::string_view kNoConverter[] = {"f32", "q4_k"};
 
 Status parse(const YamlMap& m, StrategyConfig& s) {
   RINFER_RETURN_IF_ERROR(m.check_keys({"weights", "keep_layers", "embeddings", "activations"}));
   QuantizationConfig& q = s.quantization;
+  if (auto raw = m.get_string("weights"); raw.ok() && raw->has_value()) {
+    for (std::string_view name : kNoConverter) {
+      if (**raw != name) continue;
+      return m.error("weights",
+                     fmt::format("{}: there is no converter to this format at load (keep, f16, "
+                                 "bf16, q8_0, q4_0 and q4_1 are accepted; a file's own q4_k "
+                                 "tensors run as they are with weights: keep)",
+                                 name));
+    }
+  }
   RINFER_ASSIGN_OR_RETURN(auto weights, m.get_enum("weights", kWeightNames));
   if (weights) {
     q.weights = *weights == 0 ? std::nullopt : std::optional<DType>(kWeightTypes[*weights]);
   }
-  RINFER_ASSIGN_OR_RETURN(auto keep, m.get_int_list("keep_layers", -1, kMaxLayer));
+  // Negative layers count from the last (-1: the last); the model's layer count bounds them at
+  // load.
+  RINFER_ASSIGN_OR_RETURN(auto keep, m.get_int_list("keep_layers", -kMaxLayer, kMaxLayer));
   if (keep) {
     for (size_t i = 0; i < keep->size(); ++i) {
       for (size_t j = 0; j < i; ++j) {
@@ -68,13 +83,6 @@ Status validate(const StrategyConfig& s, const Device& device) {
                           "true converts the embeddings along with the weights, but the weights "
                           "are not converted (weights: keep)");
     }
-  }
-  if (q.weights && (*q.weights == DType::kF32 || *q.weights == DType::kQ4_K)) {
-    return invalid_argument(
-        "{}: strategies.quantization.weights: {}: there is no converter to this format at load "
-        "(f16, bf16, q8_0, q4_0 and q4_1 have one; a file's own q4_k tensors run as they are "
-        "with weights: keep)",
-        s.origins.where("strategies.quantization.weights"), weight_format_name(q.weights));
   }
   if (q.weights && device.is_cpu() && !kCpuConvertsWeights) {
     return key_conflict(s.origins, "strategies.quantization.weights", "device",
@@ -134,17 +142,17 @@ const StrategyInfo& quantization_strategy() {
   static const StrategyInfo info{
       "quantization",
       "weight format at load (some layers kept in higher precision) and CPU activation format",
-      {{"weights", "keep|f32|f16|bf16|q8_0|q4_0|q4_1|q4_k", "keep",
+      {{"weights", "keep|f16|bf16|q8_0|q4_0|q4_1", "keep",
         "convert the block matrices at load; keep: the file's stored formats"},
-       {"keep_layers", "list of int in [-1, 65535]", "[0, -1] when weights converts",
-        "blocks left in their stored format; -1 is the last"},
+       {"keep_layers", "list of int in [-65535, 65535]", "[0, -1] when weights converts",
+        "blocks left in their stored format; negative from the last (-1: the last)"},
        {"embeddings", "bool", "false", "convert the token embedding / output projection too"},
        {"activations", "int8|float", "int8",
         "CPU fast kernels: int8 activations with integer dot products, or f32"}},
       "{weights: keep, activations: float}",
       "LoadOptions::weight_format, keep_precision_layers, convert_embeddings, "
       "ops.quantize_activations",
-      "weights: cuda; activations: cpu",
+      "weights: cpu, cuda; activations: cpu",
       "docs/strategies/quantization.md",
       parse,
       validate,

@@ -1,0 +1,47 @@
+#include "tools/input.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "tokenizer/unicode.h"
+
+namespace rinfer {
+
+Result<std::string> read_text_input(const std::string& path, std::string_view what) {
+  if (path == "-") {
+    std::string text(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
+    if (std::cin.bad()) return io_error("{}: reading stdin failed", what);
+    return text;
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return io_error("{}: cannot open '{}'", what, path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return io_error("{}: reading '{}' failed", what, path);
+  return ss.str();
+}
+
+Status check_utf8(std::string_view text, std::string_view what, bool allow_invalid) {
+  size_t bad = 0;
+  if (allow_invalid || unicode::is_valid_utf8(text, &bad)) return ok_status();
+  return invalid_argument(
+      "{} is not valid UTF-8 (byte {}): fix the text, or pass --allow-invalid-utf8 to take the "
+      "raw bytes",
+      what, bad);
+}
+
+void warn_if_oversubscribed(int threads, std::string_view source) {
+  const int hw = ThreadPool::hardware_threads();
+  if (threads > hw) {
+    spdlog::warn("{}: {} threads on a machine with {} hardware threads: expect it to be slower",
+                 source, threads, hw);
+  }
+}
+
+}  // namespace rinfer
