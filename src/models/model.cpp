@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/kv_cache.h"
 #include "formats/gguf.h"
+#include "formats/model_info.h"
 #include "models/llama/llama_model.h"
 #if RINFER_WITH_CUDA
 #include "models/llama/cuda/llama_cuda_model.h"
@@ -118,6 +119,28 @@ Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const L
       "{}: no model sample for architecture '{}' yet (supported: llama, mistral, "
       "qwen2, gemma3)",
       path, arch);
+}
+
+Status check_text_generation(const ModelInfo& info) {
+  if (!llama::supports_architecture(info.architecture)) {
+    return unsupported(
+        "no model sample for architecture '{}' yet (text generation: llama, mistral, qwen2, "
+        "gemma3)",
+        info.architecture);
+  }
+  if (info.format == "safetensors" && info.name != "LlamaForCausalLM" &&
+      info.name != "MistralForCausalLM" && info.name != "Qwen2ForCausalLM") {
+    return unsupported(
+        "config.json architectures '{}' has no sample yet (LlamaForCausalLM, "
+        "MistralForCausalLM, Qwen2ForCausalLM)",
+        info.name);
+  }
+  if (info.tokenizer.empty() || info.tokenizer == "none") {
+    return unsupported(
+        "the file holds no tokenizer: its weights load (rinfer parity on token ids) but text "
+        "generation needs one");
+  }
+  return ok_status();
 }
 
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const std::string& path,

@@ -33,6 +33,8 @@
 
 namespace rinfer {
 
+struct ModelInfo;
+
 class KvCache;
 struct SamplingParams;
 
@@ -204,6 +206,11 @@ class TokenTextStream {
 // Reads the model file's metadata, picks the sample for its architecture and loads it. A GGUF
 // with general.architecture llama, mistral, qwen2 or gemma3 gives a DecoderModel (models/llama).
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts);
+
+// Whether `rinfer run` can generate text with the model `info` describes, from its metadata
+// alone (no weights read): ok, or an error that says why not (no sample for its architecture,
+// no tokenizer in the file).
+Status check_text_generation(const ModelInfo& info);
 
 // load_model for callers that need text generation: errors when the model is something else.
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const std::string& path,

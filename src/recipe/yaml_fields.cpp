@@ -134,7 +134,7 @@ Status YamlMap::error_at(const YAML::Node& node, const YAML::Node& fallback, std
   const std::string where =
       have_mark ? fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1) : file_;
   if (key.empty()) return invalid_argument("{}: {}", where, message);
-  return invalid_argument("{}: {}: {}", where, key_path(key), message);
+  return invalid_argument("{}: {}: {}", where, shown(key_path(key)), message);
 }
 
 std::string YamlMap::location(std::string_view key) const {

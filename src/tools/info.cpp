@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "formats/model_cache.h"
 #include "formats/model_info.h"
+#include "models/model.h"
 #include "tools/output.h"
 #include "tools/tools.h"
 
@@ -76,10 +77,18 @@ void add_info_command(CLI::App& app, int& exit_code) {
       exit_code = report_error(info.status().message());
       return;
     }
+    // Whether `rinfer run` can use it, and why not.
+    const Status runs = check_text_generation(info.value());
     if (*json) {
-      std::cout << json_text(info_json(info.value())) << "\n";
+      nlohmann::ordered_json j = info_json(info.value());
+      j["text_generation"] = {{"ok", runs.ok()},
+                              {"reason", runs.ok() ? std::string() : runs.message()}};
+      std::cout << json_text(j) << "\n";
     } else {
       std::cout << format_model_info(info.value());
+      std::cout << fmt::format("{:<18} {}\n", "rinfer run",
+                               runs.ok() ? std::string("yes (text generation)")
+                                         : "no: " + runs.message());
     }
     exit_code = 0;
   });

@@ -145,7 +145,9 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     if (!std::isfinite(*a.temperature)) {
       return invalid_argument("--temperature {}: expected a finite number >= 0", *a.temperature);
     }
-    RINFER_RETURN_IF_ERROR(s.validate().with_context("--temperature"));
+    if (Status st = s.validate(); !st.ok()) {
+      return invalid_argument("--temperature {}: {}", *a.temperature, st.message());
+    }
     recipe.sampling.temperature = s.temperature;
   }
   if (a.seed) {

@@ -3,7 +3,10 @@
 // and every committed recipe.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,90 @@ TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
   ASSERT_NE(find_strategy("fusion"), nullptr);
   EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
   EXPECT_EQ(find_strategy("paged_attention"), nullptr);
+}
+
+// `rinfer strategies`, docs/recipes.md and the parser agree on every key: each value the
+// registry's type names parses, the ends of its ranges parse and one past them does not, and
+// the docs' row for the key states the same type.
+std::string normalized_type(std::string t) {
+  std::string out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '`') continue;
+    if (t[i] == '\\' && i + 1 < t.size() && t[i + 1] == '|') continue;
+    out += t[i];
+  }
+  std::string compact;  // "a | b" -> "a|b"
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == ' ' && ((i + 1 < out.size() && out[i + 1] == '|') ||
+                          (!compact.empty() && compact.back() == '|'))) {
+      continue;
+    }
+    compact += out[i];
+  }
+  return compact;
+}
+
+std::string with_key(const std::string& strategy, const std::string& key, const std::string& value,
+                     const std::string& device = "cpu") {
+  return std::string(BASE "device: ") + device + "\nstrategies:\n  " + strategy + ": {" + key +
+         ": " + value + "}\n";
+}
+
+bool parses(const std::string& strategy, const std::string& key, const std::string& value) {
+  return parse_recipe(with_key(strategy, key, value), "k.yaml").ok();
+}
+
+// Parses and composes for the CPU or for cuda:0 (no GPU needed to compose).
+bool composes(const std::string& strategy, const std::string& key, const std::string& value) {
+  for (const char* device : {"cpu", "cuda:0"}) {
+    auto r = parse_recipe(with_key(strategy, key, value, device), "k.yaml");
+    LoadOptions load;
+    GeneratorOptions gen;
+    if (r.ok() && apply_strategies(*r, load, gen).ok()) return true;
+  }
+  return false;
+}
+
+TEST(StrategyRegistryTest, KeysAgreeWithTheParserAndTheDocs) {
+  std::ifstream f(test::source_dir() + "/docs/recipes.md");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string docs = ss.str();
+  ASSERT_FALSE(docs.empty());
+  for (const StrategyInfo& s : strategy_registry()) {
+    for (const StrategyKey& k : s.keys) {
+      const std::string name(s.name), key(k.name), type = normalized_type(std::string(k.type));
+      SCOPED_TRACE(name + "." + key + ": " + type);
+      // The docs' row: "| `name.key` | type |".
+      const std::string row = "| `" + name + "." + key + "` | ";
+      const size_t at = docs.find(row);
+      ASSERT_NE(at, std::string::npos);
+      const size_t cell_end = docs.find(" | ", at + row.size());
+      const std::string cell = normalized_type(docs.substr(at + row.size(), cell_end - at - row.size()));
+      EXPECT_EQ(cell.rfind(type, 0), 0u) << "docs say: " << cell;
+      int64_t lo = 0, hi = 0;
+      if (type == "bool") {
+        EXPECT_TRUE(parses(name, key, "true"));
+        EXPECT_TRUE(parses(name, key, "false"));
+        EXPECT_FALSE(parses(name, key, "maybe"));
+      } else if (std::sscanf(type.c_str(), "int in [%ld, %ld]", &lo, &hi) == 2) {
+        EXPECT_TRUE(parses(name, key, std::to_string(lo)));
+        EXPECT_TRUE(parses(name, key, std::to_string(hi)));
+        EXPECT_FALSE(parses(name, key, std::to_string(hi + 1)));
+        EXPECT_FALSE(parses(name, key, std::to_string(lo - 1)));
+      } else if (std::sscanf(type.c_str(), "list of int in [%ld, %ld]", &lo, &hi) == 2) {
+        EXPECT_TRUE(parses(name, key, "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"));
+        EXPECT_FALSE(parses(name, key, "[" + std::to_string(hi + 1) + "]"));
+        EXPECT_FALSE(parses(name, key, "[" + std::to_string(lo - 1) + "]"));
+      } else {
+        ASSERT_NE(type.find('|'), std::string::npos) << "an unknown kind of type";
+        std::stringstream values(type);
+        std::string v;
+        while (std::getline(values, v, '|')) EXPECT_TRUE(composes(name, key, v)) << v;
+        EXPECT_FALSE(parses(name, key, "no_such_value"));
+      }
+    }
+  }
 }
 
 // ---- composition ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,42 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"model: m\n---\nmodel: n\n", "holds 2 YAML documents"}));
 
 #undef BASE
+
+// A huge recipe fails fast and small: before, a 50 MB stop list took 5.9 GB and a 50 MB value
+// was echoed whole inside the "one-line" error.
+TEST(RecipeTest, HugeRecipesFailFastWithShortMessages) {
+  const std::string base = "model: m\nscenario: llm-chat\n";
+  auto big = parse_recipe(base + "# " + std::string(2 << 20, 'x') + "\n", "big.yaml");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("a recipe is at most 1048576 bytes"), std::string::npos)
+      << big.status().message().substr(0, 300);
+
+  std::string stops = base + "sampling:\n  stop:\n";
+  for (int i = 0; i < 65; ++i) stops += "    - s" + std::to_string(i) + "\n";
+  auto many = parse_recipe(stops, "stops.yaml");
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("sampling.stop: 65 items, at most 64 allowed"),
+            std::string::npos)
+      << many.status().message();
+
+  auto long_stop = parse_recipe(base + "sampling: {stop: [" + std::string(5000, 'y') + "]}\n",
+                                "long_stop.yaml");
+  ASSERT_FALSE(long_stop.ok());
+  EXPECT_NE(long_stop.status().message().find("item 0: 5000 bytes, at most 4096 allowed"),
+            std::string::npos);
+
+  for (const std::string& huge :
+       {base + "sampling: {top_p: " + std::string(100000, '9') + "}\n",
+        base + "sampling: {top_p: \"" + std::string(100000, 'z') + "\"}\n",
+        base + "kv_cache: " + std::string(100000, 'k') + "\n",
+        base + std::string(100000, 'k') + ": 1\n",
+        "model: " + std::string(100000, 'm') + "\nscenario: llm-chat\n"}) {
+    auto r = parse_recipe(huge, "huge.yaml");
+    ASSERT_FALSE(r.ok());
+    EXPECT_LT(r.status().message().size(), 400u) << r.status().message().substr(0, 500);
+    EXPECT_EQ(std::count(r.status().message().begin(), r.status().message().end(), '\n'), 0);
+  }
+}
 
 TEST(RecipeTest, MissingFile) {
   auto r = load_recipe("/nonexistent/recipe.yaml");
