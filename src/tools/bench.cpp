@@ -37,6 +37,7 @@
 
 #include "core/cuda_info.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/progress.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
@@ -213,12 +214,14 @@ std::string strategy_change(const RecipeConfig& base, const RecipeConfig& v) {
 Result<std::vector<int32_t>> text_tokens(const Tokenizer& tok, const std::string& file, int64_t n,
                                          std::string* source) {
   std::string text;
-  std::ifstream f(file, std::ios::binary);
-  if (f) {
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
+  // A missing file falls back to the built-in text; a FIFO, device or directory is an error
+  // (read_regular_file never blocks on them).
+  auto read = read_regular_file(file);
+  if (read.ok()) {
+    text = std::move(read).value();
     *source = file;
+  } else if (read.status().code() != StatusCode::kNotFound) {
+    return read.status().with_context("the benchmark text");
   }
   if (text.empty()) {
     text =
@@ -530,8 +533,9 @@ int run_bench(const BenchArgs& a) {
   if (bench::write_json(json_path, report) != 0) return 1;
 
   // Everything below is made from the JSON as written (read back), never from live numbers.
-  std::ifstream jf(json_path);
-  const ordered_json written = ordered_json::parse(jf, nullptr, false);
+  auto json_text = read_regular_file(json_path);
+  if (!json_text.ok()) return report_error(json_text.status().message());
+  const ordered_json written = ordered_json::parse(*json_text, nullptr, false);
   if (written.is_discarded()) return report_error(fmt::format("cannot read back {}", json_path));
   const std::string table = bench::markdown_table(written);
   std::printf("%s", table.c_str());

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace rinfer::bench {
 
@@ -285,14 +286,12 @@ std::string replace_between_markers(const std::string& text, const std::string& 
 
 Status replace_readme_table(const std::string& readme, const std::string& table,
                             const std::string& tag) {
-  std::string text;
-  {
-    std::ifstream f(readme, std::ios::binary);
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      text = ss.str();
-    }
+  std::string text;  // a missing README is made
+  auto read = read_regular_file(readme);
+  if (read.ok()) {
+    text = std::move(read).value();
+  } else if (read.status().code() != StatusCode::kNotFound) {
+    return read.status();
   }
   const std::string out = replace_between_markers(text, table, tag);
   std::ofstream f(readme, std::ios::binary | std::ios::trunc);

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +26,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/logit_metrics.h"
@@ -58,20 +58,16 @@ struct ParityArgs {
 
 // A whole binary file whose size is a multiple of `elem` bytes.
 Result<std::vector<char>> read_binary(const std::string& path, size_t elem, const char* what) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return not_found("{} file '{}': {}", what, path, ec.message());
+  auto read = read_regular_file(path);  // a FIFO, device or directory is refused at once
+  if (!read.ok()) return read.status().with_context(fmt::format("{} file", what));
+  const std::string& bytes = *read;
+  const size_t size = bytes.size();
   if (size == 0) return data_loss("{} file '{}' is empty", what, path);
   if (size % elem != 0) {
     return data_loss("{} file '{}' has {} bytes, not a multiple of {} ({}-byte values)", what, path,
                      size, elem, elem);
   }
-  std::vector<char> bytes(size);
-  std::ifstream f(path, std::ios::binary);
-  if (!f || !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return io_error("{} file '{}': read failed", what, path);
-  }
-  return bytes;
+  return std::vector<char>(bytes.begin(), bytes.end());
 }
 
 struct ParityResult {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/input_file.h"
 #include "core/progress.h"
 #include "engine/llm_engine.h"
 #include "recipe/recipe.h"
@@ -35,16 +36,15 @@ int run_perplexity(const PplArgs& a) {
   if (a.ctx) recipe->context_length = *a.ctx;
   if (a.threads) recipe->strategies.threads = *a.threads;
   if (recipe->context_length == 0) recipe->context_length = 512;
+  // Read before the model loads; never blocks on a FIFO (core/input_file.h).
+  auto text = read_regular_file(a.text_file);
+  if (!text.ok()) return report_error(text.status().with_context("the text file").message());
   auto engine = LlmEngine::create(*recipe);
   if (!engine.ok()) return report_error(engine.status().message());
   LlmEngine& e = **engine;
 
-  std::ifstream f(a.text_file, std::ios::binary);
-  if (!f) return report_error(fmt::format("cannot open the text file '{}'", a.text_file));
-  std::stringstream ss;
-  ss << f.rdbuf();
   const Tokenizer& tok = e.sample().tokenizer();
-  auto ids = tok.encode(ss.str(), EncodeOptions{.add_special = false, .parse_special = false});
+  auto ids = tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = false});
   if (!ids.ok()) return report_error(ids.status().message());
 
   PerplexityOptions opts;
