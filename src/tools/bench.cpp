@@ -38,6 +38,7 @@
 #include "core/cuda_info.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "core/progress.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
@@ -336,6 +337,34 @@ int run_bench(const BenchArgs& a) {
   report["baseline"] = variants->front().name;
   report["default_gate"] = PrecisionThresholds{}.to_string();
 
+  // The outputs are checked before the benchmark runs (core/output_file.h): a directory, FIFO,
+  // device, dangling symlink or missing folder fails now, not after minutes of measurements.
+  const std::string folder_name = fs::path(folder).filename().string().empty()
+                                      ? std::string("bench")
+                                      : fs::path(folder).filename().string();
+  const std::string json_path =
+      !a.json.empty() ? a.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
+  const std::string svg_path =
+      !a.svg.empty() ? a.svg : fs::path(json_path).replace_extension(".svg").string();
+  const std::string readme = (fs::path(folder) / "README.md").string();
+  {
+    std::error_code ec;  // the JSON's folder is made (write_json does too); the others must exist
+    fs::create_directories(fs::path(json_path).parent_path(), ec);
+  }
+  {
+    std::vector<std::string> inputs;
+    for (const Variant& v : *variants) inputs.push_back(v.path);
+    if (!a.text_file.empty()) inputs.push_back(a.text_file);
+    for (const std::string& out : {json_path, svg_path}) {
+      auto checked = check_output_path(out, inputs);
+      if (!checked.ok()) return report_error(checked.status().message());
+    }
+    if (a.readme) {
+      auto checked = check_output_path(readme, inputs);
+      if (!checked.ok()) return report_error(checked.status().message());
+    }
+  }
+
   std::vector<int32_t> prompt;
   std::vector<int32_t> ptokens;
   std::vector<float> base_logits;
@@ -523,13 +552,6 @@ int run_bench(const BenchArgs& a) {
                                      "before the engine was made"}};
   report["variants"] = std::move(out_variants);
 
-  const std::string folder_name = fs::path(folder).filename().string().empty()
-                                      ? std::string("bench")
-                                      : fs::path(folder).filename().string();
-  const std::string json_path =
-      !a.json.empty() ? a.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
-  const std::string svg_path =
-      !a.svg.empty() ? a.svg : fs::path(json_path).replace_extension(".svg").string();
   if (bench::write_json(json_path, report) != 0) return 1;
 
   // Everything below is made from the JSON as written (read back), never from live numbers.
@@ -540,13 +562,11 @@ int run_bench(const BenchArgs& a) {
   const std::string table = bench::markdown_table(written);
   std::printf("%s", table.c_str());
   {
-    std::ofstream sf(svg_path);
-    sf << bench::svg_chart(written);
-    if (!sf) return report_error(fmt::format("cannot write {}", svg_path));
+    const Status sv = write_file_atomically(svg_path, bench::svg_chart(written));
+    if (!sv.ok()) return report_error(sv.message());
     std::fprintf(stderr, "wrote %s\n", svg_path.c_str());
   }
   if (a.readme) {
-    const std::string readme = (fs::path(folder) / "README.md").string();
     const Status s = bench::replace_readme_table(readme, table, machine);
     if (!s.ok()) return report_error(s.message());
     std::fprintf(stderr, "updated the table in %s\n", readme.c_str());

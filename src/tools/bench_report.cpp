@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 
 namespace rinfer::bench {
 
@@ -116,10 +117,9 @@ int write_json(const std::string& path, const ordered_json& j) {
   std::error_code ec;
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  std::ofstream f(path);
-  f << j.dump(2) << "\n";
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+  const Status st = write_file_atomically(path, j.dump(2) + "\n");
+  if (!st.ok()) {
+    std::fprintf(stderr, "cannot write %s: %s\n", path.c_str(), st.message().c_str());
     return 1;
   }
   std::fprintf(stderr, "wrote %s\n", path.c_str());
@@ -293,11 +293,7 @@ Status replace_readme_table(const std::string& readme, const std::string& table,
   } else if (read.status().code() != StatusCode::kNotFound) {
     return read.status();
   }
-  const std::string out = replace_between_markers(text, table, tag);
-  std::ofstream f(readme, std::ios::binary | std::ios::trunc);
-  f << out;
-  if (!f) return io_error("cannot write {}", readme);
-  return ok_status();
+  return write_file_atomically(readme, replace_between_markers(text, table, tag));
 }
 
 }  // namespace rinfer::bench

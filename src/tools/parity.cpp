@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -27,6 +26,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/logit_metrics.h"
@@ -69,6 +69,9 @@ Result<std::vector<char>> read_binary(const std::string& path, size_t elem, cons
   }
   return std::vector<char>(bytes.begin(), bytes.end());
 }
+
+// The files an output must not be.
+std::vector<std::string> parity_inputs(const ParityArgs& a) { return {a.tokens, a.ref, a.model}; }
 
 struct ParityResult {
   LogitComparison cmp;
@@ -158,11 +161,12 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
   r.forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   if (!a.dump.empty()) {
-    std::ofstream out(a.dump, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(reinterpret_cast<const char*>(logits.data()),
-                           static_cast<std::streamsize>(logits.size() * sizeof(float)))) {
-      return io_error("cannot write the logits to '{}'", a.dump);
-    }
+    RINFER_RETURN_IF_ERROR(
+        write_file_atomically(a.dump,
+                              std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                               logits.size() * sizeof(float)),
+                              parity_inputs(a))
+            .with_context("writing the logits (--dump)"));
   }
   if (a.ref.empty()) return r;
   std::vector<float> ref(ref_bytes.size() / 4);
@@ -174,6 +178,12 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
 int run_parity(const ParityArgs& a) {
   if (a.ref.empty() && a.dump.empty()) {
     return report_error("parity: give --ref (reference logits to compare with) or --dump");
+  }
+  // The outputs are checked before the model loads (core/output_file.h).
+  for (const std::string* out : {&a.dump, &a.json}) {
+    if (out->empty()) continue;
+    auto checked = check_output_path(*out, parity_inputs(a));
+    if (!checked.ok()) return report_error(checked.status().message());
   }
   ThreadPool pool(a.threads);
   auto r = run(a, pool);
@@ -232,10 +242,8 @@ int run_parity(const ParityArgs& a) {
         {"thresholds", {{"max_rel_l2", a.max_rel_l2}, {"min_top1", a.min_top1}}},
         {"pass", pass},
     };
-    std::ofstream out(a.json, std::ios::binary);
-    if (!out || !(out << j.dump(2) << '\n')) {
-      return report_error(fmt::format("cannot write the JSON file '{}'", a.json));
-    }
+    const Status st = write_file_atomically(a.json, j.dump(2) + "\n", parity_inputs(a));
+    if (!st.ok()) return report_error(st.with_context("writing --json").message());
   }
   return pass ? 0 : 1;
 }
