@@ -1,15 +1,11 @@
 #include "formats/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace rinfer {
 
@@ -73,21 +69,6 @@ Status append_value(std::string& out, const GgufWriter::Value& v, int depth) {
   }
   out += v.bytes;
   return ok_status();
-}
-
-// Writes all of buf to fd, retrying short writes.
-bool write_all(int fd, const void* buf, size_t n) {
-  const auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -289,40 +270,21 @@ Result<std::string> GgufWriter::to_bytes() const {
   return out;
 }
 
-Status GgufWriter::write(const std::string& path) const {
+Status GgufWriter::write(const std::string& path, const std::vector<std::string>& inputs) const {
   std::vector<uint64_t> offsets;
   RINFER_ASSIGN_OR_RETURN(std::string header, header_bytes(&offsets));
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("{}: cannot create: {}", tmp, std::strerror(errno));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return io_error("{}: {}: {}", tmp, what, std::strerror(err));
-  };
-  if (!write_all(fd, header.data(), header.size())) return fail("write failed");
+  RINFER_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path, inputs));
+  RINFER_RETURN_IF_ERROR(out.write(header));
   const std::string zeros(alignment_, '\0');
   uint64_t pos = 0;  // within the data section
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (!write_all(fd, zeros.data(), offsets[i] - pos)) return fail("write failed");
-    std::span<const uint8_t> b = tensors_[i].bytes();
-    if (!write_all(fd, b.data(), b.size())) return fail("write failed");
-    pos = offsets[i] + b.size();
+    RINFER_RETURN_IF_ERROR(out.write(std::string_view(zeros).substr(0, offsets[i] - pos)));
+    RINFER_RETURN_IF_ERROR(out.write(tensors_[i].bytes()));
+    pos = offsets[i] + tensors_[i].bytes().size();
   }
-  if (!write_all(fd, zeros.data(), align_up(pos, alignment_) - pos)) return fail("write failed");
-  if (::fsync(fd) != 0) return fail("fsync failed");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return io_error("{}: close failed: {}", tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return io_error("{}: cannot rename {} into place: {}", path, tmp, std::strerror(err));
-  }
-  return ok_status();
+  RINFER_RETURN_IF_ERROR(
+      out.write(std::string_view(zeros).substr(0, align_up(pos, alignment_) - pos)));
+  return out.commit();  // on any error above, `out` removes its temporary file
 }
 
 }  // namespace rinfer

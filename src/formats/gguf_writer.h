@@ -1,6 +1,7 @@
 // GGUF (v2 or v3) writer: collects metadata and tensors, then produces the file bytes or writes
-// a file (to a temp file renamed into place). Tensors are laid out in the order added, each at
-// an offset aligned to `alignment` and padded after, as ggml and gguf-py do.
+// a file (core/output_file.h's AtomicFile: a temp file renamed into place). Tensors are laid out in
+// the order added, each at an offset aligned to `alignment` and padded after, as ggml and gguf-py
+// do.
 //
 //   GgufWriter w;                                   // v3, alignment 32
 //   w.set("general.architecture", GgufWriter::Value::string("llama"));
@@ -91,8 +92,10 @@ class GgufWriter {
 
   // The whole file in memory.
   Result<std::string> to_bytes() const;
-  // Writes `path` via `path.tmp.<pid>` and a rename; I/O errors name the path.
-  Status write(const std::string& path) const;
+  // Writes `path` through an AtomicFile (core/output_file.h: the path checked as an output, a
+  // temporary file next to the target renamed over it, a symlink written through, nothing left
+  // behind on error); `inputs` are files the output must not be. I/O errors name the path.
+  Status write(const std::string& path, const std::vector<std::string>& inputs = {}) const;
 
  private:
   struct Tensor {

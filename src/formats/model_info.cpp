@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/mapped_file.h"
 #include "core/strings.h"
 #include "formats/gguf.h"
@@ -97,9 +97,9 @@ Result<ModelInfo> gguf_info(const std::shared_ptr<const MappedFile>& file) {
 void hf_tokenizer_info(const fs::path& dir, ModelInfo& info) {
   info.tokenizer = "none";
   auto read_json = [](const fs::path& p) -> nlohmann::json {
-    std::ifstream in(p);
-    if (!in) return nullptr;
-    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    auto text = read_regular_file(p.string());  // a FIFO is skipped, never read (blocks)
+    if (!text.ok()) return nullptr;
+    return nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   };
   nlohmann::json tok = read_json(dir / "tokenizer.json");
   if (tok.is_object()) {

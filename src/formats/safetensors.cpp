@@ -398,10 +398,12 @@ Result<SafetensorsModel> SafetensorsModel::open(const std::string& path_or_dir) 
     const fs::file_status st = fs::status(path_or_dir, ec);
     if (!fs::exists(st)) return not_found("{}: no such file or directory", path_or_dir);
     if (fs::is_directory(st)) {
+      // exists, not is_regular_file: a FIFO or directory of that name is refused by
+      // MappedFile::open with its type named, rather than reported as missing.
       const fs::path single = fs::path(path_or_dir) / "model.safetensors";
-      if (fs::is_regular_file(single, ec)) return open_single(path_or_dir, single.string());
+      if (fs::exists(single, ec)) return open_single(path_or_dir, single.string());
       const fs::path index = fs::path(path_or_dir) / "model.safetensors.index.json";
-      if (fs::is_regular_file(index, ec)) return open_index(path_or_dir, index.string());
+      if (fs::exists(index, ec)) return open_index(path_or_dir, index.string());
       return not_found(
           "{}: directory holds neither model.safetensors nor model.safetensors.index.json",
           path_or_dir);

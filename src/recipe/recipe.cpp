@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "recipe/yaml_fields.h"
 #include "strategies/registry.h"
 
@@ -114,14 +115,8 @@ Result<YAML::Node> parse_yaml(const std::string& text, const std::string& path) 
   return docs[0];
 }
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("{}: cannot open the recipe", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error("{}: read error", path);
-  return ss.str();
-}
+// A FIFO, device or directory is refused at once (core/input_file.h), never read.
+Result<std::string> read_text(const std::string& path) { return read_regular_file(path); }
 
 // A file's identity for cycle detection.
 std::string file_key(const std::string& path) {
@@ -166,7 +161,7 @@ Status apply_base(const YamlMap& root, const std::string& path, RecipeConfig& r,
                       fmt::format("more than {} bases: {}", kMaxBaseDepth, chain_text(chain)));
   }
   std::error_code ec;
-  if (!fs::is_regular_file(base_path, ec)) {
+  if (!fs::exists(base_path, ec)) {
     return root.error("base", fmt::format("{} not found (a path relative to this recipe; chain: "
                                           "{})",
                                           base_path, chain_text(chain)));
@@ -285,7 +280,7 @@ Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, Generator
 
 Result<RecipeConfig> load_recipe(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
+  if (!fs::exists(path, ec)) {
     return not_found(
         "recipe '{}' not found (give the path of a .yaml file, e.g. "
         "recipes/llm-chat/smollm2-135m/optimized.yaml)",

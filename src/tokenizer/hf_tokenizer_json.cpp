@@ -8,11 +8,10 @@
 // (special) or user-defined tokens. BOS/EOS ids and add flags come from tokenizer_config.json
 // next to the file when there is one. Other models (WordPiece, Unigram) are unsupported.
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer_model.h"
 #include "tokenizer/unicode.h"
@@ -211,18 +210,18 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const json& j, const jso
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return not_found("{}: cannot open tokenizer.json", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  // Regular files only: a FIFO, device or directory is refused at once (core/input_file.h).
+  auto text = read_regular_file(path);
+  if (!text.ok()) return text.status().with_context("tokenizer.json");
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss("{}: not valid JSON", path);
   json config;
   const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  if (std::ifstream cf(config_path, std::ios::binary); cf) {
-    std::stringstream cs;
-    cs << cf.rdbuf();
-    config = json::parse(cs.str(), nullptr, false);
+  std::error_code ec;
+  if (std::filesystem::exists(config_path, ec)) {  // optional; when present it must be a file
+    auto ctext = read_regular_file(config_path.string());
+    if (!ctext.ok()) return ctext.status();
+    config = json::parse(*ctext, nullptr, false);
     if (config.is_discarded()) return data_loss("{}: not valid JSON", config_path.string());
   }
   try {

@@ -37,12 +37,15 @@
 
 #include "core/cuda_info.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "core/progress.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
 #include "engine/precision.h"
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
+#include "tools/input.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -210,16 +213,37 @@ std::string strategy_change(const RecipeConfig& base, const RecipeConfig& v) {
 }
 
 // Tokens of the benchmark text (repeated when short), BOS first when the model wants one.
-Result<std::vector<int32_t>> text_tokens(const Tokenizer& tok, const std::string& file, int64_t n,
-                                         std::string* source) {
-  std::string text;
-  std::ifstream f(file, std::ios::binary);
-  if (f) {
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-    *source = file;
+// The benchmark text: the file --text or bench.prompts names (`named` says which), else GPL-3,
+// else (only when that default is missing) a built-in paragraph. A named file that cannot be
+// read, is empty or is not UTF-8 is an error: the numbers and the precision gate must be
+// measured on the text asked for. Never blocks on a FIFO (read_regular_file).
+struct BenchText {
+  std::string file;
+  std::string named;  // "--text", "<recipe>: bench.prompts"; empty for the default
+};
+
+BenchText bench_text(const BenchArgs& a, const RecipeConfig& base) {
+  if (!a.text_file.empty()) return {a.text_file, "--text"};
+  if (base.bench.prompts) return {*base.bench.prompts, base.path + ": bench.prompts"};
+  return {"/usr/share/common-licenses/GPL-3", ""};
+}
+
+Result<std::string> read_bench_text(const BenchText& t) {
+  auto read = read_regular_file(t.file);
+  if (!read.ok()) {
+    if (t.named.empty() && read.status().code() == StatusCode::kNotFound) return std::string();
+    return read.status().with_context(t.named.empty() ? "the benchmark text" : t.named);
   }
+  const std::string what = t.named.empty() ? t.file : t.named + " " + t.file;
+  if (read->empty()) return invalid_argument("{}: the file is empty", what);
+  RINFER_RETURN_IF_ERROR(check_utf8(*read, what, /*allow_invalid=*/false));
+  return read;
+}
+
+Result<std::vector<int32_t>> text_tokens(const Tokenizer& tok, const BenchText& file, int64_t n,
+                                         std::string* source) {
+  RINFER_ASSIGN_OR_RETURN(std::string text, read_bench_text(file));
+  *source = file.file;
   if (text.empty()) {
     text =
         "The quick brown fox jumps over the lazy dog. A recipe says which model to run, on which "
@@ -333,6 +357,40 @@ int run_bench(const BenchArgs& a) {
   report["baseline"] = variants->front().name;
   report["default_gate"] = PrecisionThresholds{}.to_string();
 
+  // The outputs are checked before the benchmark runs (core/output_file.h): a directory, FIFO,
+  // device, dangling symlink or missing folder fails now, not after minutes of measurements.
+  const std::string folder_name = fs::path(folder).filename().string().empty()
+                                      ? std::string("bench")
+                                      : fs::path(folder).filename().string();
+  const std::string json_path =
+      !a.json.empty() ? a.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
+  const std::string svg_path =
+      !a.svg.empty() ? a.svg : fs::path(json_path).replace_extension(".svg").string();
+  const std::string readme = (fs::path(folder) / "README.md").string();
+  {
+    std::error_code ec;  // the JSON's folder is made (write_json does too); the others must exist
+    fs::create_directories(fs::path(json_path).parent_path(), ec);
+  }
+  {
+    std::vector<std::string> inputs;
+    for (const Variant& v : *variants) inputs.push_back(v.path);
+    if (!a.text_file.empty()) inputs.push_back(a.text_file);
+    for (const std::string& out : {json_path, svg_path}) {
+      auto checked = check_output_path(out, inputs);
+      if (!checked.ok()) return report_error(checked.status().message());
+    }
+    if (a.readme) {
+      auto checked = check_output_path(readme, inputs);
+      if (!checked.ok()) return report_error(checked.status().message());
+    }
+  }
+
+  // The text too, before any model loads: a named file that is missing, empty or not UTF-8 is
+  // an error now, never a silent switch to other text.
+  if (auto text = read_bench_text(bench_text(a, base_recipe)); !text.ok()) {
+    return report_error(text.status().message());
+  }
+
   std::vector<int32_t> prompt;
   std::vector<int32_t> ptokens;
   std::vector<float> base_logits;
@@ -352,10 +410,7 @@ int run_bench(const BenchArgs& a) {
     LlmEngine& e = **engine;
     if (is_base) {
       const int64_t need = std::max(st.prompt_tokens, a.no_precision ? 0 : a.precision_tokens);
-      const std::string text_file = !a.text_file.empty()     ? a.text_file
-                                    : v.recipe.bench.prompts ? *v.recipe.bench.prompts
-                                                             : "/usr/share/common-licenses/GPL-3";
-      auto toks = text_tokens(e.sample().tokenizer(), text_file, need, &text_source);
+      auto toks = text_tokens(e.sample().tokenizer(), bench_text(a, v.recipe), need, &text_source);
       if (!toks.ok()) return report_error(toks.status().message());
       prompt.assign(toks->begin(), toks->begin() + st.prompt_tokens);
       ptokens.assign(toks->begin(), toks->begin() + std::min<int64_t>(need, a.precision_tokens));
@@ -520,29 +575,21 @@ int run_bench(const BenchArgs& a) {
                                      "before the engine was made"}};
   report["variants"] = std::move(out_variants);
 
-  const std::string folder_name = fs::path(folder).filename().string().empty()
-                                      ? std::string("bench")
-                                      : fs::path(folder).filename().string();
-  const std::string json_path =
-      !a.json.empty() ? a.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
-  const std::string svg_path =
-      !a.svg.empty() ? a.svg : fs::path(json_path).replace_extension(".svg").string();
   if (bench::write_json(json_path, report) != 0) return 1;
 
   // Everything below is made from the JSON as written (read back), never from live numbers.
-  std::ifstream jf(json_path);
-  const ordered_json written = ordered_json::parse(jf, nullptr, false);
+  auto json_text = read_regular_file(json_path);
+  if (!json_text.ok()) return report_error(json_text.status().message());
+  const ordered_json written = ordered_json::parse(*json_text, nullptr, false);
   if (written.is_discarded()) return report_error(fmt::format("cannot read back {}", json_path));
   const std::string table = bench::markdown_table(written);
   std::printf("%s", table.c_str());
   {
-    std::ofstream sf(svg_path);
-    sf << bench::svg_chart(written);
-    if (!sf) return report_error(fmt::format("cannot write {}", svg_path));
+    const Status sv = write_file_atomically(svg_path, bench::svg_chart(written));
+    if (!sv.ok()) return report_error(sv.message());
     std::fprintf(stderr, "wrote %s\n", svg_path.c_str());
   }
   if (a.readme) {
-    const std::string readme = (fs::path(folder) / "README.md").string();
     const Status s = bench::replace_readme_table(readme, table, machine);
     if (!s.ok()) return report_error(s.message());
     std::fprintf(stderr, "updated the table in %s\n", readme.c_str());

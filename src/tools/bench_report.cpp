@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "tools/output.h"
 
 namespace rinfer::bench {
@@ -116,10 +118,9 @@ int write_json(const std::string& path, const ordered_json& j) {
   std::error_code ec;
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  std::ofstream f(path);
-  f << json_text(j) << "\n";
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+  const Status st = write_file_atomically(path, json_text(j) + "\n");
+  if (!st.ok()) {
+    std::fprintf(stderr, "cannot write %s: %s\n", path.c_str(), st.message().c_str());
     return 1;
   }
   std::fprintf(stderr, "wrote %s\n", path.c_str());
@@ -286,20 +287,14 @@ std::string replace_between_markers(const std::string& text, const std::string& 
 
 Status replace_readme_table(const std::string& readme, const std::string& table,
                             const std::string& tag) {
-  std::string text;
-  {
-    std::ifstream f(readme, std::ios::binary);
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      text = ss.str();
-    }
+  std::string text;  // a missing README is made
+  auto read = read_regular_file(readme);
+  if (read.ok()) {
+    text = std::move(read).value();
+  } else if (read.status().code() != StatusCode::kNotFound) {
+    return read.status();
   }
-  const std::string out = replace_between_markers(text, table, tag);
-  std::ofstream f(readme, std::ios::binary | std::ios::trunc);
-  f << out;
-  if (!f) return io_error("cannot write {}", readme);
-  return ok_status();
+  return write_file_atomically(readme, replace_between_markers(text, table, tag));
 }
 
 }  // namespace rinfer::bench

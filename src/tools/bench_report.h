@@ -43,8 +43,9 @@ nlohmann::ordered_json machine_json(const std::string& name);
 // ("h200") for a CUDA device (`gpu_name` as the driver reports it, e.g. "NVIDIA H200").
 std::string machine_short_name(bool cuda, const std::string& gpu_name);
 
-// Writes `j` (pretty) to `path`, creating its folder; prints "wrote PATH" or the failure on
-// stderr. Exit code 0/1.
+// Writes `j` (pretty) to `path`, creating its folder, atomically (core/output_file.h: a FIFO,
+// device, directory or dangling symlink is refused, a symlink to a file written through); prints
+// "wrote PATH" or the failure on stderr. Exit code 0/1.
 int write_json(const std::string& path, const nlohmann::ordered_json& j);
 
 // ---- rinfer bench outputs, from its JSON report ----
@@ -58,7 +59,8 @@ std::string svg_chart(const nlohmann::ordered_json& report);
 // Replaces the text between the `<!-- bench:begin TAG -->` and `<!-- bench:end TAG -->` lines
 // of `readme` with `table` (TAG: the machine, e.g. cpu-2core or h200, so each machine keeps its
 // own table; an empty tag gives `<!-- bench:begin -->`). Appends a "## Measured on TAG"
-// section with the markers when the file has none. Errors name the file.
+// section with the markers when the file has none. Written atomically (core/output_file.h).
+// Errors name the file.
 Status replace_readme_table(const std::string& readme, const std::string& table,
                             const std::string& tag = "");
 

@@ -15,8 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -27,6 +25,8 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "core/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/logit_metrics.h"
@@ -59,21 +59,20 @@ struct ParityArgs {
 
 // A whole binary file whose size is a multiple of `elem` bytes.
 Result<std::vector<char>> read_binary(const std::string& path, size_t elem, const char* what) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return not_found("{} file '{}': {}", what, path, ec.message());
+  auto read = read_regular_file(path);  // a FIFO, device or directory is refused at once
+  if (!read.ok()) return read.status().with_context(fmt::format("{} file", what));
+  const std::string& bytes = *read;
+  const size_t size = bytes.size();
   if (size == 0) return data_loss("{} file '{}' is empty", what, path);
   if (size % elem != 0) {
     return data_loss("{} file '{}' has {} bytes, not a multiple of {} ({}-byte values)", what, path,
                      size, elem, elem);
   }
-  std::vector<char> bytes(size);
-  std::ifstream f(path, std::ios::binary);
-  if (!f || !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return io_error("{} file '{}': read failed", what, path);
-  }
-  return bytes;
+  return std::vector<char>(bytes.begin(), bytes.end());
 }
+
+// The files an output must not be.
+std::vector<std::string> parity_inputs(const ParityArgs& a) { return {a.tokens, a.ref, a.model}; }
 
 struct ParityResult {
   LogitComparison cmp;
@@ -163,11 +162,12 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
   r.forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   if (!a.dump.empty()) {
-    std::ofstream out(a.dump, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(reinterpret_cast<const char*>(logits.data()),
-                           static_cast<std::streamsize>(logits.size() * sizeof(float)))) {
-      return io_error("cannot write the logits to '{}'", a.dump);
-    }
+    RINFER_RETURN_IF_ERROR(
+        write_file_atomically(a.dump,
+                              std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                               logits.size() * sizeof(float)),
+                              parity_inputs(a))
+            .with_context("writing the logits (--dump)"));
   }
   if (a.ref.empty()) return r;
   std::vector<float> ref(ref_bytes.size() / 4);
@@ -179,6 +179,12 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
 int run_parity(const ParityArgs& a) {
   if (a.ref.empty() && a.dump.empty()) {
     return report_error("parity: give --ref (reference logits to compare with) or --dump");
+  }
+  // The outputs are checked before the model loads (core/output_file.h).
+  for (const std::string* out : {&a.dump, &a.json}) {
+    if (out->empty()) continue;
+    auto checked = check_output_path(*out, parity_inputs(a));
+    if (!checked.ok()) return report_error(checked.status().message());
   }
   ThreadPool pool(a.threads);
   auto r = run(a, pool);
@@ -237,10 +243,8 @@ int run_parity(const ParityArgs& a) {
         {"thresholds", {{"max_rel_l2", a.max_rel_l2}, {"min_top1", a.min_top1}}},
         {"pass", pass},
     };
-    std::ofstream out(a.json, std::ios::binary);
-    if (!out || !(out << json_text(j) << '\n')) {
-      return report_error(fmt::format("cannot write the JSON file '{}'", a.json));
-    }
+    const Status st = write_file_atomically(a.json, json_text(j) + "\n", parity_inputs(a));
+    if (!st.ok()) return report_error(st.with_context("writing --json").message());
   }
   return pass ? 0 : 1;
 }

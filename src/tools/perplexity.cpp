@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/input_file.h"
 #include "core/progress.h"
 #include "engine/llm_engine.h"
 #include "recipe/recipe.h"
@@ -38,21 +39,19 @@ int run_perplexity(const PplArgs& a) {
   if (a.threads) recipe->strategies.threads = *a.threads;
   warn_if_oversubscribed(recipe->strategies.threads, a.threads ? "--threads" : a.recipe);
   if (recipe->context_length == 0) recipe->context_length = 512;
+  // Read before the model loads; never blocks on a FIFO (core/input_file.h).
+  auto text = read_regular_file(a.text_file);
+  if (!text.ok()) return report_error(text.status().with_context("the text file").message());
+  if (Status st = check_utf8(*text, "the text file '" + a.text_file + "'", a.allow_invalid_utf8);
+      !st.ok()) {
+    return report_error(st.message());
+  }
   auto engine = LlmEngine::create(*recipe);
   if (!engine.ok()) return report_error(engine.status().message());
   LlmEngine& e = **engine;
 
-  std::ifstream f(a.text_file, std::ios::binary);
-  if (!f) return report_error(fmt::format("cannot open the text file '{}'", a.text_file));
-  std::stringstream ss;
-  ss << f.rdbuf();
   const Tokenizer& tok = e.sample().tokenizer();
-  const std::string text = ss.str();
-  if (Status st = check_utf8(text, "the text file '" + a.text_file + "'", a.allow_invalid_utf8);
-      !st.ok()) {
-    return report_error(st.message());
-  }
-  auto ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = false});
+  auto ids = tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = false});
   if (!ids.ok()) return report_error(ids.status().message());
 
   PerplexityOptions opts;

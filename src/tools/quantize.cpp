@@ -8,6 +8,12 @@
 // format. Every metadata entry is copied; general.file_type is set to the llama.cpp file type
 // of --type. A matrix whose row length is not a multiple of the target's block size is refused
 // with its name and shape (no silent fallback).
+//
+// The output path is checked before the input is opened (core/output_file.h): a directory, a
+// FIFO, a device such as /dev/null, a socket, a dangling symlink, the input itself or a path in a
+// missing directory is refused at once; a symlink to a regular file is written through (the
+// target gets the new content, the link survives). The file is written to a temporary file next
+// to the target and renamed over it, so a failed run leaves the old output as it was.
 #include "core/quantize.h"
 
 #include <fmt/format.h>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/progress.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -75,6 +82,11 @@ int run_quantize(const QuantizeArgs& a) {
   if (!to || !can_quantize_to(*to)) {
     return report_error(
         fmt::format("--type {}: expected one of f16, bf16, q8_0, q4_0, q4_1", a.type));
+  }
+  // Before any work: a bad output must not cost the whole conversion.
+  const std::vector<std::string> inputs{a.in};
+  if (auto out = check_output_path(a.out, inputs); !out.ok()) {
+    return report_error(out.status().message());
   }
   auto file = GgufFile::open(a.in);
   if (!file.ok()) return report_error(file.status().message());
@@ -144,7 +156,7 @@ int run_quantize(const QuantizeArgs& a) {
     bar.update(++done, name);
   }
   bar.finish();
-  const Status s = w.write(a.out);
+  const Status s = w.write(a.out, inputs);
   if (!s.ok()) return report_error(s.message());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: %lld tensors converted to %s, %lld kept; %.1f MB -> %.1f MB in %.1f s\n",
@@ -161,7 +173,11 @@ void add_quantize_command(CLI::App& app, int& exit_code) {
                                  "Write a GGUF model with its weight matrices in another format");
   auto a = std::make_shared<QuantizeArgs>();
   cmd->add_option("in", a->in, "Input GGUF file")->required();
-  cmd->add_option("out", a->out, "Output GGUF file")->required();
+  cmd->add_option("out", a->out,
+                  "Output GGUF file: a new or regular file, replaced atomically; a symlink to a "
+                  "regular file is written through (the link survives); directories, FIFOs, "
+                  "devices, dangling links and the input itself are refused")
+      ->required();
   cmd->add_option("--type", a->type, "f16, bf16, q8_0, q4_0 or q4_1")->required();
   cmd->add_option("--keep-layers", a->keep_layers,
                   "Layers whose matrices keep their format (-1: the last), e.g. 0,-1")

@@ -2,6 +2,7 @@
 // engine can tokenize): the JSON fields, the table's shape, the README block, the SVG, the
 // baseline choice and the errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -187,6 +188,49 @@ TEST(BenchCli, Errors) {
   r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir + "/missing'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no such recipe file or folder"), std::string::npos) << r.err;
+}
+
+// Guards "an output replaces whatever the path was" for --json, --svg and --readme: each bad
+// output (the JSON's folder alone is made, as before) is refused before the benchmark runs (the
+// recipes' model does not even exist, so any run would fail on it instead), under `timeout 20`, and
+// left as it was.
+TEST(BenchCli, OutputsCheckedBeforeTheRun) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_outputs").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/baseline.yaml") << recipe("nowhere.gguf", "  threads: {count: 1}\n");
+  const std::string fifo = dir + "/fifo.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string base =
+      "timeout 20 " + std::string(RINFER_BINARY) + " bench '" + dir + "' --json '" + dir;
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {base + "/fifo.json'", fifo + ": not a regular file (a FIFO)"},
+      {base + "/r.json' --svg '" + dir + "/no/such/r.svg'",
+       "the directory '" + dir + "/no/such' does not exist"},
+      {base + "/r.json' --svg /dev/null", "/dev/null: not a regular file (a character device)"},
+      {base + "/r.json' --svg '" + dir + "'", dir + ": is a directory"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    auto r = test::run_command(c.args);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("nowhere.gguf"), std::string::npos) << "the benchmark ran: " << r.err;
+  }
+  // --readme: the folder's README.md is a directory.
+  fs::create_directories(dir + "/README.md");
+  auto r = test::run_command(base + "/r.json' --readme");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find(dir + "/README.md: is a directory"), std::string::npos) << r.err;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_FALSE(fs::exists(dir + "/r.json"));
 }
 
 }  // namespace

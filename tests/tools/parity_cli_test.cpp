@@ -2,6 +2,7 @@
 // come from the same weights loaded through the other format (GGUF), as PyTorch's come from the
 // HF checkpoint on the GPU machine.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -182,6 +183,41 @@ TEST_F(ParityCli, BadInputsAreClearErrors) {
   r = rinfer(base + " --kv f16");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--kv"), std::string::npos) << r.err;
+}
+
+// Guards "an output replaces whatever the path was" for --json and --dump: a FIFO (opening it
+// for writing would wait for a reader forever), a directory, /dev/null or a path in a missing
+// directory is refused before the model loads (the model and tokens here do not even exist),
+// under `timeout 20`, and left as it was.
+TEST(ParityCliOutputs, CheckedBeforeTheModelLoads) {
+  const std::string d = test::fresh_dir("parity_outputs");
+  const std::string fifo = d + "/fifo.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string base = "timeout 20 " + std::string(RINFER_BINARY) +
+                           " parity --model /nonexistent/m.gguf --tokens /nonexistent/t.i32 ";
+  struct Case {
+    std::string flags;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"--ref /nonexistent/r.f32 --json '" + fifo + "'", fifo + ": not a regular file (a FIFO)"},
+      {"--dump '" + d + "'", d + ": is a directory"},
+      {"--dump /dev/null", "/dev/null: not a regular file (a character device)"},
+      {"--ref /nonexistent/r.f32 --json '" + d + "/no/r.json'",
+       "the directory '" + d + "/no' does not exist"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    auto r = test::run_command(base + c.flags);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("/nonexistent/"), std::string::npos) << "an input was read: " << r.err;
+  }
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
 }  // namespace

@@ -1,9 +1,16 @@
 // `rinfer quantize` on the tiny synthetic llama (f32, f16 and q5_0 matrices): which tensors
 // convert, what is kept byte for byte, the metadata, the values after the round trip, and the
-// errors (unknown type, a row length that is not a whole number of blocks).
+// errors (unknown type, a row length that is not a whole number of blocks), and the output
+// path checks (OutputPath* tests below).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -110,6 +117,115 @@ TEST(QuantizeCli, Errors) {
   // f16 has no blocks: the same file converts.
   r = test::run_command(rinfer_bin() + " quantize '" + ragged + "' '" + out + "' --type f16");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+namespace fs = std::filesystem;
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory for the output-path tests.
+std::string output_dir(const std::string& name) {
+  const fs::path d = fs::path(test::write_temp_file("anchor", "")).parent_path() / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+// Guards "quantize replaces whatever the output path is": each bad output is refused before the
+// input is opened, so the input here is not even a GGUF file (a check made after the conversion,
+// or none, would fail on the input instead: and could never reach /dev/null). Each run is under
+// `timeout 20`, shows no progress line (stderr is the one error line), names the output and its
+// type, and leaves the path as it was.
+TEST(QuantizeCli, OutputPathCheckedBeforeAnyWork) {
+  const std::string d = output_dir("quantize_out");
+  const std::string bad_input = d + "/not-a-model.gguf";
+  std::ofstream(bad_input) << "this is not a GGUF file";
+  const std::string fifo = d + "/fifo.gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string dir = d + "/a-directory";
+  fs::create_directories(dir);
+  const std::string dangling = d + "/dangling.gguf";
+  ASSERT_EQ(::symlink("nowhere.gguf", dangling.c_str()), 0);
+  struct Case {
+    std::string out;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"/dev/null", "/dev/null: not a regular file (a character device)"},
+      {fifo, fifo + ": not a regular file (a FIFO)"},
+      {dir, dir + ": is a directory"},
+      {dangling, dangling + ": a symbolic link to a missing file ('nowhere.gguf')"},
+      {d + "/missing/out.gguf", "the directory '" + d + "/missing' does not exist"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.out);
+    auto r = test::run_command("timeout 20 " + rinfer_bin() + " quantize '" + bad_input + "' '" +
+                               c.out + "' --type q8_0");
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("rinfer: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;  // no progress
+    EXPECT_EQ(r.err.find("not-a-model"), std::string::npos) << "the input was opened: " << r.err;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_FALSE(fs::exists(d + "/nowhere.gguf"));
+  EXPECT_FALSE(fs::exists(d + "/missing"));
+  // Nothing else appeared (no temporary file): the input, the FIFO, the directory, the link.
+  EXPECT_EQ(std::distance(fs::directory_iterator(d), {}), 4);
+}
+
+// Guards "the output may be the input": the same file, by path, through a symlink or by another
+// spelling, is refused and the input is left byte for byte.
+TEST(QuantizeCli, OutputPathIsTheInput) {
+  const std::string d = output_dir("quantize_self");
+  const std::string in = d + "/model.gguf";
+  fs::copy_file(test::test_data_path("llama/tiny_llama.gguf"), in);
+  const std::string before = slurp(in);
+  const std::string link = d + "/link.gguf";
+  ASSERT_EQ(::symlink("model.gguf", link.c_str()), 0);
+  for (const std::string& out :
+       {in, link, d + "/../" + fs::path(d).filename().string() + "/model.gguf"}) {
+    SCOPED_TRACE(out);
+    auto r = test::run_command("timeout 20 " + rinfer_bin() + " quantize '" + in + "' '" + out +
+                               "' --type q8_0");
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(out + ": is the same file as the input '" + in + "'"), std::string::npos)
+        << r.err;
+  }
+  EXPECT_EQ(slurp(in), before);
+  EXPECT_TRUE(fs::is_symlink(link));
+}
+
+// Guards "a symlink's relationship is destroyed": an output that is a symlink to a regular file
+// is written through; the link survives and the file it points to holds the new model.
+TEST(QuantizeCli, OutputPathSymlinkIsWrittenThrough) {
+  const std::string d = output_dir("quantize_link");
+  fs::create_directories(d + "/models");
+  const std::string target = d + "/models/current.gguf";
+  std::ofstream(target) << "old content";
+  const std::string link = d + "/latest.gguf";
+  ASSERT_EQ(::symlink("models/current.gguf", link.c_str()), 0);
+  const std::string in = test::test_data_path("llama/tiny_llama.gguf");
+  auto r = test::run_command(rinfer_bin() + " quantize '" + in + "' '" + link + "' --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(fs::read_symlink(link), "models/current.gguf");
+  auto b = GgufFile::open(target);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->get_uint("general.file_type"), 7u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(d + "/models"), {}), 1);  // no temporary left
 }
 
 }  // namespace
