@@ -115,8 +115,11 @@ Result<YAML::Node> parse_yaml(const std::string& text, const std::string& path) 
   return docs[0];
 }
 
-// A FIFO, device or directory is refused at once (core/input_file.h), never read.
-Result<std::string> read_text(const std::string& path) { return read_regular_file(path); }
+// A FIFO, device or directory is refused at once (core/input_file.h), never read; so is a file
+// over the size limit.
+Result<std::string> read_text(const std::string& path) {
+  return read_regular_file(path, kMaxRecipeBytes);
+}
 
 // A file's identity for cycle detection.
 std::string file_key(const std::string& path) {

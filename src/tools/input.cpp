@@ -2,12 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <iterator>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/thread_pool.h"
 #include "tokenizer/unicode.h"
 
@@ -19,12 +18,9 @@ Result<std::string> read_text_input(const std::string& path, std::string_view wh
     if (std::cin.bad()) return io_error("{}: reading stdin failed", what);
     return text;
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("{}: cannot open '{}'", what, path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error("{}: reading '{}' failed", what, path);
-  return ss.str();
+  auto text = read_regular_file(path);
+  if (!text.ok()) return text.status().with_context(std::string(what));
+  return text;
 }
 
 Status check_utf8(std::string_view text, std::string_view what, bool allow_invalid) {

@@ -190,6 +190,40 @@ TEST(BenchCli, Errors) {
   EXPECT_NE(r.err.find("no such recipe file or folder"), std::string::npos) << r.err;
 }
 
+// Guards "a missing benchmark text silently becomes a built-in sentence": --text or
+// bench.prompts naming a file that is missing, empty or not UTF-8 is an error before any model
+// loads (the recipe's model does not exist, so a run would fail on it instead).
+TEST(BenchCli, ANamedTextThatCannotBeReadIsAnError) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_text").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/baseline.yaml") << recipe("nowhere.gguf", "  threads: {count: 1}\n");
+  std::ofstream(dir + "/empty.txt").flush();
+  std::ofstream(dir + "/bad.txt") << "ok \xff";
+  const std::string base = std::string(RINFER_BINARY) + " bench '" + dir + "' --json '" + dir +
+                           "/r.json' --text '" + dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {"/missing.txt'", "--text: " + dir + "/missing.txt"},
+      {"/empty.txt'", "--text " + dir + "/empty.txt: the file is empty"},
+      {"/bad.txt'", "is not valid UTF-8 (byte 3)"},
+  };
+  for (const auto& [arg, message] : cases) {
+    auto r = test::run_command(base + arg);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("nowhere.gguf"), std::string::npos) << "the benchmark ran: " << r.err;
+  }
+  // bench.prompts in the baseline recipe, named as such.
+  std::ofstream(dir + "/baseline.yaml")
+      << recipe("nowhere.gguf", "  threads: {count: 1}\nbench: {prompts: gone.txt}\n");
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir + "' --json '" + dir +
+                             "/r.json'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("baseline.yaml: bench.prompts: " + dir + "/gone.txt"), std::string::npos)
+      << r.err;
+}
+
 // Guards "an output replaces whatever the path was" for --json, --svg and --readme: each bad
 // output (the JSON's folder alone is made, as before) is refused before the benchmark runs (the
 // recipes' model does not even exist, so any run would fail on it instead), under `timeout 20`, and
