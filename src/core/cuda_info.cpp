@@ -15,6 +15,8 @@ Result<std::vector<CudaDeviceInfo>> cuda_devices() {
 
 Status cuda_self_test(int) { return cuda_devices().status(); }
 
+Result<CudaMemoryInfo> cuda_memory_info(int) { return cuda_devices().status(); }
+
 std::string cuda_versions() { return "built without CUDA"; }
 
 }  // namespace rinfer

@@ -30,6 +30,14 @@ Result<std::vector<CudaDeviceInfo>> cuda_devices();
 // holds code for this GPU's architecture and that launches work.
 Status cuda_self_test(int index);
 
+// Free and total memory of device `index` now (cudaMemGetInfo), for checking a planned
+// allocation before making it.
+struct CudaMemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+Result<CudaMemoryInfo> cuda_memory_info(int index);
+
 // The driver and runtime versions as "13.0 / 13.0", or the reason they cannot be read.
 std::string cuda_versions();
 

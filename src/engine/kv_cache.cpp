@@ -25,6 +25,12 @@ KvCacheSpec KvCacheSpec::windowed(std::span<const int64_t> windows, int64_t n_ct
   return s;
 }
 
+uint64_t KvCacheSpec::bytes(uint64_t elem_bytes) const {
+  uint64_t rows = 0;
+  for (const KvLayerSpec& l : layers) rows += static_cast<uint64_t>(std::max<int64_t>(l.rows, 0));
+  return 2 * rows * static_cast<uint64_t>(std::max<int64_t>(kv_dim, 0)) * elem_bytes;
+}
+
 Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t kv_dim) {
   if (n_layer <= 0 || n_ctx <= 0 || kv_dim <= 0) {
     return invalid_argument("KV cache: bad dimensions n_layer {}, n_ctx {}, kv_dim {}", n_layer,

@@ -56,6 +56,10 @@ struct KvCacheSpec {
   // max_batch tokens.
   static KvCacheSpec windowed(std::span<const int64_t> windows, int64_t n_ctx, int64_t kv_dim,
                               int64_t max_batch);
+
+  // The bytes of K and V for every layer with `elem_bytes` per element: 2 * sum(rows) * kv_dim
+  // * elem_bytes (what create() allocates with f32, 4; a CUDA cache's bf16 is 2).
+  uint64_t bytes(uint64_t elem_bytes) const;
 };
 
 class KvCache {

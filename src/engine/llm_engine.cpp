@@ -6,10 +6,56 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/memory_plan.h"
 #include "formats/model_cache.h"
 #include "strategies/registry.h"
 
 namespace rinfer {
+
+namespace {
+
+// The bytes the model's create_cache will allocate for n_ctx positions: every layer n_ctx rows,
+// a sliding-window layer min(n_ctx, window + max_batch - 1) (as LlamaModel and LlamaCudaModel
+// lay it out); f32 elements on the CPU, the kv_cache dtype (bf16 by default) on CUDA.
+uint64_t planned_kv_bytes(const DecoderHParams& hp, int64_t n_ctx, const LoadOptions& opts) {
+  KvCacheSpec spec = KvCacheSpec::uniform(hp.n_layer, n_ctx, hp.kv_dim());
+  if (!hp.layer_attn.empty()) {
+    std::vector<int64_t> windows;
+    for (const DecoderHParams::LayerAttn& la : hp.layer_attn) windows.push_back(la.window);
+    spec = KvCacheSpec::windowed(windows, n_ctx, hp.kv_dim(), opts.max_batch);
+  }
+  const DType elem = opts.device.is_cpu() ? DType::kF32 : opts.kv_dtype.value_or(DType::kBF16);
+  return spec.bytes(dtype_traits(elem).block_bytes);
+}
+
+// Refuses a KV cache larger than the device's free memory, before it is allocated (see
+// engine/memory_plan.h). The weights are loaded by now, so what is available already leaves
+// them out. When the free memory cannot be told (no /proc/meminfo) the check is skipped.
+Status check_kv_cache_memory(const RecipeConfig& r, const LoadOptions& opts,
+                             const DecoderHParams& hp, bool ctx_from_model) {
+  auto available = memory_available(opts.device);
+  if (!available.ok()) {
+    spdlog::debug("memory check skipped: {}", available.status().message());
+    return ok_status();
+  }
+  MemoryPlan plan;
+  plan.items.push_back({fmt::format("the KV cache for {} positions", r.context_length),
+                        planned_kv_bytes(hp, r.context_length, opts)});
+  const std::string where = r.origins().where("context_length");
+  plan.hint =
+      ctx_from_model
+          ? fmt::format(
+                "context_length 0 takes the model's training context ({} positions, "
+                "{}); set a smaller context_length or --ctx",
+                hp.n_ctx_train, where)
+          : fmt::format("lower the context (--ctx, or the recipe's context_length at {})", where);
+  if (opts.device.is_cuda() && opts.kv_dtype == DType::kF32) {
+    plan.hint += ", or set strategies.kv_cache.dtype to bf16 (half the bytes)";
+  }
+  return check_memory_plan(plan, *available).with_context(r.path);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe) {
   std::unique_ptr<LlmEngine> e(new LlmEngine());
@@ -38,11 +84,13 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
   e->sample_ = std::move(sample).value();
 
   const DecoderHParams& hp = e->sample_->decoder().hparams();
+  const bool ctx_from_model = r.context_length == 0;
   if (r.context_length == 0) r.context_length = hp.n_ctx_train;
   if (r.context_length > hp.n_ctx_train) {
     spdlog::warn("{}: context_length {} is longer than the model's training context {}", r.path,
                  r.context_length, hp.n_ctx_train);
   }
+  RINFER_RETURN_IF_ERROR(check_kv_cache_memory(r, opts, hp, ctx_from_model));
   auto cache = e->sample_->decoder().create_cache(r.context_length);
   if (!cache.ok()) return cache.status();
   e->cache_ = std::move(cache).value();

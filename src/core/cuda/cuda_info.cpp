@@ -41,6 +41,18 @@ Status cuda_self_test(int index) {
   return ok_status();
 }
 
+Result<CudaMemoryInfo> cuda_memory_info(int index) {
+  int current = 0;
+  RINFER_CUDA_RETURN(cudaGetDevice(&current));
+  RINFER_CUDA_RETURN(cudaSetDevice(index));
+  size_t free_bytes = 0, total_bytes = 0;
+  const Status st = cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const cudaError_t restore = cudaSetDevice(current);  // leave the caller's device as it was
+  RINFER_RETURN_IF_ERROR(st);
+  RINFER_RETURN_IF_ERROR(cuda_status(restore, "cudaSetDevice"));
+  return CudaMemoryInfo{free_bytes, total_bytes};
+}
+
 std::string cuda_versions() {
   int drv = 0, rt = 0;
   if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
