@@ -48,7 +48,7 @@ Status check_kv_cache_memory(const RecipeConfig& r, const LoadOptions& opts,
                 "context_length 0 takes the model's training context ({} positions, "
                 "{}); set a smaller context_length or --ctx",
                 hp.n_ctx_train, where)
-          : fmt::format("lower the context (--ctx, or the recipe's context_length at {})", where);
+          : fmt::format("lower the context (context_length, set by {})", where);
   if (opts.device.is_cuda() && opts.kv_dtype == DType::kF32) {
     plan.hint += ", or set strategies.kv_cache.dtype to bf16 (half the bytes)";
   }
@@ -87,8 +87,8 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
   const bool ctx_from_model = r.context_length == 0;
   if (r.context_length == 0) r.context_length = hp.n_ctx_train;
   if (r.context_length > hp.n_ctx_train) {
-    spdlog::warn("{}: context_length {} is longer than the model's training context {}", r.path,
-                 r.context_length, hp.n_ctx_train);
+    spdlog::warn("{}: context_length {} is longer than the model's training context {}",
+                 r.origins().where("context_length"), r.context_length, hp.n_ctx_train);
   }
   RINFER_RETURN_IF_ERROR(check_kv_cache_memory(r, opts, hp, ctx_from_model));
   auto cache = e->sample_->decoder().create_cache(r.context_length);

@@ -1,11 +1,10 @@
 #include "models/text_generation.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "formats/gguf.h"
 #include "tokenizer/streaming_decoder.h"
 
@@ -42,11 +41,9 @@ std::string hf_model_dir(const std::string& path) {
 
 // tokenizer_config.json's "chat_template" (a string), or empty when absent or unreadable.
 std::string hf_chat_template_text(const std::string& dir) {
-  std::ifstream f(std::filesystem::path(dir) / "tokenizer_config.json", std::ios::binary);
-  if (!f) return {};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = read_regular_file((std::filesystem::path(dir) / "tokenizer_config.json").string());
+  if (!text.ok()) return {};
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return {};
   auto it = j.find("chat_template");
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();

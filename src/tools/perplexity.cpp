@@ -35,9 +35,16 @@ struct PplArgs {
 int run_perplexity(const PplArgs& a) {
   auto recipe = load_recipe(a.recipe);
   if (!recipe.ok()) return report_error(recipe.status().message());
-  if (a.ctx) recipe->context_length = *a.ctx;
-  if (a.threads) recipe->strategies.threads = *a.threads;
-  warn_if_oversubscribed(recipe->strategies.threads, a.threads ? "--threads" : a.recipe);
+  if (a.ctx) {
+    recipe->context_length = *a.ctx;
+    recipe->strategies.origins.set("context_length", "--ctx");
+  }
+  if (a.threads) {
+    recipe->strategies.threads = *a.threads;
+    recipe->strategies.origins.set("strategies.threads.count", "--threads");
+  }
+  warn_if_oversubscribed(recipe->strategies.threads,
+                         recipe->origins().where("strategies.threads.count"));
   if (recipe->context_length == 0) recipe->context_length = 512;
   // Read before the model loads; never blocks on a FIFO (core/input_file.h).
   auto text = read_regular_file(a.text_file);

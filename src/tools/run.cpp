@@ -154,9 +154,17 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     recipe.sampling.seed = static_cast<uint64_t>(*a.seed);
     recipe.seed_set = true;
   }
-  if (a.threads) recipe.strategies.threads = *a.threads;
-  warn_if_oversubscribed(recipe.strategies.threads, a.threads ? "--threads" : a.recipe);
-  if (a.ctx) recipe.context_length = *a.ctx;
+  // Flags record themselves as where the setting came from, so messages blame them.
+  if (a.threads) {
+    recipe.strategies.threads = *a.threads;
+    recipe.strategies.origins.set("strategies.threads.count", "--threads");
+  }
+  warn_if_oversubscribed(recipe.strategies.threads,
+                         recipe.origins().where("strategies.threads.count"));
+  if (a.ctx) {
+    recipe.context_length = *a.ctx;
+    recipe.strategies.origins.set("context_length", "--ctx");
+  }
   if (!a.chat_template.empty()) recipe.chat_template = a.chat_template;
   return LlmEngine::create(recipe);
 }

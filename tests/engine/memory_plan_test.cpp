@@ -111,8 +111,7 @@ TEST(MemoryPlanCli, RunRefusesAKvCacheLargerThanTheMachine) {
       << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(but [0-9,]+ MiB are available \(host: )")))
       << r.err;
-  EXPECT_NE(r.err.find("lower the context (--ctx, or the recipe's context_length at "),
-            std::string::npos)
+  EXPECT_NE(r.err.find("lower the context (context_length, set by --ctx)"), std::string::npos)
       << r.err;
 }
 
