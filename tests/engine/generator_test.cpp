@@ -254,7 +254,7 @@ class HostLoopModel final : public DecoderModel {
                      std::span<const int32_t>(&row, 1)};
       RINFER_RETURN_IF_ERROR(m_->infer(b, cache, logits.data()));
       ++r.steps;
-      const int32_t tok = sampler.sample_with_uniform(logits, hist, u);
+      RINFER_ASSIGN_OR_RETURN(const int32_t tok, sampler.sample_with_uniform(logits, hist, u));
       const bool ahead = p0 + k + 1 < cache.n_ctx();
       if (ahead && draws) u = d.uniform();  // step k + 1 queued before the host reads tok
       if (!d.on_token(tok)) {

@@ -207,7 +207,9 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
         CU_ASSERT_OK(ds.launch(dx.as<float>(), tok, tok + 1, tok + 2, stream()));
         ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
         const int32_t got = ds.result(step);
-        const int32_t want = host.sample_with_uniform(x, hist, u);
+        const auto want_r = host.sample_with_uniform(x, hist, u);
+        ASSERT_TRUE(want_r.ok()) << want_r.status().to_string();
+        const int32_t want = *want_r;
         if (sampled) {
           mismatches += got != want;  // a draw on a boundary of the sums (f32 against double)
         } else {
