@@ -83,8 +83,10 @@ class Generator {
 
   // Generates a reply to `prompt` (the full token sequence, e.g. the whole rendered chat).
   // With the KV cache on, the longest prefix shared with tokens() is reused. `cancel` may be
-  // null. Errors: an empty prompt, a prompt that leaves no room in the context (kOutOfRange),
-  // a model failure. Cancellation is not an error: stop_reason says kCancelled.
+  // null. Errors: an empty prompt, sampling settings that fail validate(), a prompt that leaves
+  // no room in the context (kOutOfRange), a model failure, logits that are not finite (kDataLoss:
+  // "the model produced non-finite logits at generation step N ..."). After an error the cache
+  // and tokens() still agree. Cancellation is not an error: stop_reason says kCancelled.
   Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
                                     const std::atomic<bool>* cancel = nullptr);
 

@@ -185,7 +185,8 @@ class DecoderModel : public ModelSample {
   // on_token returns false or the cache is full (the last id is then handed out but not fed).
   // The cache ends with every fed token committed; a step queued ahead of the stop wrote its
   // rows past the end (noted with note_written) and is not committed. On error the cache keeps
-  // the steps committed so far.
+  // the steps committed so far. A step whose logits hold NaN or +inf (or no finite value) is
+  // kDataLoss, as Sampler::sample's, and its id is never handed out.
   virtual Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d);
 };
 
