@@ -85,7 +85,7 @@ Status Generator::evaluate(int64_t from, const std::atomic<bool>* cancel, bool* 
   const std::span<const int32_t> all(tokens_);
   const std::span<const int32_t> pos(positions_);
   for (int64_t c0 = from; c0 < end; c0 += opts_.prefill_chunk) {
-    if (c0 > from && is_cancelled(cancel)) {
+    if (is_cancelled(cancel)) {
       *cancelled = true;
       return ok_status();
     }
@@ -96,7 +96,13 @@ Status Generator::evaluate(int64_t from, const std::atomic<bool>* cancel, bool* 
     batch.tokens = all.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
     batch.positions = pos.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
     if (last) batch.logit_rows = std::span<const int32_t>(&last_row, 1);
-    RINFER_RETURN_IF_ERROR(model_.infer(batch, cache_, last ? logits_.data() : nullptr));
+    batch.cancel = cancel;
+    Status st = model_.infer(batch, cache_, last ? logits_.data() : nullptr);
+    if (st.code() == StatusCode::kCancelled) {  // inside the forward: the cache is as before it
+      *cancelled = true;
+      return ok_status();
+    }
+    RINFER_RETURN_IF_ERROR(st);
   }
   return ok_status();
 }
@@ -254,7 +260,7 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     st = evaluate(static_cast<int64_t>(tokens_.size()) - 1, cancel, &cancelled);
     if (!st.ok()) return fail(st);
     ++tm.decode_steps;
-    if (cancelled) {  // only the no-cache baseline checks inside a step
+    if (cancelled) {  // inside the step's forward: the fed token is not in the cache
       result.stop_reason = StopReason::kCancelled;
       tokens_.pop_back();
       break;

@@ -8,7 +8,8 @@
 //             stop-string filter), hand the text to the callback, feed the token back.
 //             With the KV cache off (the baseline) every step recomputes the whole sequence.
 //   stop      end-of-generation token, stop string, max_tokens, a full context, or the
-//             cancellation flag (checked between chunks and between tokens).
+//             cancellation flag (checked before each chunk, between tokens, and inside the
+//             forward: DecoderBatch::cancel, which the CPU model reads between layers).
 //
 // Nothing is allocated per token: the logits row, the token history and the sampler's buffers
 // are sized once.
@@ -101,7 +102,9 @@ class Generator {
 
  private:
   // Evaluates tokens_[from, end) on top of the cache (which holds tokens_[0, from)) and leaves
-  // the last row's logits in logits_. Chunked; checks `cancel` between chunks.
+  // the last row's logits in logits_. Chunked; checks `cancel` before each chunk and hands it to
+  // the model (DecoderBatch::cancel): *cancelled, OK status, with the cache and the chunks
+  // already done kept.
   Status evaluate(int64_t from, const std::atomic<bool>* cancel, bool* cancelled);
 
   DecoderModel& model_;

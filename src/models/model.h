@@ -17,6 +17,7 @@
 // interfaces next to DecoderModel and reuse load_model's dispatch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -138,6 +139,9 @@ struct DecoderBatch {
   std::span<const int32_t> tokens;      // [n_tokens]
   std::span<const int32_t> positions;   // [n_tokens]
   std::span<const int32_t> logit_rows;  // [n_out], indices into tokens
+  // Optional: when it reads true, infer stops early (the CPU model checks it between layers)
+  // and returns kCancelled with the cache as it was before the call.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What every DecoderModel::infer checks of a batch against its cache, whatever the device: tokens
@@ -167,7 +171,8 @@ class DecoderModel : public ModelSample {
 
   // infer: runs the batch (in chunks of at most LoadOptions::max_batch tokens), appends its
   // keys and values to `cache` and writes logits [n_out, n_vocab] (row r for batch row
-  // logit_rows[r]). On error the cache is left as it was before the call.
+  // logit_rows[r]). On error the cache is left as it was before the call; batch.cancel set
+  // during the call gives kCancelled (a model may also finish the pass and return OK).
   virtual Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) = 0;
 
   // A KV cache for n_ctx positions that this model can run against (host f32 on CPU; device

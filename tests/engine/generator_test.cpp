@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "models/llama/llama_model.h"
 #include "poisoned_gguf.h"
 #include "test_util.h"
 
@@ -434,6 +435,72 @@ TEST(GeneratorTest, NonFiniteLogitsMidReplyAreAnErrorAndLeaveTheCacheConsistent)
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(again->tokens, want->tokens) << (device ? "device" : "host");
   }
+}
+
+// Guards Ctrl-C during a long prefill: the baseline recipe's prompt is one uninterruptible
+// 512-token forward, and the flag was checked only between chunks. Now it reaches inside the
+// forward (the CPU model checks it between layers; here the layer observer raises it after
+// layer 0 of the k-th forward): the call returns early with StopReason::kCancelled, having run
+// no further layer, the cache and the history agree, and the next generate() gives what a fresh
+// generator gives. Prefill (one chunk, or the second of several) and decode steps, KV cache on
+// and off.
+TEST(GeneratorTest, CancelReachesInsideTheForward) {
+  struct Case {
+    bool kv;
+    int64_t chunk;
+    int trip_forward;  // the forward pass (0 = the first) whose layer 0 raises the flag
+    size_t tokens;     // reply tokens handed out before the stop
+  };
+  for (const Case& c : {Case{true, 512, 0, 0}, Case{false, 512, 0, 0}, Case{true, 4, 1, 0},
+                        Case{true, 512, 3, 3}, Case{false, 512, 2, 2}}) {
+    const std::string what = "kv " + std::to_string(c.kv) + " chunk " + std::to_string(c.chunk) +
+                             " forward " + std::to_string(c.trip_forward);
+    Rig s = make();
+    auto* lm = dynamic_cast<llama::LlamaModel*>(s.model.get());
+    ASSERT_NE(lm, nullptr);
+    std::atomic<bool> cancel{false};
+    int forwards = -1, after_trip = 0;
+    bool armed = true;
+    lm->set_layer_observer([&](int64_t layer, int64_t, const float*, int64_t, int64_t) {
+      if (layer < 0) ++forwards;
+      if (cancel) ++after_trip;  // a block (or an embedding) that ran after the flag was raised
+      if (armed && layer == 0 && forwards == c.trip_forward) cancel = true;
+    });
+    GeneratorOptions o = greedy(20, c.kv);
+    o.prefill_chunk = c.chunk;
+    Generator g(*s.model, s.cache, nullptr, o);
+    auto r = g.generate(kPrompt, nullptr, &cancel);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_EQ(r->stop_reason, StopReason::kCancelled) << what;
+    EXPECT_EQ(r->tokens.size(), c.tokens) << what;
+    EXPECT_EQ(after_trip, 0) << what;  // stopped before layer 1 of that forward
+    EXPECT_EQ(forwards, c.trip_forward) << what;
+    if (c.kv) EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size())) << what;
+    if (c.chunk == 4) EXPECT_EQ(s.cache.size(), 4) << what;  // the first chunk stays
+
+    armed = false;
+    cancel = false;
+    auto again = g.generate(kPrompt, nullptr, &cancel);
+    ASSERT_TRUE(again.ok()) << what;
+    Rig fresh = make();
+    Generator f(*fresh.model, fresh.cache, nullptr, o);
+    auto want = f.generate(kPrompt, nullptr);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(again->stop_reason, StopReason::kMaxTokens) << what;
+    EXPECT_EQ(again->tokens, want->tokens) << what;
+  }
+  // Raised before the call: not even the first chunk runs.
+  Rig s = make();
+  auto* lm = dynamic_cast<llama::LlamaModel*>(s.model.get());
+  int blocks = 0;
+  lm->set_layer_observer([&](int64_t, int64_t, const float*, int64_t, int64_t) { ++blocks; });
+  std::atomic<bool> cancel{true};
+  Generator g(*s.model, s.cache, nullptr, greedy(5));
+  auto r = g.generate(kPrompt, nullptr, &cancel);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(blocks, 0);
+  EXPECT_EQ(s.cache.size(), 0);
 }
 
 }  // namespace
