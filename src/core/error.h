@@ -21,6 +21,7 @@ RINFER_DEFINE_ERROR(unsupported, kUnsupported)
 RINFER_DEFINE_ERROR(out_of_range, kOutOfRange)
 RINFER_DEFINE_ERROR(out_of_memory, kOutOfMemory)
 RINFER_DEFINE_ERROR(device_error, kDeviceError)
+RINFER_DEFINE_ERROR(cancelled_error, kCancelled)
 RINFER_DEFINE_ERROR(internal_error, kInternal)
 
 #undef RINFER_DEFINE_ERROR

@@ -21,6 +21,20 @@ bool is_cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
+// A failed sample at generation step `n` (1-based: step 1 samples the prompt's last row, step n
+// the (n-1)-th reply token's). The sampler's (or the device sampler's) kDataLoss means the
+// model's logits were not finite.
+Status sampling_failed(const Status& st, int64_t n) {
+  if (st.code() != StatusCode::kDataLoss) {
+    return st.with_context(fmt::format("generation step {}", n));
+  }
+  return Status(st.code(),
+                fmt::format("the model produced non-finite logits at generation step {} (step 1 "
+                            "samples the prompt's last row): the weights may be corrupt (NaN or "
+                            "inf in the model file): {}",
+                            n, st.message()));
+}
+
 }  // namespace
 
 std::string_view stop_reason_name(StopReason r) {
@@ -71,7 +85,7 @@ Status Generator::evaluate(int64_t from, const std::atomic<bool>* cancel, bool* 
   const std::span<const int32_t> all(tokens_);
   const std::span<const int32_t> pos(positions_);
   for (int64_t c0 = from; c0 < end; c0 += opts_.prefill_chunk) {
-    if (c0 > from && is_cancelled(cancel)) {
+    if (is_cancelled(cancel)) {
       *cancelled = true;
       return ok_status();
     }
@@ -82,7 +96,13 @@ Status Generator::evaluate(int64_t from, const std::atomic<bool>* cancel, bool* 
     batch.tokens = all.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
     batch.positions = pos.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
     if (last) batch.logit_rows = std::span<const int32_t>(&last_row, 1);
-    RINFER_RETURN_IF_ERROR(model_.infer(batch, cache_, last ? logits_.data() : nullptr));
+    batch.cancel = cancel;
+    Status st = model_.infer(batch, cache_, last ? logits_.data() : nullptr);
+    if (st.code() == StatusCode::kCancelled) {  // inside the forward: the cache is as before it
+      *cancelled = true;
+      return ok_status();
+    }
+    RINFER_RETURN_IF_ERROR(st);
   }
   return ok_status();
 }
@@ -93,6 +113,7 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
   const auto t0 = Clock::now();
   const int64_t n_ctx = cache_.n_ctx();
   if (prompt.empty()) return invalid_argument("the prompt is empty");
+  RINFER_RETURN_IF_ERROR(sampler_.params().validate().with_context("sampling"));
   if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
     return out_of_range(
         "the prompt is {} tokens but the context holds {} (context_length), with room for at "
@@ -189,8 +210,26 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     return true;
   };
 
+  // An error after the prefill: the cache and the history agree, the text stream is reset.
+  auto fail = [&](const Status& s) -> Status {
+    sync();
+    if (text_ != nullptr) text_->finish();  // what it held belongs to the failed reply
+    return s;
+  };
+  // Samples the next reply token from logits_ and accepts it; false with `failed` set when the
+  // sampler fails.
+  Status failed;
+  auto sample_and_accept = [&]() -> bool {
+    Result<int32_t> tok = sampler_.sample(logits_, tokens_);
+    if (!tok.ok()) {
+      failed = sampling_failed(tok.status(), tm.generated_tokens + 1);
+      return false;
+    }
+    return accept(*tok);
+  };
+
   // The first token comes from the prefill's logits, on the host.
-  bool go_on = accept(sampler_.sample(logits_, tokens_));
+  bool go_on = sample_and_accept();
   if (go_on && opts_.kv_cache && model_.can_decode_on_device(sampler_.params())) {
     // Device decoding: each step samples its token on the device and the next step is queued
     // before the host reads it. The uniforms come from sampler_'s RNG in the host loop's order;
@@ -207,8 +246,10 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     dd.on_token = accept;
     auto r = model_.decode_on_device(cache_, dd);
     if (!r.ok()) {
-      sync();
-      return r.status();
+      // kDataLoss: the device sampler found the step's logits not finite.
+      return fail(r.status().code() == StatusCode::kDataLoss
+                      ? sampling_failed(r.status(), tm.generated_tokens + 1)
+                      : r.status());
     }
     tm.decode_steps += r->steps;
     if (r->discarded > 0 && sampler_.params().temperature > 0.0f) sampler_.set_rng(before_last);
@@ -217,18 +258,16 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
   }
   while (go_on) {
     st = evaluate(static_cast<int64_t>(tokens_.size()) - 1, cancel, &cancelled);
-    if (!st.ok()) {
-      sync();
-      return st;
-    }
+    if (!st.ok()) return fail(st);
     ++tm.decode_steps;
-    if (cancelled) {  // only the no-cache baseline checks inside a step
+    if (cancelled) {  // inside the step's forward: the fed token is not in the cache
       result.stop_reason = StopReason::kCancelled;
       tokens_.pop_back();
       break;
     }
-    go_on = accept(sampler_.sample(logits_, tokens_));
+    go_on = sample_and_accept();
   }
+  if (!failed.ok()) return fail(failed);
   tm.decode_ms = ms_since(t_first);
   if (text_ != nullptr) {
     std::string tail = text_->finish();

@@ -8,7 +8,8 @@
 //             stop-string filter), hand the text to the callback, feed the token back.
 //             With the KV cache off (the baseline) every step recomputes the whole sequence.
 //   stop      end-of-generation token, stop string, max_tokens, a full context, or the
-//             cancellation flag (checked between chunks and between tokens).
+//             cancellation flag (checked before each chunk, between tokens, and inside the
+//             forward: DecoderBatch::cancel, which the CPU model reads between layers).
 //
 // Nothing is allocated per token: the logits row, the token history and the sampler's buffers
 // are sized once.
@@ -83,8 +84,10 @@ class Generator {
 
   // Generates a reply to `prompt` (the full token sequence, e.g. the whole rendered chat).
   // With the KV cache on, the longest prefix shared with tokens() is reused. `cancel` may be
-  // null. Errors: an empty prompt, a prompt that leaves no room in the context (kOutOfRange),
-  // a model failure. Cancellation is not an error: stop_reason says kCancelled.
+  // null. Errors: an empty prompt, sampling settings that fail validate(), a prompt that leaves
+  // no room in the context (kOutOfRange), a model failure, logits that are not finite (kDataLoss:
+  // "the model produced non-finite logits at generation step N ..."). After an error the cache
+  // and tokens() still agree. Cancellation is not an error: stop_reason says kCancelled.
   Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
                                     const std::atomic<bool>* cancel = nullptr);
 
@@ -99,7 +102,9 @@ class Generator {
 
  private:
   // Evaluates tokens_[from, end) on top of the cache (which holds tokens_[0, from)) and leaves
-  // the last row's logits in logits_. Chunked; checks `cancel` between chunks.
+  // the last row's logits in logits_. Chunked; checks `cancel` before each chunk and hands it to
+  // the model (DecoderBatch::cancel): *cancelled, OK status, with the cache and the chunks
+  // already done kept.
   Status evaluate(int64_t from, const std::atomic<bool>* cancel, bool* cancelled);
 
   DecoderModel& model_;

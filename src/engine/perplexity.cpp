@@ -1,5 +1,7 @@
 #include "engine/perplexity.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +10,18 @@
 #include "core/error.h"
 
 namespace rinfer {
+
+namespace {
+
+// A scored row whose logits cannot give a finite log-likelihood.
+Status non_finite(int64_t window, int64_t pos, int64_t token, float value) {
+  return data_loss(
+      "perplexity: the model produced non-finite logits (window {}, position {}: logit {} of "
+      "token {}): the weights may be corrupt (NaN or inf in the model file)",
+      window, pos, std::isnan(value) ? "NaN" : fmt::format("{}", value), token);
+}
+
+}  // namespace
 
 Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
                                             std::span<const int32_t> tokens,
@@ -61,17 +75,28 @@ Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
         const float* l = logits.data() + static_cast<int64_t>(r) * n_vocab;  // [n_vocab]
         const int64_t pos = c0 + rows[r];
         const int32_t next = window[static_cast<size_t>(pos + 1)];
-        float max_l = l[0];
-        for (int64_t i = 1; i < n_vocab; ++i) max_l = std::max(max_l, l[i]);
+        float max_l = -INFINITY;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+          if (!(l[i] < INFINITY)) return non_finite(w, pos, i, l[i]);  // NaN or +inf
+          max_l = std::max(max_l, l[i]);
+        }
+        if (!std::isfinite(l[next])) return non_finite(w, pos, next, l[next]);  // p(next) = 0
+        // In double: the differences of finite floats do not overflow.
+        const auto m = static_cast<double>(max_l);
         double z = 0;
-        for (int64_t i = 0; i < n_vocab; ++i) z += std::exp(static_cast<double>(l[i] - max_l));
-        const double nll = std::log(z) - static_cast<double>(l[next] - max_l);
+        for (int64_t i = 0; i < n_vocab; ++i) z += std::exp(static_cast<double>(l[i]) - m);
+        const double nll = std::log(z) - (static_cast<double>(l[next]) - m);
         sum += nll;
         sum_sq += nll * nll;
         ++count;
       }
     }
-    if (progress) progress(w + 1, n_windows, std::exp(sum / static_cast<double>(count)));
+    const double so_far = std::exp(sum / static_cast<double>(count));
+    if (!std::isfinite(so_far)) {  // exp() of a huge mean
+      return data_loss("perplexity: the result is not finite (mean negative log-likelihood {})",
+                       sum / static_cast<double>(count));
+    }
+    if (progress) progress(w + 1, n_windows, so_far);
   }
   PerplexityResult r;
   r.windows = n_windows;
@@ -80,6 +105,10 @@ Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
   r.ppl = std::exp(r.mean_nll);
   const double var = std::max(0.0, sum_sq / static_cast<double>(count) - r.mean_nll * r.mean_nll);
   r.ppl_stderr = r.ppl * std::sqrt(var / static_cast<double>(count));
+  if (!std::isfinite(r.ppl) || !std::isfinite(r.ppl_stderr)) {  // exp() of a huge mean
+    return data_loss("perplexity: the result is not finite (mean negative log-likelihood {})",
+                     r.mean_nll);
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -35,7 +35,9 @@ struct PerplexityResult {
 // Called after each window: (windows done, windows total, perplexity so far).
 using PerplexityProgress = std::function<void(int64_t done, int64_t total, double ppl)>;
 
-// Errors: fewer tokens than one window, a window longer than the cache, a model failure.
+// Errors: fewer tokens than one window, a window longer than the cache, a model failure, and
+// (kDataLoss) a scored row whose logits hold NaN or +inf or give the next token logit -inf, or a
+// result that is not finite: perplexity never reports NaN or inf.
 Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
                                             std::span<const int32_t> tokens,
                                             const PerplexityOptions& opts,

@@ -17,6 +17,7 @@
 // interfaces next to DecoderModel and reuse load_model's dispatch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -140,6 +141,9 @@ struct DecoderBatch {
   std::span<const int32_t> tokens;      // [n_tokens]
   std::span<const int32_t> positions;   // [n_tokens]
   std::span<const int32_t> logit_rows;  // [n_out], indices into tokens
+  // Optional: when it reads true, infer stops early (the CPU model checks it between layers)
+  // and returns kCancelled with the cache as it was before the call.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What every DecoderModel::infer checks of a batch against its cache, whatever the device: tokens
@@ -169,7 +173,8 @@ class DecoderModel : public ModelSample {
 
   // infer: runs the batch (in chunks of at most LoadOptions::max_batch tokens), appends its
   // keys and values to `cache` and writes logits [n_out, n_vocab] (row r for batch row
-  // logit_rows[r]). On error the cache is left as it was before the call.
+  // logit_rows[r]). On error the cache is left as it was before the call; batch.cancel set
+  // during the call gives kCancelled (a model may also finish the pass and return OK).
   virtual Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) = 0;
 
   // A KV cache for n_ctx positions that this model can run against (host f32 on CPU; device
@@ -187,7 +192,8 @@ class DecoderModel : public ModelSample {
   // on_token returns false or the cache is full (the last id is then handed out but not fed).
   // The cache ends with every fed token committed; a step queued ahead of the stop wrote its
   // rows past the end (noted with note_written) and is not committed. On error the cache keeps
-  // the steps committed so far.
+  // the steps committed so far. A step whose logits hold NaN or +inf (or no finite value) is
+  // kDataLoss, as Sampler::sample's, and its id is never handed out.
   virtual Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d);
 };
 

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "models/llama/llama_model.h"
+#include "poisoned_gguf.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -254,7 +256,7 @@ class HostLoopModel final : public DecoderModel {
                      std::span<const int32_t>(&row, 1)};
       RINFER_RETURN_IF_ERROR(m_->infer(b, cache, logits.data()));
       ++r.steps;
-      const int32_t tok = sampler.sample_with_uniform(logits, hist, u);
+      RINFER_ASSIGN_OR_RETURN(const int32_t tok, sampler.sample_with_uniform(logits, hist, u));
       const bool ahead = p0 + k + 1 < cache.n_ctx();
       if (ahead && draws) u = d.uniform();  // step k + 1 queued before the host reads tok
       if (!d.on_token(tok)) {
@@ -335,6 +337,170 @@ TEST(GeneratorTest, TimingsAreFilled) {
   EXPECT_GT(t.prompt_tps(), 0);
   EXPECT_GT(t.decode_tps(), 0);
   EXPECT_NE(t.to_string().find("prompt 6 tokens"), std::string::npos) << t.to_string();
+}
+
+// A model whose logits turn non-finite from its `clean`-th infer call on (counting from 0; the
+// prefill is call 0 when the prompt fits one chunk): `bad` at token `at` of every row asked for.
+class NonFiniteAfter final : public DecoderModel {
+ public:
+  NonFiniteAfter(std::unique_ptr<DecoderModel> m, int clean, float bad, int32_t at)
+      : m_(std::move(m)), clean_(clean), bad_(bad), at_(at) {}
+  std::string_view architecture() const override { return m_->architecture(); }
+  std::string describe() const override { return m_->describe(); }
+  uint64_t weight_bytes_per_token() const override { return m_->weight_bytes_per_token(); }
+  const DecoderHParams& hparams() const override { return m_->hparams(); }
+  Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
+    RINFER_RETURN_IF_ERROR(m_->infer(b, c, logits));
+    if (armed && calls_++ >= clean_) {
+      for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+        logits[static_cast<int64_t>(r) * hparams().n_vocab + at_] = bad_;
+      }
+    }
+    return ok_status();
+  }
+  bool armed = true;
+
+ private:
+  std::unique_ptr<DecoderModel> m_;
+  int clean_, calls_ = 0;
+  float bad_;
+  int32_t at_;
+};
+
+// Guards silent nonsense from corrupt weights: a GGUF with one NaN in output_norm.weight used to
+// load and give an empty reply (greedy argmax over NaN is id 0). Now every mode (KV cache on and
+// off, greedy and sampled) fails at the first step with an error that says the model produced
+// non-finite logits, at which step, and that the weights may be corrupt.
+TEST(GeneratorTest, NaNWeightsAreAnErrorNamingTheStep) {
+  const std::string path = test::poisoned_gguf(test::test_data_path("llama/tiny_llama.gguf"),
+                                               "nan_norm.gguf", "output_norm.weight", 3, NAN);
+  ASSERT_FALSE(path.empty());
+  LoadOptions o;
+  o.ops.impl = cpu::Impl::kFast;
+  auto m = load_decoder_model(path, o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();  // the file is well-formed: only its numbers
+  const DecoderHParams& hp = (*m)->hparams();
+  for (bool kv : {true, false}) {
+    for (float t : {0.0f, 0.9f}) {
+      KvCache cache = KvCache::create(hp.n_layer, 64, hp.kv_dim()).value();
+      GeneratorOptions g = greedy(8, kv);
+      g.sampling.temperature = t;
+      FakeText text;
+      Generator gen(**m, cache, &text, g);
+      std::string streamed;
+      auto r = gen.generate(kPrompt, [&](std::string_view p) { streamed += p; });
+      ASSERT_FALSE(r.ok()) << "kv " << kv << " T " << t;
+      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+      const std::string& msg = r.status().message();
+      EXPECT_NE(msg.find("the model produced non-finite logits at generation step 1"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("the weights may be corrupt"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the logits hold NaN at token"), std::string::npos) << msg;
+      EXPECT_TRUE(streamed.empty());
+      EXPECT_EQ(text.finishes, 1);  // the text stream was reset for the next reply
+      if (kv) EXPECT_EQ(cache.size(), static_cast<int64_t>(gen.tokens().size()));
+    }
+  }
+}
+
+// Guards the same mid-reply, on the host loop and on the device-decoding contract (HostLoopModel
+// above): logits that turn +inf at step 4 are an error naming step 4; the cache and the history
+// still agree, and once the model is sound again the next reply equals a fresh generator's.
+TEST(GeneratorTest, NonFiniteLogitsMidReplyAreAnErrorAndLeaveTheCacheConsistent) {
+  for (bool device : {false, true}) {
+    Rig s = make();
+    auto bad = std::make_unique<NonFiniteAfter>(std::move(s.model), 3, INFINITY, 17);
+    NonFiniteAfter* bad_ptr = bad.get();
+    HostLoopModel m(std::move(bad));
+    m.enabled = device;
+    Generator g(m, s.cache, nullptr, greedy(10));
+    auto r = g.generate(kPrompt, nullptr);
+    ASSERT_FALSE(r.ok()) << (device ? "device" : "host");
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("non-finite logits at generation step 4"),
+              std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("the logits hold +inf at token 17"), std::string::npos)
+        << r.status().message();
+    EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size()));
+    EXPECT_GE(s.cache.size(), static_cast<int64_t>(kPrompt.size()));
+
+    bad_ptr->armed = false;
+    auto again = g.generate(kPrompt, nullptr);
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    Rig fresh = make();
+    Generator f(*fresh.model, fresh.cache, nullptr, greedy(10));
+    auto want = f.generate(kPrompt, nullptr);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(again->tokens, want->tokens) << (device ? "device" : "host");
+  }
+}
+
+// Guards Ctrl-C during a long prefill: the baseline recipe's prompt is one uninterruptible
+// 512-token forward, and the flag was checked only between chunks. Now it reaches inside the
+// forward (the CPU model checks it between layers; here the layer observer raises it after
+// layer 0 of the k-th forward): the call returns early with StopReason::kCancelled, having run
+// no further layer, the cache and the history agree, and the next generate() gives what a fresh
+// generator gives. Prefill (one chunk, or the second of several) and decode steps, KV cache on
+// and off.
+TEST(GeneratorTest, CancelReachesInsideTheForward) {
+  struct Case {
+    bool kv;
+    int64_t chunk;
+    int trip_forward;  // the forward pass (0 = the first) whose layer 0 raises the flag
+    size_t tokens;     // reply tokens handed out before the stop
+  };
+  for (const Case& c : {Case{true, 512, 0, 0}, Case{false, 512, 0, 0}, Case{true, 4, 1, 0},
+                        Case{true, 512, 3, 3}, Case{false, 512, 2, 2}}) {
+    const std::string what = "kv " + std::to_string(c.kv) + " chunk " + std::to_string(c.chunk) +
+                             " forward " + std::to_string(c.trip_forward);
+    Rig s = make();
+    auto* lm = dynamic_cast<llama::LlamaModel*>(s.model.get());
+    ASSERT_NE(lm, nullptr);
+    std::atomic<bool> cancel{false};
+    int forwards = -1, after_trip = 0;
+    bool armed = true;
+    lm->set_layer_observer([&](int64_t layer, int64_t, const float*, int64_t, int64_t) {
+      if (layer < 0) ++forwards;
+      if (cancel) ++after_trip;  // a block (or an embedding) that ran after the flag was raised
+      if (armed && layer == 0 && forwards == c.trip_forward) cancel = true;
+    });
+    GeneratorOptions o = greedy(20, c.kv);
+    o.prefill_chunk = c.chunk;
+    Generator g(*s.model, s.cache, nullptr, o);
+    auto r = g.generate(kPrompt, nullptr, &cancel);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_EQ(r->stop_reason, StopReason::kCancelled) << what;
+    EXPECT_EQ(r->tokens.size(), c.tokens) << what;
+    EXPECT_EQ(after_trip, 0) << what;  // stopped before layer 1 of that forward
+    EXPECT_EQ(forwards, c.trip_forward) << what;
+    if (c.kv) EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size())) << what;
+    if (c.chunk == 4) EXPECT_EQ(s.cache.size(), 4) << what;  // the first chunk stays
+
+    armed = false;
+    cancel = false;
+    auto again = g.generate(kPrompt, nullptr, &cancel);
+    ASSERT_TRUE(again.ok()) << what;
+    Rig fresh = make();
+    Generator f(*fresh.model, fresh.cache, nullptr, o);
+    auto want = f.generate(kPrompt, nullptr);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(again->stop_reason, StopReason::kMaxTokens) << what;
+    EXPECT_EQ(again->tokens, want->tokens) << what;
+  }
+  // Raised before the call: not even the first chunk runs.
+  Rig s = make();
+  auto* lm = dynamic_cast<llama::LlamaModel*>(s.model.get());
+  int blocks = 0;
+  lm->set_layer_observer([&](int64_t, int64_t, const float*, int64_t, int64_t) { ++blocks; });
+  std::atomic<bool> cancel{true};
+  Generator g(*s.model, s.cache, nullptr, greedy(5));
+  auto r = g.generate(kPrompt, nullptr, &cancel);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(blocks, 0);
+  EXPECT_EQ(s.cache.size(), 0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
+#include "poisoned_gguf.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -87,6 +88,99 @@ TEST(PerplexityTest, RejectsShortTextsAndOversizedWindows) {
   p = compute_perplexity(*r.model, r.cache, tokens, o);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("exceeds the KV cache"), std::string::npos);
+}
+
+// Guards `rinfer perplexity` printing "nan +/- nan": a model with one NaN in output_norm.weight
+// (a well-formed file with corrupt numbers) now fails with kDataLoss naming the window and the
+// position, never a NaN result.
+TEST(PerplexityTest, NaNWeightsAreAnErrorNotANaNResult) {
+  const std::string path = test::poisoned_gguf(test::test_data_path("llama/tiny_llama.gguf"),
+                                               "ppl_nan.gguf", "output_norm.weight", 5, NAN);
+  ASSERT_FALSE(path.empty());
+  Rig r = load(path, nullptr, 32);
+  std::vector<int32_t> tokens(70);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 5) % 96);
+  PerplexityOptions o;
+  o.n_ctx = 32;
+  double reported = 0;
+  auto p = compute_perplexity(*r.model, r.cache, tokens, o,
+                              [&](int64_t, int64_t, double ppl) { reported = ppl; });
+  ASSERT_FALSE(p.ok()) << "ppl " << p->ppl;
+  EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(p.status().message().find("perplexity: the model produced non-finite logits (window "
+                                      "0, position 16: logit NaN of token 0)"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("the weights may be corrupt"), std::string::npos);
+  EXPECT_EQ(reported, 0);  // no progress was reported with a NaN
+}
+
+// A model of 6 tokens whose logits are given by a function of (position, token): the cases the
+// scoring must refuse without a real model.
+class FixedLogits final : public DecoderModel {
+ public:
+  using Fn = std::function<float(int32_t pos, int64_t token)>;
+  explicit FixedLogits(Fn fn) : fn_(std::move(fn)) {
+    hp_.architecture = "fixed";
+    hp_.n_vocab = 6;
+    hp_.n_layer = 1;
+    hp_.n_head = hp_.n_head_kv = 1;
+    hp_.head_dim = 4;
+    hp_.n_embd = 4;
+  }
+  std::string_view architecture() const override { return hp_.architecture; }
+  std::string describe() const override { return "fixed logits"; }
+  uint64_t weight_bytes_per_token() const override { return 0; }
+  const DecoderHParams& hparams() const override { return hp_; }
+  Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
+    RINFER_RETURN_IF_ERROR(check_decoder_batch(b, c, logits));
+    for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+      const int32_t pos = b.positions[static_cast<size_t>(b.logit_rows[r])];
+      for (int64_t t = 0; t < hp_.n_vocab; ++t) logits[r * 6 + t] = fn_(pos, t);
+    }
+    return c.commit(static_cast<int64_t>(b.tokens.size()));
+  }
+
+ private:
+  Fn fn_;
+  DecoderHParams hp_;
+};
+
+// Guards the other ways to a NaN or inf perplexity: +inf in a scored row, the next token at -inf
+// (probability 0: an infinite negative log-likelihood), and finite logits so far apart that the
+// mean log-likelihood overflows exp(). A -inf elsewhere in the row (a masked token) is fine.
+TEST(PerplexityTest, NonFiniteRowsAndAnInfiniteResultAreErrors) {
+  std::vector<int32_t> tokens(40);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 5);
+  PerplexityOptions o;
+  o.n_ctx = 16;
+  o.chunk = 5;
+  KvCache cache = KvCache::create(1, 16, 4).value();
+  struct Case {
+    FixedLogits::Fn fn;
+    std::string want;  // "" = OK
+  };
+  const std::vector<Case> cases = {
+      {[](int32_t pos, int64_t t) { return pos == 11 && t == 2 ? INFINITY : 0.1f * t; },
+       "(window 0, position 11: logit inf of token 2)"},
+      // Token (pos + 1) % 5 follows position pos.
+      {[](int32_t pos, int64_t t) { return pos == 9 && t == 0 ? -INFINITY : 0.1f * t; },
+       "(window 0, position 9: logit -inf of token 0)"},
+      {[](int32_t, int64_t t) { return t == 5 ? 3e38f : -3e38f; }, "the result is not finite"},
+      {[](int32_t, int64_t t) { return t == 5 ? -INFINITY : 0.25f * t; }, ""},
+  };
+  for (const Case& c : cases) {
+    FixedLogits m(c.fn);
+    auto p = compute_perplexity(m, cache, tokens, o);
+    if (c.want.empty()) {
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      EXPECT_TRUE(std::isfinite(p->ppl) && p->ppl > 1.0) << p->ppl;
+      continue;
+    }
+    ASSERT_FALSE(p.ok()) << c.want << ": ppl " << p->ppl;
+    EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(p.status().message().find(c.want), std::string::npos) << p.status().message();
+  }
 }
 
 // Teacher-forced perplexity of a reference model on GPL-3 with the fast kernels, or a skip

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -243,6 +244,58 @@ TEST_P(TinyModelTest, InferRejectsBadBatchesAndKeepsTheCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModelTest, ::testing::Values("qwen2", "llama"));
+
+// Guards Ctrl-C during a long forward: DecoderBatch::cancel is checked between layers, so a flag
+// raised mid-forward (here from the layer observer, after layer 0) stops the pass before the
+// next layer with kCancelled; the cache is as before the call (earlier chunks of the batch
+// included), and the same batch afterwards gives the logits of a run never cancelled.
+TEST(LlamaCancel, StopsBetweenLayersAndLeavesTheCacheAsItWas) {
+  Loaded l = load(test_data_path("llama/tiny_llama.gguf"), cpu::Impl::kFast, nullptr, 4);
+  ASSERT_TRUE(l.model);
+  auto* lm = dynamic_cast<llama::LlamaModel*>(l.model.get());
+  ASSERT_NE(lm, nullptr);
+  const int64_t n_layer = l.model->hparams().n_layer, n_vocab = l.model->hparams().n_vocab;
+  ASSERT_GE(n_layer, 2);
+  std::atomic<bool> cancel{false};
+  int64_t blocks = 0, trip_at = -1;  // blocks run; raise the flag after block number trip_at
+  lm->set_layer_observer([&](int64_t layer, int64_t, const float*, int64_t, int64_t) {
+    if (layer < 0) return;
+    if (blocks++ == trip_at) cancel = true;
+  });
+  const std::vector<int32_t> prefix = {1, 2, 3}, ids = {5, 17, 42, 8, 9, 23, 11};  // 2 chunks
+  std::vector<float> want(n_vocab), got(n_vocab, -1.0f);
+  const int32_t last = static_cast<int32_t>(ids.size()) - 1;
+  const std::vector<int32_t> pos = iota_ids(ids.size(), 3);
+  auto run = [&](std::vector<float>& out) {
+    DecoderBatch b{ids, pos, std::span<const int32_t>(&last, 1), &cancel};
+    return l.model->infer(b, l.cache, out.data());
+  };
+  ASSERT_TRUE(l.model->infer({prefix, iota_ids(3), {}}, l.cache, nullptr).ok());
+  ASSERT_TRUE(run(want).ok());
+  ASSERT_EQ(l.cache.size(), 10);
+  // After the first block of the first chunk, then of the second (max_batch 4), whose first
+  // chunk's commit is undone too.
+  for (int64_t trip : {int64_t{0}, n_layer}) {
+    ASSERT_TRUE(l.cache.truncate(3).ok());
+    blocks = 0;
+    trip_at = trip;
+    cancel = false;
+    Status st = run(got);
+    EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.to_string();
+    EXPECT_NE(st.message().find("cancelled before layer 1"), std::string::npos) << st.message();
+    EXPECT_EQ(blocks, trip + 1);  // nothing ran after the block that raised the flag
+    EXPECT_EQ(l.cache.size(), 3);
+  }
+  // Raised before the call: no block runs.
+  blocks = 0;
+  trip_at = -1;
+  cancel = true;
+  EXPECT_EQ(run(got).code(), StatusCode::kCancelled);
+  EXPECT_EQ(blocks, 0);
+  cancel = false;
+  ASSERT_TRUE(run(got).ok());
+  EXPECT_EQ(got, want);
+}
 
 // ---- validation -------------------------------------------------------------------------------
 

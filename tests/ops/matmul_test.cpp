@@ -252,6 +252,59 @@ TEST(Matmul, Errors) {
   EXPECT_EQ(matmul({}, Tensor(), x.data(), 1, y.data()).code(), StatusCode::kInvalidArgument);
 }
 
+// Guards undefined behaviour on corrupt numbers: a NaN or inf activation used to be converted to
+// int8 (undefined; UBSan stops on the overflowing lane sum) and gave garbage. Now its block has
+// zero quants and NaN scales: every output of that token is NaN, as the f32 matmul gives, and
+// the other tokens are untouched. The SIMD and scalar quantizers agree on such blocks too.
+TEST(Matmul, NonFiniteActivationsGiveNaNRowsOnTheInt8Path) {
+  for (int64_t target : test::simd_targets_to_test()) {
+    test::ScopedSimdTarget scope(target);
+    uint64_t seed = 500;
+    for (const Case& c : cases()) {
+      if (!internal::has_int8_path(c.dtype)) continue;
+      const Tensor w = test::make_tensor(c.dtype, c.n_out, c.n_in,
+                                         test::random_weights(c.dtype, c.n_out, c.n_in, seed++));
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        const int64_t n_tokens = 3;
+        auto x = random_floats(static_cast<size_t>(n_tokens * c.n_in), seed++);
+        x[static_cast<size_t>(c.n_in + c.n_in / 2)] = bad;  // token 1
+        auto clean = x;
+        clean[static_cast<size_t>(c.n_in + c.n_in / 2)] = 0.5f;
+        const auto y = run_matmul({Impl::kFast, nullptr, true}, w, x, n_tokens);
+        const auto want = run_matmul({Impl::kFast, nullptr, true}, w, clean, n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < c.n_out; ++r) {
+            const auto i = static_cast<size_t>(t * c.n_out + r);
+            if (t == 1) {
+              ASSERT_TRUE(std::isnan(y[i])) << label(c) << " " << simd_target_name() << " row " << r
+                                            << " bad " << bad << ": " << y[i];
+            } else {
+              ASSERT_EQ(y[i], want[i]) << label(c) << " token " << t << " row " << r;
+            }
+          }
+        }
+      }
+    }
+    const int64_t k = 96;
+    auto x = random_floats(static_cast<size_t>(k), 9);
+    x[40] = NAN;  // block 1
+    const internal::QActsLayout l(k);
+    std::vector<uint8_t> m1(internal::qacts_bytes(l, 1) + 64), m2(m1.size());
+    auto align = [](std::vector<uint8_t>& v) {
+      return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+    };
+    const internal::QActs a = internal::qacts_view(l, 1, align(m1));
+    const internal::QActs b = internal::qacts_view(l, 1, align(m2));
+    internal::quantize_act_row(x.data(), a, 0);
+    internal::quantize_act_row_ref(x.data(), b, 0);
+    EXPECT_EQ(std::memcmp(a.qs, b.qs, static_cast<size_t>(l.kp)), 0) << simd_target_name();
+    for (int i = 32; i < 64; ++i) EXPECT_EQ(a.qs[i], 0);
+    EXPECT_TRUE(std::isnan(a.d32[1]) && std::isnan(b.d32[1]) && std::isnan(a.s32[1]));
+    EXPECT_TRUE(std::isfinite(a.d32[0]) && std::isfinite(a.d32[2]));
+    EXPECT_EQ(a.d32[0], b.d32[0]);
+  }
+}
+
 // The SIMD activation quantizer matches the scalar one bit for bit on every target.
 TEST(QuantizeActivations, SimdMatchesScalarBitExact) {
   for (int64_t target : test::simd_targets_to_test()) {

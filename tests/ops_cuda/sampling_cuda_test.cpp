@@ -207,7 +207,9 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
         CU_ASSERT_OK(ds.launch(dx.as<float>(), tok, tok + 1, tok + 2, stream()));
         ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
         const int32_t got = ds.result(step);
-        const int32_t want = host.sample_with_uniform(x, hist, u);
+        const auto want_r = host.sample_with_uniform(x, hist, u);
+        ASSERT_TRUE(want_r.ok()) << want_r.status().to_string();
+        const int32_t want = *want_r;
         if (sampled) {
           mismatches += got != want;  // a draw on a boundary of the sums (f32 against double)
         } else {
@@ -231,6 +233,50 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
   EXPECT_EQ(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 2000}, n).code(),
             StatusCode::kUnsupported);
   EXPECT_TRUE(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 64}, n).ok());
+}
+
+// Guards device decoding on broken numbers: a step whose logits hold NaN or +inf (or only -inf)
+// hands the host id -1 (the model turns it into kDataLoss) and feeds id 0 so a step queued
+// behind stays in bounds, greedy and sampled; a lone -inf is a masked token, never chosen.
+TEST_F(CudaSampling, DecodeSamplerFlagsNonFiniteLogits) {
+  const int64_t n = 3001;
+  CU_ASSIGN_OR_FAIL(cuda::DecodeSampler ds, cuda::DecodeSampler::create(0, stream()));
+  for (bool sampled : {false, true}) {
+    const cuda::DecodeSampling dsp{{sampled ? 0.8f : 0.0f, 40, 0.95f, 0.0f}, 1.2f, 0.0f, 8};
+    CU_ASSERT_OK(ds.start(dsp, n, std::vector<int32_t>{5, 6, 7}, stream()));
+    cuda::DeviceBuffer io = upload(std::vector<int32_t>{-1, 10, 11});  // token, pos, n_kv
+    int32_t* tok = io.as<int32_t>();
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<std::pair<float, bool>> cases = {
+        {std::numeric_limits<float>::quiet_NaN(), true}, {inf, true}, {-inf, false}};
+    int step = 0;
+    for (auto [bad, flagged] : cases) {
+      for (int64_t at : {int64_t{0}, int64_t{1234}, n - 1}) {
+        auto x = test::random_floats(static_cast<size_t>(n), 77u + step, -2.0f, 2.0f);
+        x[static_cast<size_t>(at)] = bad;
+        cuda::DeviceBuffer dx = upload(x);
+        ds.set_uniform(step, 0.5f);
+        CU_ASSERT_OK(ds.launch(dx.as<float>(), tok, tok + 1, tok + 2, stream()));
+        ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+        const int32_t got = ds.result(step);
+        if (flagged) {
+          EXPECT_EQ(got, -1) << "bad " << bad << " at " << at << " sampled " << sampled;
+          EXPECT_EQ(download<int32_t>(io, 1)[0], 0);  // the fed token stays in the vocabulary
+        } else {
+          EXPECT_TRUE(got >= 0 && got < n && got != at) << got;
+        }
+        ++step;
+      }
+    }
+    // Every logit -inf: no token can be chosen.
+    std::vector<float> masked(static_cast<size_t>(n), -inf);
+    cuda::DeviceBuffer dm = upload(masked);
+    ds.set_uniform(step, 0.5f);
+    CU_ASSERT_OK(ds.launch(dm.as<float>(), tok, tok + 1, tok + 2, stream()));
+    ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+    EXPECT_EQ(ds.result(step), -1);
+    EXPECT_EQ(download<int32_t>(io, 3)[1], 10 + step + 1);  // the bookkeeping still advanced
+  }
 }
 
 }  // namespace

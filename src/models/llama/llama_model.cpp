@@ -74,7 +74,7 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
     Status st =
         forward_chunk(batch.tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
                       batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
-                      rows_, cache, chunk_logits);
+                      rows_, cache, chunk_logits, batch.cancel);
     if (st.ok()) st = cache.commit(nc);
     if (!st.ok()) {
       // A ring may already have overwritten positions before n_past (an earlier chunk of this
@@ -91,7 +91,7 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
 
 Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
                                  std::span<const int32_t> positions, std::span<const int32_t> rows,
-                                 KvCache& cache, float* logits) {
+                                 KvCache& cache, float* logits, const std::atomic<bool>* cancel) {
   const cpu::OpContext& ctx = opts_.ops;
   const auto nt = static_cast<int64_t>(tokens.size());
   const int64_t n_past = cache.size();
@@ -124,6 +124,10 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
   cpu::RopeParams rope = hp_.rope;
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return cancelled_error("cancelled before layer {} of {} (position {})", il, hp_.n_layer,
+                             n_past);
+    }
     const LayerWeights& l = layers_[static_cast<size_t>(il)];
     // The new keys and values go straight into their cache rows: [nt, n_head_kv, head_dim]
     // (a ring layer: from row n_past % rows). When they would cross a ring's end they are made

@@ -108,8 +108,10 @@ class LlamaModel final : public DecoderModel {
   Status allocate_scratch();
   // One chunk of at most max_batch tokens at positions cache.size() ...; writes the logits of
   // the chunk rows `rows` (ascending, chunk-relative) to logits [rows.size(), n_vocab].
+  // kCancelled before a layer when `cancel` (may be null) reads true.
   Status forward_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                       std::span<const int32_t> rows, KvCache& cache, float* logits);
+                       std::span<const int32_t> rows, KvCache& cache, float* logits,
+                       const std::atomic<bool>* cancel);
 
   std::shared_ptr<const void> file_;  // what the weights view: a GgufFile or a SafetensorsModel
   LoadOptions opts_;

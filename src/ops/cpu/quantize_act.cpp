@@ -2,6 +2,7 @@
 // scale per block, plus the per-lane scales and the group sums the integer kernels need
 // (layout in matmul_internal.h). Rounding: d = amax / 127, q = round-to-nearest-even(x / d)
 // computed as x * (1 / d), exactly as the scalar reference does, so both give identical bytes.
+// A block with NaN or inf gets zero quants and NaN scales (the result of the matmul is NaN).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/cpu/quantize_act.cpp"
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops/cpu/matmul_internal.h"
 
@@ -26,6 +28,16 @@ inline void regroup_qs4(const int8_t* qs, int64_t k, int64_t k4, int8_t* qs4) {
     std::memcpy(g, qs + b * 32, 16);
     std::memcpy(g + 64, qs + b * 32 + 16, 16);
   }
+}
+// Block b of a row holds NaN or inf: it has no int8 form (converting NaN to an integer is
+// undefined). Its quants are 0 and its scales NaN, so every dot product that reads it is NaN,
+// as the f32 matmul would give, instead of garbage.
+inline void non_finite_block(int64_t b, int8_t* qs, float* dexp, float* d32, float* s32,
+                             float* s16) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memset(qs + b * 32, 0, 32);
+  d32[b] = s32[b] = s16[2 * b] = s16[2 * b + 1] = nan;
+  for (int j = 0; j < 8; ++j) dexp[b * 8 + j] = nan;
 }
 }  // namespace rinfer::cpu::internal
 #endif
@@ -51,7 +63,16 @@ void QuantizeActRow(const float* HWY_RESTRICT x, const QActs& a, int64_t t) {
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * 32;
     auto vmax = hn::Zero(df);
-    for (size_t i = 0; i < 32; i += n) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + i)));
+    auto finite = hn::FirstN(df, n);  // all lanes
+    for (size_t i = 0; i < 32; i += n) {
+      const auto v = hn::LoadU(df, xb + i);
+      vmax = hn::Max(vmax, hn::Abs(v));
+      finite = hn::And(finite, hn::IsFinite(v));
+    }
+    if (!hn::AllTrue(df, finite)) {
+      non_finite_block(b, qs, dexp, d32, s32, s16);
+      continue;
+    }
     const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -108,7 +129,15 @@ void quantize_act_row_ref(const float* x, const QActs& a, int64_t t) {
   std::memset(s16, 0, static_cast<size_t>(l.g16) * sizeof(float));
   for (int64_t b = 0; b < l.k / 32; ++b) {
     float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      amax = std::max(amax, std::fabs(x[b * 32 + i]));
+      finite = finite && std::isfinite(x[b * 32 + i]);
+    }
+    if (!finite) {
+      non_finite_block(b, qs, dexp, d32, s32, s16);
+      continue;
+    }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sums[2] = {0, 0};

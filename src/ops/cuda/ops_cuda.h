@@ -330,7 +330,8 @@ class DecodeSampler {
   // (penalized in place) -> the token at `token`, `pos` and `n_kv` advanced. Graph-capturable.
   Status launch(float* logits, int32_t* token, int32_t* pos, int32_t* n_kv,
                 cudaStream_t stream) const;
-  // The id that step `step` chose; valid once the step has completed.
+  // The id that step `step` chose; valid once the step has completed. -1 when the step's logits
+  // held NaN or +inf, or no finite value (the kernel then fed id 0 to the next step).
   int32_t result(int64_t step) const;
 
  private:

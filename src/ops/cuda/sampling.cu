@@ -11,6 +11,9 @@
 //      cum_i >= top_p * cum_k; min-p keeps p_i >= min_p * p_max; at least one token stays;
 //   4. the first candidate with u * mass < cum_i, u read from device memory (a uniform [0, 1)
 //      draw the host or a device RNG wrote there).
+// Both also tell the decode loop when the row holds NaN or +inf, or no finite value (a model
+// whose numbers broke): then decode_sample_kernel hands the host id -1 (DecodeSampler::result).
+#include <cfloat>
 #include <climits>
 
 #include "ops/cuda/common.cuh"
@@ -26,13 +29,15 @@ __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
-// The argmax of x[n] over the block (kThreads threads), returned to every thread.
-__device__ int block_argmax(const float* __restrict__ x, int64_t n) {
+// The argmax of x[n] over the block (kThreads threads), returned to every thread; *non_finite
+// (every thread) whether x holds NaN or +inf or nothing but -inf.
+__device__ int block_argmax(const float* __restrict__ x, int64_t n, bool* non_finite) {
   __shared__ float s_v[kWarps];
   __shared__ int s_i[kWarps];
   __shared__ int s_best;
   float bv = -INFINITY;
   int bi = INT_MAX;
+  bool bad = false;  // NaN or +inf seen by this thread
   // Each thread visits its ids in increasing order (so `>` keeps the first of equal values):
   // float4s, eight loads in flight, then the scalar tail.
   const int tid = threadIdx.x;
@@ -49,6 +54,8 @@ __device__ int block_argmax(const float* __restrict__ x, int64_t n) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int i = static_cast<int>(4 * (b + u * kThreads + tid));
+      bad |= !(v[u].x < INFINITY) | !(v[u].y < INFINITY) | !(v[u].z < INFINITY) |
+             !(v[u].w < INFINITY);
       if (v[u].x > bv) bv = v[u].x, bi = i;
       if (v[u].y > bv) bv = v[u].y, bi = i + 1;
       if (v[u].z > bv) bv = v[u].z, bi = i + 2;
@@ -57,6 +64,7 @@ __device__ int block_argmax(const float* __restrict__ x, int64_t n) {
   }
   for (int64_t i = 4 * n4 + tid; i < n; i += kThreads) {
     const float v = x[i];
+    bad |= !(v < INFINITY);
     if (v > bv) {
       bv = v;
       bi = static_cast<int>(i);
@@ -89,15 +97,17 @@ __device__ int block_argmax(const float* __restrict__ x, int64_t n) {
         bi = oi;
       }
     }
-    if (lane == 0) s_best = bi == INT_MAX ? 0 : bi;  // every logit -inf or NaN: id 0
+    if (lane == 0) s_best = bi == INT_MAX ? -1 : bi;  // every logit -inf or NaN
   }
-  __syncthreads();
-  return s_best;
+  bad = __syncthreads_or(bad) != 0;  // also makes s_best visible
+  *non_finite = bad || s_best < 0;
+  return s_best < 0 ? 0 : s_best;
 }
 
 __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
-  const int id = block_argmax(x, n);
+  bool non_finite;
+  const int id = block_argmax(x, n, &non_finite);
   if (threadIdx.x == 0) *out = id;
 }
 
@@ -108,8 +118,10 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// The top-k chain's draw with the uniform u, returned to every thread of the block.
-__device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, float u) {
+// The top-k chain's draw with the uniform u, returned to every thread of the block; *non_finite
+// as block_argmax's (NaN and +inf found in the first radix pass).
+__device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, float u,
+                            bool* non_finite) {
   __shared__ uint32_t hist[256];
   __shared__ float cand_v[kMaxTopK];
   __shared__ int cand_i[kMaxTopK];
@@ -125,6 +137,7 @@ __device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, fl
 
   // 1. Radix select: the key of the k-th largest logit.
   uint32_t prefix = 0, mask = 0, k_rem = static_cast<uint32_t>(k);
+  bool bad = false;  // NaN or +inf seen by this thread
   for (int shift = 24; shift >= 0; shift -= 8) {
     if (tid < 256) hist[tid] = 0;
     __syncthreads();
@@ -133,7 +146,9 @@ __device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, fl
       bool take = false;
       uint32_t digit = 0;
       if (i < n) {
-        const uint32_t key = order_key(x[i]);
+        const float v = x[i];
+        if (shift == 24) bad |= !(v < INFINITY);
+        const uint32_t key = order_key(v);
         take = (key & mask) == prefix;
         digit = (key >> shift) & 0xffu;
       }
@@ -171,6 +186,7 @@ __device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, fl
     mask |= 0xffu << shift;
   }
   const uint32_t thr = prefix;  // k-th largest key; k_rem ties at thr are taken
+  bad = __syncthreads_or(bad) != 0;
 
   // 2. Gather: keys above thr, and the first k_rem ties by id. Warp w scans ids
   //    [w * per, (w + 1) * per) in order.
@@ -238,6 +254,7 @@ __device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, fl
 
   // Probabilities relative to the best, and their inclusive prefix sums.
   const float vmax = cand_v[0];
+  *non_finite = bad || vmax == -INFINITY;
   const float p =
       tid < n_cand && cand_v[tid] != -INFINITY ? expf((cand_v[tid] - vmax) / a.temperature) : 0.0f;
   float incl = p;
@@ -283,7 +300,8 @@ __device__ int block_sample(const float* __restrict__ x, const SampleArgs& a, fl
 __global__ void __launch_bounds__(kThreads)
     sample_top_k_kernel(const float* __restrict__ x, SampleArgs a,
                         const float* __restrict__ uniform, int32_t* out) {
-  const int id = block_sample(x, a, uniform[0]);
+  bool non_finite;
+  const int id = block_sample(x, a, uniform[0], &non_finite);
   if (threadIdx.x == 0) *out = id;
 }
 
@@ -291,7 +309,9 @@ __global__ void __launch_bounds__(kThreads)
 // over the last `last_n` ids of the history ring (each distinct id once, in the logits, in
 // place), then argmax or the top-k draw with this step's uniform, then the bookkeeping of a
 // device-driven decode loop: the id becomes the next step's input token, position and KV length
-// advance by one, the id joins the history ring and is written to the host ring's slot.
+// advance by one, the id joins the history ring and is written to the host ring's slot. Logits
+// with NaN or +inf (or no finite value) write -1 to the host ring (the host stops with an error)
+// and feed id 0, so a step queued behind stays in bounds.
 __global__ void __launch_bounds__(kThreads)
     decode_sample_kernel(float* __restrict__ x, DecodeSampleIo io) {
   __shared__ int s_win[kMaxDecodeHistory];
@@ -308,30 +328,31 @@ __global__ void __launch_bounds__(kThreads)
       const int id = s_win[tid];
       bool first = id >= 0 && id < a.n_vocab;
       for (int j = 0; j < tid && first; ++j) first = s_win[j] != id;
-      if (first) {
+      if (first && isfinite(x[id])) {  // as the host: -inf stays masked, NaN/+inf are reported
         float l = x[id];
         if (a.repeat_penalty != 1.0f) l = l > 0.0f ? l / a.repeat_penalty : l * a.repeat_penalty;
-        x[id] = l - a.presence_penalty;
+        x[id] = fminf(fmaxf(l - a.presence_penalty, -FLT_MAX), FLT_MAX);  // stays finite
       }
     }
     __syncthreads();  // the penalized logits are visible to the whole block
   }
   int id;
+  bool non_finite;
   if (a.temperature <= 0.0f) {
-    id = block_argmax(x, a.n_vocab);
+    id = block_argmax(x, a.n_vocab, &non_finite);
   } else {
     const SampleArgs sa{a.n_vocab, a.top_k, a.temperature, a.top_p, a.min_p};
-    id = block_sample(x, sa, io.uniforms[step % a.ring]);
+    id = block_sample(x, sa, io.uniforms[step % a.ring], &non_finite);
   }
   if (tid == 0) {
-    id = id < 0 || id >= a.n_vocab ? 0 : id;
+    id = id < 0 || id >= a.n_vocab || non_finite ? 0 : id;
     *io.token = id;
     *io.pos += 1;
     *io.n_kv += 1;
     io.hist[count % a.hist_cap] = id;
     io.state[0] = count + 1;
     io.state[1] = step + 1;
-    io.host_out[step % a.ring] = id;
+    io.host_out[step % a.ring] = non_finite ? -1 : id;
   }
 }
 

@@ -1272,7 +1272,15 @@ Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, cons
     st_all = cache.commit(1);
     if (!st_all.ok()) break;
     ++r.steps;
-    if (!d.on_token(dsampler_->result(k))) {
+    const int32_t id = dsampler_->result(k);
+    if (id < 0) {  // the sampler kernel found NaN or +inf (or no finite value) in the logits
+      st_all = data_loss(
+          "decode_on_device: the logits of decode step {} (position {}) hold NaN or +inf, or no "
+          "finite value",
+          k, p0 + k);
+      break;
+    }
+    if (!d.on_token(id)) {
       if (ahead) r.discarded = 1;
       break;
     }
