@@ -27,7 +27,12 @@ Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
                     "presence_penalty", "seed", "max_tokens", "stop"}));
   SamplingParams& s = r.sampling;
   std::optional<double> v;
-  RINFER_ASSIGN_OR_RETURN(v, m.get_number("temperature", {0.0, 100.0}));
+  RINFER_ASSIGN_OR_RETURN(v, m.get_number("temperature", {0.0, SamplingParams::kMaxTemperature}));
+  if (v && *v > 0.0 && *v < SamplingParams::kMinTemperature) {
+    return m.error("temperature",
+                   fmt::format("{} is below the smallest usable temperature {} (0: greedy)", *v,
+                               SamplingParams::kMinTemperature));
+  }
   if (v) s.temperature = static_cast<float>(*v);
   RINFER_ASSIGN_OR_RETURN(auto top_k, m.get_int("top_k", 0, 1 << 24));
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);

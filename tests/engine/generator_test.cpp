@@ -11,7 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "models/llama/llama_model.h"
-#include "poisoned_gguf.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace rinfer {

@@ -12,7 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
-#include "poisoned_gguf.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -209,6 +209,9 @@ INSTANTIATE_TEST_SUITE_P(
             "scenario: expected llm-chat (the only scenario so far), got image-classification"},
         Bad{BASE "device: tpu\n", "device: expected cpu or cuda:N, got tpu"},
         Bad{BASE "chat_template: \n", "chat_template: expected a non-empty string, got nothing"},
+        Bad{BASE "sampling: {temperature: 1e-39}\n",
+            "bad.yaml:3:25: sampling.temperature: 1e-39 is below the smallest usable temperature "
+            "0.0001 (0: greedy)"},
         Bad{"model: m\n---\nmodel: n\n", "holds 2 YAML documents"}));
 
 #undef BASE

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "poisoned_gguf.h"
+#include "gguf_copy.h"
 #include "test_util.h"
 
 namespace rinfer {
