@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -205,21 +205,19 @@ int reply_exit_code(const GenerationResult& r) {
   return r.stop_reason == StopReason::kCancelled ? 130 : 0;
 }
 
-int run_prompt(LlmEngine& e, const RunArgs& a) {
-  auto text = prompt_text(a);
-  if (!text.ok()) return report_error(text.status().message());
+int run_prompt(LlmEngine& e, const RunArgs& a, const std::string& text) {
   Result<std::vector<int32_t>> ids = std::vector<int32_t>();
   if (a.raw) {
-    ids = e.sample().preprocess_raw(*text);
+    ids = e.sample().preprocess_raw(text);
   } else {
     if (Status st = check_template(e, "a chat prompt"); !st.ok()) return report_error(st.message());
     std::vector<ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
-    messages.push_back({"user", *text});
+    messages.push_back({"user", text});
     ids = e.sample().preprocess(messages, a.allow_special);
   }
   if (!ids.ok()) return report_error(ids.status().message());
-  if (a.raw) write_out(*text);  // a raw prompt is continued: show it
+  if (a.raw) write_out(text);  // a raw prompt is continued: show it
   auto r = reply(e, *ids);
   if (!r.ok()) return report_error(r.status().message());
   if (r->text.empty() || r->text.back() != '\n') write_out("\n");
@@ -341,6 +339,16 @@ void add_run_command(CLI::App& app, int& exit_code) {
           "with --chat");
       return;
     }
+    // The prompt is read and checked before the model loads.
+    std::string text;
+    if (!a->chat) {
+      auto t = prompt_text(*a);
+      if (!t.ok()) {
+        exit_code = report_error(t.status().message());
+        return;
+      }
+      text = std::move(t).value();
+    }
     auto engine = make_engine(*a);
     if (!engine.ok()) {
       exit_code = report_error(engine.status().message());
@@ -348,7 +356,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
     }
     if (a->verbose) std::fprintf(stderr, "%s", (*engine)->describe().c_str());
     SigintScope sigint;
-    exit_code = a->chat ? run_chat(**engine, *a) : run_prompt(**engine, *a);
+    exit_code = a->chat ? run_chat(**engine, *a) : run_prompt(**engine, *a, text);
   });
 }
 
