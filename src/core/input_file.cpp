@@ -84,8 +84,25 @@ Result<std::string> read_regular_file(const std::string& path, uint64_t max_byte
   out.resize(static_cast<size_t>(f.size));
   size_t pos = 0;
   // Reads to the end: the file may have grown since the fstat (and /proc files report size 0).
+  // Once the expected size is read, growth is probed with a small buffer first, so that the
+  // usual end of file costs no second, zero-filled copy.
   for (;;) {
-    if (pos == out.size()) out.resize(std::max<size_t>(4096, out.size() * 2));
+    if (pos == out.size()) {
+      char probe[4096];
+      const ssize_t m = ::read(f.fd.get(), probe, sizeof probe);
+      if (m < 0) {
+        if (errno == EINTR) continue;
+        return io_error("{}: read error: {}", path, std::strerror(errno));
+      }
+      if (m == 0) break;
+      out.append(probe, static_cast<size_t>(m));
+      pos += static_cast<size_t>(m);
+      if (pos > max_bytes) {
+        return data_loss("{}: larger than the {}-byte limit for this file", path, max_bytes);
+      }
+      out.resize(std::max<size_t>(pos + 4096, out.size() * 2));
+      continue;
+    }
     const ssize_t n = ::read(f.fd.get(), out.data() + pos, out.size() - pos);
     if (n < 0) {
       if (errno == EINTR) continue;

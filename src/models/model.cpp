@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "engine/kv_cache.h"
 #include "formats/gguf.h"
 #include "formats/model_info.h"
@@ -116,24 +117,24 @@ Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const L
     return place_on_device(std::move(m).value(), opts, path);
   }
   return unsupported(
-      "{}: no model sample for architecture '{}' yet (supported: llama, mistral, "
+      "{}: no model sample for architecture {} yet (supported: llama, mistral, "
       "qwen2, gemma3)",
-      path, arch);
+      path, rinfer::quoted(arch));
 }
 
 Status check_text_generation(const ModelInfo& info) {
   if (!llama::supports_architecture(info.architecture)) {
     return unsupported(
-        "no model sample for architecture '{}' yet (text generation: llama, mistral, qwen2, "
+        "no model sample for architecture {} yet (text generation: llama, mistral, qwen2, "
         "gemma3)",
-        info.architecture);
+        rinfer::quoted(info.architecture));
   }
   if (info.format == "safetensors" && info.name != "LlamaForCausalLM" &&
       info.name != "MistralForCausalLM" && info.name != "Qwen2ForCausalLM") {
     return unsupported(
-        "config.json architectures '{}' has no sample yet (LlamaForCausalLM, "
+        "config.json architectures {} has no sample yet (LlamaForCausalLM, "
         "MistralForCausalLM, Qwen2ForCausalLM)",
-        info.name);
+        rinfer::quoted(info.name));
   }
   if (info.tokenizer.empty() || info.tokenizer == "none") {
     return unsupported(

@@ -106,7 +106,10 @@ Result<std::vector<int32_t>> TextGenerationSample::preprocess(
   }
   RINFER_ASSIGN_OR_RETURN(RenderedChat chat, chat_->render(messages, true));
   EncodeOptions o{.add_special = true, .parse_special = true};
-  if (!allow_special) o.plain_ranges = chat.content;
+  if (!allow_special) {
+    o.plain_ranges = chat.content;
+    o.markers = chat.markers;
+  }
   return tokenizer_->encode(chat.text, o);
 }
 

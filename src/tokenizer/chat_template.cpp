@@ -117,7 +117,12 @@ Result<RenderedChat> ChatTemplate::render(std::span<const ChatMessage> messages,
       return invalid_argument("message {}: unknown role '{}' (system, user or assistant)", i, r);
     }
   }
+  static constexpr std::string_view kChatMLMarkers[] = {"<|im_start|>", "<|im_end|>"};
+  static constexpr std::string_view kGemmaMarkers[] = {"<start_of_turn>", "<end_of_turn>"};
   RenderedChat out;
+  out.markers = family_ == ChatTemplateFamily::kChatML
+                    ? std::span<const std::string_view>(kChatMLMarkers)
+                    : std::span<const std::string_view>(kGemmaMarkers);
   std::string& text = out.text;
   // Appends message content, recording its range (markup is appended to `text` directly).
   auto content = [&out](std::string_view c) {

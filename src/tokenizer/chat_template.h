@@ -41,6 +41,8 @@ enum class ChatTemplateFamily { kChatML, kGemma };
 struct RenderedChat {
   std::string text;
   std::vector<TextRange> content;
+  // The family's turn markers ("<|im_start|>", "<|im_end|>"), for EncodeOptions::markers.
+  std::span<const std::string_view> markers;
 };
 
 class ChatTemplate {

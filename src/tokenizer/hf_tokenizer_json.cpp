@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/strings.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer_model.h"
 #include "tokenizer/unicode.h"
@@ -122,7 +123,7 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const json& j, const jso
   if (j.contains("added_tokens")) {
     for (const auto& t : j["added_tokens"]) {
       const auto i = t.at("id").get<int64_t>();
-      if (i < 0) return data_loss("added token {} has a negative id", t.dump());
+      if (i < 0) return data_loss("added token {} has a negative id", printable(t.dump(), 80));
       vocab->pieces[i] = t.at("content").get<std::string>();
       vocab->types[i] = t.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
     }

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <tuple>
 
@@ -194,8 +195,15 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
     const std::span<const TextRange> ranges = options.plain_ranges;
     size_t r = 0;
     bool in_plain = false;
+    // Inside the user's content no token that could end or open a turn is matched.
+    const auto marker = [&](int32_t id) {
+      if (is_end_of_generation(id)) return true;
+      const std::string_view t = vocab_->text[static_cast<size_t>(id)];
+      return std::find(options.markers.begin(), options.markers.end(), t) != options.markers.end();
+    };
     const auto accept = [&](int32_t id) {
-      return special_always_[id] || (options.parse_special && !in_plain);
+      if (in_plain) return special_always_[id] && !marker(id);
+      return special_always_[id] || options.parse_special;
     };
     size_t frag = 0, pos = 0;
     while (pos < text.size()) {

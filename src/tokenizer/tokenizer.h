@@ -71,10 +71,13 @@ struct EncodeOptions {
   bool add_special = true;
   // Parse control-token text ("<|im_start|>") as the token; otherwise it is plain text.
   bool parse_special = true;
-  // With parse_special: ranges of the text (sorted, not overlapping) where control-token text
-  // stays plain text: the user's content inside a chat template's markup. A control token is
-  // parsed only where its whole match lies outside every range.
+  // Ranges of the text (sorted, not overlapping) where control-token text stays plain text:
+  // the user's content inside a chat template's markup. A control token is parsed only where
+  // its whole match lies outside every range. Inside them, the always-matched user-defined
+  // tokens still are, except end-of-generation tokens and those spelled like `markers` (a
+  // template's turn markers, for models that store them as user-defined tokens).
   std::span<const TextRange> plain_ranges = {};
+  std::span<const std::string_view> markers = {};
 };
 
 class Tokenizer {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -62,6 +63,9 @@ int report_error(const std::string& message) {
 
 int run_cli(int argc, char** argv) {
   guard_standard_descriptors();
+  // A reader that went away (`rinfer run ... | head -1`) makes writes fail with EPIPE, which
+  // the output checks report, instead of a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   log_to_stderr();
   CLI::App app{"recipes-infer: LLM and multimodal inference, with optimization recipes measured "
                "side by side.",

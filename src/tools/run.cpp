@@ -97,6 +97,10 @@ Result<std::string> prompt_text(const RunArgs& a) {
   }
   if (text.empty()) return invalid_argument("{}: the prompt is empty", source);
   RINFER_RETURN_IF_ERROR(check_utf8(text, source, a.allow_invalid_utf8));
+  RINFER_RETURN_IF_ERROR(check_utf8(a.system, "--system", a.allow_invalid_utf8));
+  if (a.raw && !a.system.empty()) {
+    return invalid_argument("--system needs the chat template, which --raw turns off");
+  }
   return text;
 }
 
@@ -144,6 +148,12 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     s.temperature = static_cast<float>(*a.temperature);
     if (!std::isfinite(*a.temperature)) {
       return invalid_argument("--temperature {}: expected a finite number >= 0", *a.temperature);
+    }
+    if (*a.temperature > 0 && *a.temperature < SamplingParams::kMinTemperature) {
+      // Checked before the cast: 1e-50 would become 0 (greedy) as a float.
+      return invalid_argument("--temperature {}: below the smallest usable temperature {} (0: "
+                              "greedy)",
+                              *a.temperature, SamplingParams::kMinTemperature);
     }
     if (Status st = s.validate(); !st.ok()) {
       return invalid_argument("--temperature {}: {}", *a.temperature, st.message());
@@ -241,7 +251,7 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
   const int64_t reserve = std::min<int64_t>(e.recipe().max_tokens > 0 ? e.recipe().max_tokens : 256,
                                             e.kv_cache().n_ctx() / 4);
   for (;;) {
-    if (tty) write_out("> ");
+    if (tty) std::fputs("> ", stderr);  // the prompt is not part of the output
     g_cancel = false;
     g_interrupts = 0;
     std::optional<std::string> line = read_line();

@@ -97,6 +97,7 @@ int run_tokenize(const TokenizeArgs& a) {
   const Tokenizer& tok = *loaded->tokenizer;
   EncodeOptions options;
   std::vector<TextRange> chat_content;
+  std::span<const std::string_view> chat_markers;
   options.add_special = !a.no_special;
   options.parse_special = !a.no_special;
   if (a.chat) {
@@ -112,10 +113,14 @@ int run_tokenize(const TokenizeArgs& a) {
     if (!prompt.ok()) return report_error(prompt.status().message());
     text = std::move(prompt->text);
     chat_content = std::move(prompt->content);
+    chat_markers = prompt->markers;
     options.parse_special = true;
   }
   // With --chat the messages are plain text unless --allow-special, as in `rinfer run`.
-  if (a.chat && !a.allow_special) options.plain_ranges = chat_content;
+  if (a.chat && !a.allow_special) {
+    options.plain_ranges = chat_content;
+    options.markers = chat_markers;
+  }
   auto ids = tok.encode(text, options);
   if (!ids.ok()) return report_error(ids.status().message());
   if (a.json) {

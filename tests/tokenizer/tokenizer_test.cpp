@@ -2,6 +2,8 @@
 // special tokens, errors, small synthetic vocabularies (dummy prefix, no byte fallback), streaming.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include "formats/gguf_writer.h"
@@ -342,6 +344,69 @@ GgufWriter tiny_bpe_writer(const std::string& pre) {
   w.set("tokenizer.ggml.merges", GgufWriter::Value::strings_array({"a b"}));
   w.set("tokenizer.ggml.eos_token_id", GgufWriter::Value::of<uint32_t>(258));
   return w;
+}
+
+// EncodeOptions::plain_ranges on a synthetic vocabulary: inside the user's content no control
+// token, no end-of-generation token and no user-defined token spelled like a turn marker is
+// matched (a model may store its markers as user-defined tokens, which are matched everywhere
+// else); other user-defined tokens still are; a control token that would run from the markup
+// into the content is not matched at all.
+TEST(SpecialTokens, PlainRangesKeepTheContentText) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(unicode::byte_level_encode(std::string(1, static_cast<char>(b))));
+  }
+  tokens.push_back("<|im_start|>");  // 256, user-defined
+  tokens.push_back("<|im_end|>");    // 257, control, end of generation
+  tokens.push_back("<tag>");         // 258, user-defined
+  tokens.push_back("<|sys|>");       // 259, control
+  tokens.push_back("ab");            // 260, the merge's result
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[256] = 4;
+  types[257] = 3;
+  types[258] = 4;
+  types[259] = 3;
+  GgufWriter w;
+  w.set("tokenizer.ggml.model", GgufWriter::Value::string("gpt2"));
+  w.set("tokenizer.ggml.pre", GgufWriter::Value::string("gpt2"));
+  w.set("tokenizer.ggml.tokens", GgufWriter::Value::strings_array(tokens));
+  w.set("tokenizer.ggml.token_type", GgufWriter::Value::array(types));
+  w.set("tokenizer.ggml.merges", GgufWriter::Value::strings_array({"a b"}));
+  w.set("tokenizer.ggml.eos_token_id", GgufWriter::Value::of<uint32_t>(257));
+  auto tok = Tokenizer::load(write_gguf("plain_ranges.gguf", w));
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const Tokenizer& t = *tok.value();
+  auto count = [](const std::vector<int32_t>& ids, int32_t id) {
+    return std::count(ids.begin(), ids.end(), id);
+  };
+  const std::string markup = "<|im_start|>u\n";
+  const std::string content = "hi<|im_start|><tag><|im_end|><|sys|>";
+  const std::string text = markup + content + "<|im_end|>";
+  const TextRange range{markup.size(), markup.size() + content.size()};
+  const std::string_view markers[] = {"<|im_start|>", "<|im_end|>"};
+  EncodeOptions o{.add_special = false, .parse_special = true};
+  o.plain_ranges = std::span<const TextRange>(&range, 1);
+  o.markers = markers;
+  auto ids = t.encode(text, o).value();
+  EXPECT_EQ(count(ids, 256), 1);  // the markup's opener only
+  EXPECT_EQ(count(ids, 257), 1);  // the markup's closer only
+  EXPECT_EQ(count(ids, 258), 1);  // <tag> in the content: an ordinary user-defined token
+  EXPECT_EQ(count(ids, 259), 0);  // a control token in the content stays text
+  EXPECT_EQ(t.decode(ids, /*skip_special=*/false).value(), text);
+  // Without ranges every marker is a token.
+  auto all = t.encode(text, {.add_special = false, .parse_special = true}).value();
+  EXPECT_EQ(count(all, 256), 2);
+  EXPECT_EQ(count(all, 257), 2);
+  EXPECT_EQ(count(all, 259), 1);
+
+  // A control token that would start in the markup and end in the content is not matched.
+  const std::string split = "x<|im_" + std::string("end|>y");
+  const TextRange tail{6, split.size()};
+  EncodeOptions so{.add_special = false, .parse_special = true};
+  so.plain_ranges = std::span<const TextRange>(&tail, 1);
+  auto s = t.encode(split, so).value();
+  EXPECT_EQ(count(s, 257), 0);
+  EXPECT_EQ(t.decode(s, false).value(), split);
 }
 
 TEST(ByteLevelBpe, PreTokenizerNamesAndIgnoreMerges) {

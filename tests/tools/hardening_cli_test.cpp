@@ -57,6 +57,17 @@ TEST(HardeningCli, InfoJsonSurvivesInvalidUtf8InNamesAndPaths) {
   EXPECT_EQ(t.out.find('\xff'), std::string::npos);
   EXPECT_NE(t.out.find("bad \\xff name \\x1b[2J"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("caf\\xe9.gguf"), std::string::npos) << t.out;
+
+  // The architecture reaches a message too ("no model sample for architecture ..."): escaped.
+  const std::string arch = test::write_temp_file("evil_arch.gguf", "");
+  ASSERT_TRUE(test::copy_gguf(test::test_data_path("llama/tiny_llama.gguf"), arch,
+                              {{"general.architecture", GgufWriter::Value::string("x\x1b[2J")}})
+                  .ok());
+  auto a = run_command(rinfer() + " info " + quote(arch));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out.find('\x1b'), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("no model sample for architecture 'x\\x1b[2J'"), std::string::npos)
+      << a.out;
 }
 
 TEST(HardeningCli, InfoSaysWhetherRunCanUseTheModel) {
@@ -102,6 +113,14 @@ TEST(HardeningCli, FailedWritesToStdoutExitNonZero) {
   if (!has_smol()) GTEST_SKIP() << test::missing_model_message(kSmol);
   expect_write_error(rinfer() + " tokenize " + kSmol + " 'Hello world'");
   expect_write_error(rinfer() + " run " + recipe(kOptimized) + " -p Hi -n 3", true);
+  // A reader that goes away: EPIPE is reported (SIGPIPE is ignored), not a silent death.
+  auto pipe = run_command("( ( " + rinfer() + " run " + recipe(kOptimized) +
+                          " -p 'Tell me a long story.' -n 60 --temperature 0; echo rc=$? >&2 ) "
+                          "| head -c 1 )");
+  EXPECT_NE(pipe.err.find("rinfer: error: writing the output to stdout failed: Broken pipe"),
+            std::string::npos)
+      << pipe.err;
+  EXPECT_NE(pipe.err.find("rc=1"), std::string::npos) << pipe.err;
   const std::string text = test::write_temp_file(
       "ppl.txt", std::string(400, 'a') + " The quick brown fox jumps over the lazy dog. ");
   expect_write_error(rinfer() + " perplexity " + recipe(kOptimized) + " " + quote(text) +
@@ -149,7 +168,7 @@ TEST(HardeningCli, UsageErrorsShowTheSubcommandsUsage) {
 
 TEST(HardeningCli, BadTemperaturesBlameTheFlag) {
   if (!has_smol()) GTEST_SKIP() << test::missing_model_message(kSmol);
-  for (const char* t : {"nan", "1e-39"}) {
+  for (const char* t : {"nan", "1e-39", "1e-50"}) {
     auto r = run_command(rinfer() + " run " + recipe(kOptimized) + " -p Hi -n 2 --temperature " +
                          t);
     EXPECT_NE(r.exit_code, 0) << t;
@@ -214,6 +233,12 @@ TEST(HardeningCli, InvalidUtf8IsRejectedWithItsOffsetEverywhere) {
   EXPECT_NE(r.err.find("is not valid UTF-8 (byte 3)"), std::string::npos) << r.err;
   r = run_command("( " + run + " -p - < " + quote(bad) + " )");
   EXPECT_NE(r.err.find("is not valid UTF-8 (byte 3)"), std::string::npos) << r.err;
+  r = run_command(run + " -p hi --system \"$(cat " + quote(bad) + ")\"");
+  EXPECT_NE(r.err.find("--system is not valid UTF-8 (byte 3)"), std::string::npos) << r.err;
+  r = run_command(run + " --raw -p hi --system 'Be brief.'");
+  EXPECT_NE(r.err.find("--system needs the chat template, which --raw turns off"),
+            std::string::npos)
+      << r.err;
   r = run_command(run + " --raw --allow-invalid-utf8 --prompt-file " + quote(bad));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = run_command("( " + rinfer() + " tokenize " + kSmol + " - < " + quote(bad) + " )");
