@@ -115,7 +115,6 @@ struct NormIn {
   const float* w = nullptr;  // kRow: the norm's weights
 };
 
-
 class LlamaCudaModel final : public DecoderModel {
  public:
   static Result<std::unique_ptr<LlamaCudaModel>> create_empty(const DecoderHParams& hp,
