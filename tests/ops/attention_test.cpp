@@ -3,11 +3,20 @@
 // n_kv up to 1024, a padded KV row stride, 1..3 threads and every SIMD target; sliding windows,
 // and ring-addressed K/V (kv_rows) against the linear layout. Plus hand-checked values and
 // argument errors.
+// paged_attention: a mix of prefill, chunked-prefill and decode sequences over permuted block
+// tables (block sizes 16 and 7, -1 before windows, NaN in every float that must not be read):
+// fast vs reference per sequence, the reference vs attention() on contiguous copies (bit for
+// bit) and alone vs batched (bit for bit), non-causal vs a direct computation, 64 decodes of
+// lengths 1..600 and a few long sliced ones on pools of 2 and 4, and every argument error.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -262,6 +271,411 @@ TEST(Attention, Errors) {
   EXPECT_EQ(attention({}, s, p, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
   s.kv_rows = -1;
   EXPECT_EQ(attention({}, s, p, p, p, buf.data()).code(), StatusCode::kInvalidArgument);
+}
+
+// ---- paged_attention: many sequences over a paged KV cache ----
+
+struct SeqSpec {
+  int64_t n_tokens, n_kv;
+};
+
+struct PagedInputs {
+  PagedAttentionShape s;
+  std::vector<AttentionSeq> seqs;
+  std::vector<std::vector<int32_t>> tables;  // seqs[i].block_table points into tables[i]
+  std::vector<float> q;                      // [rows, n_head, head_dim]
+  std::vector<float> k, v;                   // [n_blocks, block_size, kv_row_stride]
+  int64_t rows = 0;
+};
+
+PagedAttentionShape paged_shape(int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                int64_t block_size, int64_t window = 0, int64_t pad = 0) {
+  PagedAttentionShape s;
+  s.n_head = n_head;
+  s.n_head_kv = n_head_kv;
+  s.head_dim = head_dim;
+  s.kv_row_stride = n_head_kv * head_dim + pad;
+  s.block_size = block_size;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  s.window = window;
+  return s;
+}
+
+// The first position a sequence's queries see.
+int64_t first_seen(const PagedAttentionShape& s, const SeqSpec& sp) {
+  return s.causal && s.window > 0 ? std::max<int64_t>(0, sp.n_kv - sp.n_tokens - s.window + 1) : 0;
+}
+
+// The sequences' query rows follow each other with a one-row gap (so q_start matters); their
+// blocks are a random permutation of the pool, which has a few spare blocks; blocks wholly
+// before a window are -1. Only the positions some query sees hold data (random, never zero):
+// every other float of k and v is NaN, so a wrong read poisons the output.
+PagedInputs make_paged(const PagedAttentionShape& s, std::span<const SeqSpec> specs,
+                       uint64_t seed) {
+  PagedInputs in;
+  in.s = s;
+  const int64_t bs = s.block_size;
+  int64_t needed = 0;
+  for (const SeqSpec& sp : specs) needed += (sp.n_kv + bs - 1) / bs;
+  in.s.n_blocks = needed + 3;
+  std::vector<int32_t> perm(static_cast<size_t>(in.s.n_blocks));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+  std::mt19937_64 rng(seed);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const auto n = static_cast<size_t>(in.s.n_blocks * bs * s.kv_row_stride);
+  const std::vector<float> kr = test::random_floats(n, seed + 1, -2, 2);
+  const std::vector<float> vr = test::random_floats(n, seed + 2);
+  in.k.assign(n, NAN);
+  in.v.assign(n, NAN);
+  size_t next = 0;
+  for (const SeqSpec& sp : specs) {
+    std::vector<int32_t>& table =
+        in.tables.emplace_back(static_cast<size_t>((sp.n_kv + bs - 1) / bs));
+    const int64_t lo = first_seen(s, sp);
+    for (size_t b = 0; b < table.size(); ++b) {
+      table[b] = (static_cast<int64_t>(b) + 1) * bs <= lo ? -1 : perm[next++];
+    }
+    for (int64_t j = lo; j < sp.n_kv; ++j) {
+      const int64_t row = int64_t{table[static_cast<size_t>(j / bs)]} * bs + j % bs;
+      const auto at = static_cast<std::ptrdiff_t>(row * s.kv_row_stride);
+      const auto len = static_cast<std::ptrdiff_t>(s.n_head_kv * s.head_dim);
+      std::copy(kr.begin() + at, kr.begin() + at + len, in.k.begin() + at);
+      std::copy(vr.begin() + at, vr.begin() + at + len, in.v.begin() + at);
+    }
+    in.seqs.push_back({.q_start = in.rows, .n_tokens = sp.n_tokens, .n_kv = sp.n_kv});
+    in.rows += sp.n_tokens + 1;
+  }
+  for (size_t i = 0; i < in.seqs.size(); ++i) in.seqs[i].block_table = in.tables[i].data();
+  in.q = test::random_floats(static_cast<size_t>(in.rows * s.n_head * s.head_dim), seed + 3, -2, 2);
+  return in;
+}
+
+std::vector<float> run_paged(const OpContext& ctx, const PagedInputs& in,
+                             std::span<const AttentionSeq> seqs) {
+  std::vector<float> out(in.q.size(), NAN);
+  const Status st =
+      paged_attention(ctx, in.s, seqs, in.q.data(), in.k.data(), in.v.data(), out.data());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+std::vector<float> run_paged(const OpContext& ctx, const PagedInputs& in) {
+  return run_paged(ctx, in, in.seqs);
+}
+
+// The output rows of sequence sq: [n_tokens, n_head, head_dim].
+std::vector<float> rows_of(const PagedInputs& in, const std::vector<float>& out,
+                           const AttentionSeq& sq) {
+  const int64_t w = in.s.n_head * in.s.head_dim;
+  return {out.begin() + sq.q_start * w, out.begin() + (sq.q_start + sq.n_tokens) * w};
+}
+
+// Rows that belong to no sequence were not written.
+bool gaps_untouched(const PagedInputs& in, const std::vector<float>& out) {
+  const int64_t w = in.s.n_head * in.s.head_dim;
+  for (const AttentionSeq& sq : in.seqs) {
+    const int64_t gap = sq.q_start + sq.n_tokens;
+    for (int64_t i = gap * w; i < (gap + 1) * w; ++i) {
+      if (!std::isnan(out[static_cast<size_t>(i)])) return false;
+    }
+  }
+  return true;
+}
+
+// Fast vs reference on every sequence of `in`, for each pool.
+void expect_fast_matches_reference(const PagedInputs& in, std::initializer_list<ThreadPool*> pools,
+                                   const std::string& what) {
+  const auto ref = run_paged({Impl::kReference}, in);
+  EXPECT_TRUE(gaps_untouched(in, ref)) << what;
+  for (ThreadPool* pool : pools) {
+    const auto y = run_paged({Impl::kFast, pool}, in);
+    EXPECT_TRUE(gaps_untouched(in, y)) << what;
+    for (size_t i = 0; i < in.seqs.size(); ++i) {
+      const AttentionSeq& sq = in.seqs[i];
+      EXPECT_LE(test::rel_l2(rows_of(in, y, sq), rows_of(in, ref, sq)), 1e-5)
+          << what << " sequence " << i << " (" << sq.n_tokens << " tokens, n_kv " << sq.n_kv
+          << ") threads " << (pool ? pool->size() : 1);
+    }
+  }
+}
+
+// Prefill, chunked prefill and decode sequences in one call.
+const SeqSpec kMix[] = {{1, 1},   {1, 45},  {12, 12}, {1, 300}, {9, 150},
+                        {1, 129}, {33, 33}, {5, 70},  {2, 17},  {1, 16}};
+
+TEST(PagedAttention, FastMatchesReference) {
+  ThreadPool pool2(2), pool3(3);
+  uint64_t seed = 3000;
+  for (auto [n_head, n_head_kv] : {std::pair<int64_t, int64_t>{9, 3}, {8, 8}}) {
+    for (int64_t head_dim : {64, 80, 96}) {
+      for (int64_t block_size : {16, 7}) {
+        for (int64_t window : {0, 37}) {
+          const PagedAttentionShape s =
+              paged_shape(n_head, n_head_kv, head_dim, block_size, window, seed % 2 ? 8 : 0);
+          const PagedInputs in = make_paged(s, kMix, seed++);
+          expect_fast_matches_reference(
+              in, {nullptr, &pool2, &pool3},
+              "heads " + std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " head_dim " +
+                  std::to_string(head_dim) + " block " + std::to_string(block_size) + " window " +
+                  std::to_string(window));
+        }
+      }
+    }
+  }
+}
+
+// The paged reference equals the single-sequence reference on a contiguous copy of each
+// sequence's K/V, bit for bit.
+TEST(PagedAttention, ReferenceMatchesSingleSequence) {
+  uint64_t seed = 4000;
+  for (int64_t window : {0, 37}) {
+    for (int64_t block_size : {16, 7}) {
+      const PagedAttentionShape s = paged_shape(9, 3, 80, block_size, window, 8);
+      const PagedInputs in = make_paged(s, kMix, seed++);
+      const auto ref = run_paged({Impl::kReference}, in);
+      for (const AttentionSeq& sq : in.seqs) {
+        // [n_kv, kv_row_stride]: the rows of the positions it has (NaN where its table is -1).
+        std::vector<float> kc(static_cast<size_t>(sq.n_kv * s.kv_row_stride), NAN), vc = kc;
+        for (int64_t j = 0; j < sq.n_kv; ++j) {
+          const int32_t blk = sq.block_table[j / block_size];
+          if (blk < 0) continue;
+          const auto src =
+              static_cast<std::ptrdiff_t>((blk * block_size + j % block_size) * s.kv_row_stride);
+          const auto dst = static_cast<std::ptrdiff_t>(j * s.kv_row_stride);
+          std::copy(in.k.begin() + src, in.k.begin() + src + s.kv_row_stride, kc.begin() + dst);
+          std::copy(in.v.begin() + src, in.v.begin() + src + s.kv_row_stride, vc.begin() + dst);
+        }
+        AttentionShape as = shape(sq.n_tokens, sq.n_kv, s.n_head, s.n_head_kv, s.head_dim);
+        as.kv_row_stride = s.kv_row_stride;
+        as.window = window;
+        const int64_t w = s.n_head * s.head_dim;
+        std::vector<float> out(static_cast<size_t>(sq.n_tokens * w));
+        ASSERT_TRUE(attention({Impl::kReference}, as, in.q.data() + sq.q_start * w, kc.data(),
+                              vc.data(), out.data())
+                        .ok());
+        EXPECT_EQ(out, rows_of(in, ref, sq))
+            << "window " << window << " block " << block_size << " n_kv " << sq.n_kv;
+      }
+    }
+  }
+}
+
+// A sequence's output does not depend on the other sequences of the call, bit for bit, on both
+// paths (batch invariance: the engine's batched requests give exactly the tokens they give
+// alone): the fast path slices a decode by its own length and starts every walk at a multiple
+// of its KV block, whatever else is in the call or however many threads run it.
+TEST(PagedAttention, BatchIndependence) {
+  ThreadPool pool2(2);
+  const PagedInputs in = make_paged(paged_shape(8, 8, 64, 16, 0), kMix, 4100);
+  const auto ref = run_paged({Impl::kReference}, in);
+  const auto fast = run_paged({Impl::kFast, &pool2}, in);
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const std::span<const AttentionSeq> alone(&in.seqs[i], 1);
+    const auto ref1 = run_paged({Impl::kReference}, in, alone);
+    EXPECT_EQ(rows_of(in, ref1, in.seqs[i]), rows_of(in, ref, in.seqs[i])) << "sequence " << i;
+    const auto fast1 = run_paged({Impl::kFast, &pool2}, in, alone);
+    EXPECT_EQ(rows_of(in, fast1, in.seqs[i]), rows_of(in, fast, in.seqs[i])) << "sequence " << i;
+    const auto fast_inline = run_paged({Impl::kFast, nullptr}, in, alone);
+    EXPECT_EQ(rows_of(in, fast_inline, in.seqs[i]), rows_of(in, fast, in.seqs[i]))
+        << "sequence " << i << " on one thread";
+    // Nothing but its own rows is written.
+    size_t written = 0;
+    for (float x : ref1) written += std::isnan(x) ? 0 : 1;
+    EXPECT_EQ(written, static_cast<size_t>(in.seqs[i].n_tokens * 8 * 64));
+  }
+}
+
+// With a sliding window a prompt's rows give the same bits however the prompt is chunked (a
+// chunk's token blocks start elsewhere, but the walk starts at a multiple of the KV block).
+TEST(PagedAttention, WindowedRowsIndependentOfChunking) {
+  const PagedInputs in = make_paged(paged_shape(9, 3, 64, 16, 37), kMix, 4200);
+  const auto fast = run_paged({Impl::kFast, nullptr}, in);
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const AttentionSeq& sq = in.seqs[i];
+    if (sq.n_tokens < 5) continue;
+    // The same queries as two chunks of at least 2 rows (a one-row chunk is a decode, which
+    // the engine never makes of a prompt's middle).
+    for (int64_t c : {int64_t{2}, int64_t{3}}) {
+      AttentionSeq a = sq, b = sq;
+      a.n_tokens = sq.n_tokens - c;
+      a.n_kv = sq.n_kv - c;
+      b.q_start = sq.q_start + a.n_tokens;
+      b.n_tokens = c;
+      const AttentionSeq both[] = {a, b};
+      const auto split = run_paged({Impl::kFast, nullptr}, in, both);
+      EXPECT_EQ(rows_of(in, split, sq), rows_of(in, fast, sq)) << "sequence " << i << " c " << c;
+    }
+  }
+}
+
+// Encoders: every query sees all n_kv positions. Against a direct double computation.
+TEST(PagedAttention, NonCausal) {
+  ThreadPool pool2(2);
+  const SeqSpec specs[] = {{5, 5}, {1, 40}, {20, 20}, {7, 30}, {1, 1}};
+  PagedAttentionShape s = paged_shape(6, 2, 24, 7);
+  s.causal = false;
+  const PagedInputs in = make_paged(s, specs, 4200);
+  const int64_t dh = s.head_dim, group = s.n_head / s.n_head_kv;
+  std::vector<float> direct(in.q.size(), NAN);
+  for (const AttentionSeq& sq : in.seqs) {
+    for (int64_t t = 0; t < sq.n_tokens; ++t) {
+      for (int64_t h = 0; h < s.n_head; ++h) {
+        const float* qr = in.q.data() + ((sq.q_start + t) * s.n_head + h) * dh;
+        const auto row = [&](const std::vector<float>& kv, int64_t j) {
+          const int64_t r = int64_t{sq.block_table[j / 7]} * 7 + j % 7;
+          return kv.data() + r * s.kv_row_stride + h / group * dh;
+        };
+        std::vector<double> sc(static_cast<size_t>(sq.n_kv));
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < sq.n_kv; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < dh; ++i) d += double{qr[i]} * row(in.k, j)[i];
+          sc[static_cast<size_t>(j)] = d * s.scale;
+          mx = std::max(mx, sc[static_cast<size_t>(j)]);
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < dh; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < sq.n_kv; ++j)
+            acc += sc[static_cast<size_t>(j)] / sum * row(in.v, j)[i];
+          direct[static_cast<size_t>(((sq.q_start + t) * s.n_head + h) * dh + i)] =
+              static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  const auto ref = run_paged({Impl::kReference}, in);
+  PagedInputs causal_in = make_paged(paged_shape(6, 2, 24, 7), specs, 4200);
+  const auto causal = run_paged({Impl::kReference}, causal_in);
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const AttentionSeq& sq = in.seqs[i];
+    EXPECT_LE(test::rel_l2(rows_of(in, ref, sq), rows_of(in, direct, sq)), 1e-12) << i;
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+      EXPECT_LE(test::rel_l2(rows_of(in, run_paged({Impl::kFast, pool}, in), sq),
+                             rows_of(in, direct, sq)),
+                1e-5)
+          << i;
+    }
+    // Early tokens of a prefill see later positions, unlike causal attention.
+    if (sq.n_tokens > 1)
+      EXPECT_GT(test::rel_l2(rows_of(in, causal, sq), rows_of(in, ref, sq)), 1e-3);
+  }
+}
+
+// The serving engine's decode step: 64 sequences of lengths 1..600, spread over the pool.
+TEST(PagedAttention, DecodeHeavy64) {
+  ThreadPool pool2(2), pool4(4);
+  std::vector<SeqSpec> specs;
+  for (int64_t i = 0; i < 64; ++i) specs.push_back({1, 1 + (i * 389 + 17) % 600});
+  specs[5].n_kv = 600;
+  specs[9].n_kv = 1;
+  uint64_t seed = 4300;
+  for (auto [window, block_size] : {std::pair<int64_t, int64_t>{0, 16}, {100, 7}}) {
+    const PagedInputs in = make_paged(paged_shape(8, 2, 64, block_size, window), specs, seed++);
+    expect_fast_matches_reference(in, {&pool2, &pool4, nullptr},
+                                  "64 decodes, window " + std::to_string(window));
+  }
+}
+
+// A few long decodes (and a chunk of prefill): their positions are sliced over the pool and
+// the slices merged.
+TEST(PagedAttention, FewLongSequencesSliced) {
+  ThreadPool pool2(2), pool4(4);
+  const SeqSpec specs[] = {{1, 3000}, {40, 200}, {1, 2500}};
+  uint64_t seed = 4400;
+  for (int64_t window : {0, 1000}) {
+    const PagedInputs in = make_paged(paged_shape(8, 2, 64, 16, window), specs, seed++);
+    expect_fast_matches_reference(in, {&pool2, &pool4},
+                                  "long decodes, window " + std::to_string(window));
+  }
+}
+
+TEST(PagedAttention, EverySimdTarget) {
+  for (int64_t target : test::simd_targets_to_test()) {
+    test::ScopedSimdTarget scope(target);
+    uint64_t seed = 4500;
+    for (int64_t head_dim : {80, 7}) {
+      const PagedInputs in = make_paged(paged_shape(9, 3, head_dim, 7, 20), kMix, seed++);
+      expect_fast_matches_reference(
+          in, {nullptr}, std::string(simd_target_name()) + " head_dim " + std::to_string(head_dim));
+    }
+  }
+}
+
+TEST(PagedAttention, Errors) {
+  const SeqSpec specs[] = {{1, 20}, {3, 40}};
+  const PagedInputs base = make_paged(paged_shape(4, 2, 8, 7, 10), specs, 4600);
+  const auto call = [&](const PagedAttentionShape& s, std::span<const AttentionSeq> seqs,
+                        const float* q) {
+    std::vector<float> out(base.q.size());
+    return paged_attention({}, s, seqs, q, base.k.data(), base.v.data(), out.data());
+  };
+  const auto expect_error = [&](const PagedAttentionShape& s, std::span<const AttentionSeq> seqs,
+                                std::initializer_list<const char*> words) {
+    const Status st = call(s, seqs, base.q.data());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    for (const char* w : words) EXPECT_NE(st.message().find(w), std::string::npos) << st.message();
+  };
+  // The base case is valid with window 10 and blocks of 7: sequence 0 (position 19 sees 10..19)
+  // has -1 for block 0, sequence 1 (positions 37..39 see 28..39) for blocks 0..3.
+  ASSERT_EQ(base.tables[0][0], -1);
+  ASSERT_EQ(base.tables[1][3], -1);
+  EXPECT_TRUE(call(base.s, base.seqs, base.q.data()).ok());
+  EXPECT_TRUE(call(base.s, {}, base.q.data()).ok());
+
+  PagedAttentionShape s = base.s;
+  s.n_head = 5;
+  expect_error(s, base.seqs, {"multiple"});
+  s = base.s;
+  s.kv_row_stride = 15;
+  expect_error(s, base.seqs, {"kv_row_stride"});
+  s = base.s;
+  s.block_size = 0;
+  expect_error(s, base.seqs, {"block_size"});
+  s = base.s;
+  s.window = -1;
+  expect_error(s, base.seqs, {"window"});
+  s = base.s;
+  s.causal = false;  // with a window
+  expect_error(s, base.seqs, {"window", "causal"});
+  s.window = 0;  // non-causal: both sequences now see their block 0, which is -1
+  expect_error(s, base.seqs, {"sequence 0", "block_table[0] = -1"});
+  s = base.s;
+  s.window = 0;
+  expect_error(s, base.seqs, {"sequence 0", "block_table[0] = -1", "positions 0..6"});
+
+  std::vector<AttentionSeq> seqs = base.seqs;
+  seqs[1].n_tokens = 41;
+  expect_error(base.s, seqs, {"sequence 1", "n_tokens 41 > n_kv 40"});
+  seqs = base.seqs;
+  seqs[1].q_start = -1;
+  expect_error(base.s, seqs, {"sequence 1", "q_start"});
+  seqs = base.seqs;
+  seqs[0].n_kv = -2;
+  expect_error(base.s, seqs, {"sequence 0", "n_kv"});
+  seqs = base.seqs;
+  seqs[1].block_table = nullptr;
+  expect_error(base.s, seqs, {"sequence 1", "null block_table"});
+  // Table entries its queries see: out of range, -1.
+  for (int32_t bad : {static_cast<int32_t>(base.s.n_blocks), -1, -7}) {
+    std::vector<int32_t> table = base.tables[1];
+    table[5] = bad;
+    seqs = base.seqs;
+    seqs[1].block_table = table.data();
+    expect_error(
+        base.s, seqs,
+        {"sequence 1", ("block_table[5] = " + std::to_string(bad)).c_str(), "positions 35..39"});
+  }
+  // Block 4 (positions 28..34) is partly in the window of position 37: it is read.
+  std::vector<int32_t> table = base.tables[1];
+  table[4] = -1;
+  seqs = base.seqs;
+  seqs[1].block_table = table.data();
+  expect_error(base.s, seqs, {"sequence 1", "block_table[4] = -1"});
+  // A sequence with no queries reads nothing, whatever its table holds.
+  table.assign(table.size(), -5);
+  seqs[1].n_tokens = 0;
+  EXPECT_TRUE(call(base.s, seqs, base.q.data()).ok());
+  EXPECT_EQ(call(base.s, base.seqs, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

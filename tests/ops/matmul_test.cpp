@@ -234,6 +234,49 @@ TEST(Matmul, MultiMatchesSeparateCalls) {
   EXPECT_EQ(matmul_multi({}, ws, x.data(), 1, ys1).code(), StatusCode::kInvalidArgument);
 }
 
+// Batch invariance: a row gives the same bits whichever rows share its call. Rows marked single
+// (OpContext::single_rows, the engine's decode rows) match a call with that row alone; the
+// other rows match the same rows in any other tiled call, whatever their position in the
+// register tiles.
+TEST(Matmul, RowsAreBatchInvariant) {
+  ThreadPool pool(2);
+  for (const Case& c : cases()) {
+    if (c.dtype == DType::kQ8_K || c.dtype == DType::kF64 || c.dtype == DType::kI8 ||
+        c.dtype == DType::kU8 || c.dtype == DType::kI16 || c.dtype == DType::kI32 ||
+        c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2) {
+      continue;
+    }
+    SCOPED_TRACE(label(c));
+    const Tensor w = test::make_tensor(c.dtype, c.n_out, c.n_in,
+                                       test::random_weights(c.dtype, c.n_out, c.n_in, 71));
+    for (bool q8 : {true, false}) {
+      OpContext ctx{Impl::kFast, &pool, q8};
+      const int64_t n = 11;
+      const std::vector<float> x = random_floats(static_cast<size_t>(n * c.n_in), 72);
+      const int64_t n_out = c.n_out;
+      auto row = [&](const std::vector<float>& y, int64_t t) {
+        return std::vector<float>(y.begin() + t * n_out, y.begin() + (t + 1) * n_out);
+      };
+      ctx.single_rows = 3;
+      const std::vector<float> mixed = run_matmul(ctx, w, x, n);
+      ctx.single_rows = 0;
+      const std::vector<float> tiled = run_matmul(ctx, w, x, n);
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<float> xt(x.begin() + t * c.n_in, x.begin() + (t + 1) * c.n_in);
+        const std::vector<float> alone = run_matmul(ctx, w, xt, 1);
+        if (t < 3) EXPECT_EQ(row(mixed, t), alone) << "single row " << t << " q8 " << q8;
+        // Tiled rows: the same bits as in a call of the rows from t on (other tile positions),
+        // with row 0 appended so that the call has 2 rows at least (1 row is a single row).
+        std::vector<float> xs(x.begin() + t * c.n_in, x.end());
+        xs.insert(xs.end(), x.begin(), x.begin() + c.n_in);
+        const std::vector<float> shifted = run_matmul(ctx, w, xs, n - t + 1);
+        EXPECT_EQ(row(tiled, t), row(shifted, 0)) << "tiled row " << t << " q8 " << q8;
+        if (t >= 3) EXPECT_EQ(row(mixed, t), row(tiled, t)) << "row " << t << " q8 " << q8;
+      }
+    }
+  }
+}
+
 TEST(Matmul, Errors) {
   const auto x = random_floats(64, 1);
   std::vector<float> y(64);

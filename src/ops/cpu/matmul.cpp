@@ -117,6 +117,8 @@ int64_t chunk_rows_for(int64_t bytes_per_row) {
   return std::clamp<int64_t>(rows / 4 * 4, 4, 32);
 }
 
+Status int8_tiles(const OpContext& ctx, const Tensor& w, const QActs& acts, float* y);
+
 Status matmul_int8(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens,
                    float* y) {
   const DType dt = w.dtype();
@@ -131,13 +133,33 @@ Status matmul_int8(const OpContext& ctx, const Tensor& w, const float* x, int64_
     for (int64_t t = t0; t < t1; ++t) internal::quantize_act_row(x + t * k, acts, t);
   });
 
-  ThreadPool* pool = pool_for(ctx, w, n_tokens);
-  if (n_tokens == 1 && internal::has_direct_matvec(dt)) {
-    run_chunks(pool, n_out, 64, [&](int64_t r0, int64_t r1) {
-      internal::int8_matvec_direct(dt, base + r0 * rb, rb, r1 - r0, k, acts, y + r0);
+  // Rows computed as if alone: the direct matrix-vector kernel, one row at a time over each chunk
+  // of weight rows (the chunk stays in cache for the next row).
+  const int64_t n_single =
+      internal::has_direct_matvec(dt)
+          ? std::max<int64_t>(n_tokens == 1 ? 1 : 0, std::min(ctx.single_rows, n_tokens))
+          : 0;
+  if (n_single > 0) {
+    run_chunks(pool_for(ctx, w, n_single), n_out, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t t = 0; t < n_single; ++t) {
+        internal::int8_matvec_direct(dt, base + r0 * rb, rb, r1 - r0, k,
+                                     internal::qacts_rows(acts, t, 1), y + t * n_out + r0);
+      }
     });
-    return ok_status();
+    if (n_single == n_tokens) return ok_status();
   }
+  return int8_tiles(ctx, w, internal::qacts_rows(acts, n_single, n_tokens - n_single),
+                    y + n_single * n_out);
+}
+
+// The tiled integer kernel over every row of `acts`: weight rows unpacked a chunk at a time.
+Status int8_tiles(const OpContext& ctx, const Tensor& w, const QActs& acts, float* y) {
+  const DType dt = w.dtype();
+  const int64_t n_out = w.dim(0), k = w.dim(1), n_tokens = acts.n;
+  const auto* base = static_cast<const uint8_t*>(w.data());
+  const int64_t rb = row_bytes_of(w);
+  const QActsLayout& layout = acts.layout;
+  ThreadPool* pool = pool_for(ctx, w, n_tokens);
 
   const int64_t gs = internal::int8_group(dt);
   const int64_t kp = layout.kp;

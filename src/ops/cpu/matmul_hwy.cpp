@@ -139,11 +139,21 @@ HWY_INLINE VI32 Dot4(VU8 w, VI8 a) {
 #endif
 }
 
-// out[t * 4 + r] = sum of the lanes of acc[r][t], for r < 4, t < NT.
+// out[t * 4 + r] = sum of the lanes of acc[r][t], for r < 4, t < NT. Each sum adds the lanes of
+// its own vector in one fixed order, whatever NT is, so a token's result does not depend on how
+// many tokens share its tile (batch invariance: a row gives the same bits alone or batched).
 template <int NT>
 HWY_INLINE void ReduceTile(const VF (&acc)[4][NT], float* HWY_RESTRICT out) {
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (NT == 4) {
+  if constexpr (NT < 4) {
+    // The 4-token reduction with zero vectors for the missing tokens.
+    VF full[4][4];
+    for (int r = 0; r < 4; ++r) {
+      for (int t = 0; t < 4; ++t) full[r][t] = t < NT ? acc[r][t] : hn::Zero(DF());
+    }
+    ReduceTile<4>(full, out);
+    return;
+  } else {
     // Transposing reduction: 16 vectors -> one vector of 16 sums in 45 instructions.
     // Per 128-bit lane of u_t: partial sums of rows 0..3 of token t.
     const auto partial = [](__m512 v0, __m512 v1, __m512 v2, __m512 v3) {

@@ -71,6 +71,8 @@ struct QActs {
 size_t qacts_bytes(const QActsLayout& l, int64_t n);
 // Carves the arrays out of `mem` (64-byte aligned, qacts_bytes(l, n) long).
 QActs qacts_view(const QActsLayout& l, int64_t n, void* mem);
+// Rows [t0, t0 + n) of `a` as a QActs of n rows (no copy).
+QActs qacts_rows(const QActs& a, int64_t t0, int64_t n);
 
 // Quantizes one f32 row x[k] into row `t` of `a` (SIMD, dispatched).
 void quantize_act_row(const float* x, const QActs& a, int64_t t);

@@ -30,6 +30,11 @@ struct OpContext {
   // fly and uses integer dot products (as ggml does; relative error ~4e-3, see matmul);
   // false dequantizes the weights to f32 instead (error ~1e-6, slower).
   bool quantize_activations = true;
+  // Batch invariance: the first `single_rows` rows of a fast matmul are each computed exactly as
+  // a call with that row alone would compute it (the matrix-vector kernel where a format has
+  // one), so a decode row batched with other sequences gives the bits it gives alone. The other
+  // rows go through the tiled kernel, whose result for a row never depends on the other rows.
+  int64_t single_rows = 0;
 };
 
 // The SIMD target the fast kernels run on ("AVX3_DL", "AVX2", "SSE4", "NEON", "SCALAR").
@@ -135,5 +140,51 @@ struct AttentionShape {
 };
 Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, const float* k,
                  const float* v, float* out);
+
+// Attention for many sequences in one call over a paged KV cache (the serving engine's batch).
+// Each sequence has its own queries (rows q_start .. q_start + n_tokens - 1 of q and out) and its
+// own positions 0 .. n_kv - 1, stored in fixed-size blocks of k/v listed by its block table;
+// otherwise the semantics are attention()'s (causal, GQA, sliding window), plus a non-causal
+// mode for encoders.
+// q, out: [total query rows, n_head, head_dim] (rows of no sequence are neither read nor written)
+// k, v:   [n_blocks, block_size, kv_row_stride]  position j of a sequence, kv head h starts at
+//         ((block_table[j / block_size] * block_size + j % block_size) * kv_row_stride +
+//         h * head_dim) floats
+// Errors (invalid_argument naming the sequence and the field): a bad shape, n_tokens > n_kv,
+// q_start < 0, a null table with n_kv > 0, a table entry that some query sees but is not in
+// [0, n_blocks) (-1 is allowed only for blocks wholly before every query's window), a window with
+// causal == false, null pointers.
+// Reference: attention()'s reference per sequence with the paged row addressing; a sequence's
+// output is bit-identical whatever other sequences share the call (and equals attention()'s
+// reference on a contiguous copy of its K/V).
+// Fast: one work list over all sequences, run over ctx.pool in one round trip: prefill items
+// (sequence, kv head, block of 4 tokens) and decode items (n_tokens == 1: sequence, kv head,
+// slice of its positions; slices merged as in flash-decoding). The slices are sized from the
+// whole call's work and the pool size, so a few long sequences still fill every thread while
+// many sequences are not split. Relative error ~1e-7; the slicing, hence the last bits of a
+// decode sequence's output, depends on the rest of the batch and on the pool size.
+struct AttentionSeq {
+  int64_t q_start = 0;   // first query row of this sequence in q / out (rows are tokens)
+  int64_t n_tokens = 0;  // its queries: the last n_tokens of its n_kv positions (causal)
+  int64_t n_kv = 0;      // positions 0 .. n_kv-1 (n_tokens <= n_kv)
+  // [ceil(n_kv / block_size)] physical block of positions [b*block_size, (b+1)*block_size);
+  // an entry that no query of the sequence can see (before its sliding window) may be -1
+  // and must not be read.
+  const int32_t* block_table = nullptr;
+};
+struct PagedAttentionShape {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t kv_row_stride = 0;  // floats between rows of k/v (>= n_head_kv * head_dim)
+  int64_t block_size = 0;     // rows per block (> 0)
+  int64_t n_blocks = 0;       // blocks in k/v: every table entry read must be in [0, n_blocks)
+  float scale = 1.0f;
+  int64_t window = 0;  // > 0: a token at position p sees only p - window < j <= p
+  bool causal = true;  // false: every query sees all n_kv positions (encoders); window must be 0
+};
+Status paged_attention(const OpContext& ctx, const PagedAttentionShape& s,
+                       std::span<const AttentionSeq> seqs, const float* q, const float* k,
+                       const float* v, float* out);
 
 }  // namespace rinfer::cpu

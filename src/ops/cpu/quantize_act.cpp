@@ -181,5 +181,18 @@ QActs qacts_view(const QActsLayout& l, int64_t n, void* mem) {
   return a;
 }
 
+QActs qacts_rows(const QActs& a, int64_t t0, int64_t n) {
+  const QActsLayout& l = a.layout;
+  QActs r = a;
+  r.n = n;
+  r.qs = a.qs + t0 * l.kp;
+  r.dexp = a.dexp + t0 * (l.kp / 4);
+  r.d32 = a.d32 + t0 * l.g32;
+  r.s32 = a.s32 + t0 * l.g32;
+  r.s16 = a.s16 + t0 * l.g16;
+  r.qs4 = a.qs4 + t0 * l.k4;
+  return r;
+}
+
 }  // namespace rinfer::cpu::internal
 #endif  // HWY_ONCE

@@ -10,6 +10,7 @@
 #include "hwy/contrib/math/math-inl.h"
 // clang-format on
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/ops.h"
@@ -31,7 +32,19 @@ void SwigluSpan(const float* gate, const float* up, int64_t n, float* out) {
     const auto s = hn::Div(g, hn::Add(one, e));
     hn::StoreU(hn::Mul(s, hn::LoadU(df, up + i)), df, out + i);
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  // The tail through the same vector arithmetic (partial loads), so an element's result never
+  // depends on where the span ends (batch invariance).
+  if (i < n) {
+    const auto m = static_cast<size_t>(n - i);
+    HWY_ALIGN float gb[HWY_MAX_BYTES / 4] = {}, ub[HWY_MAX_BYTES / 4] = {};
+    std::copy(gate + i, gate + n, gb);
+    std::copy(up + i, up + n, ub);
+    const auto g = hn::Load(df, gb);
+    const auto e = hn::Exp(df, hn::Min(hn::Neg(g), hi));
+    const auto s = hn::Div(g, hn::Add(one, e));
+    hn::Store(hn::Mul(s, hn::Load(df, ub)), df, gb);
+    std::copy(gb, gb + m, out + i);
+  }
 }
 
 }  // namespace rinfer::cpu::HWY_NAMESPACE
@@ -51,14 +64,19 @@ void swiglu(const OpContext& ctx, const float* gate, const float* up, int64_t n,
     }
     return;
   }
-  const auto fn = [&](int64_t i0, int64_t i1) {
+  // Spans start at multiples of 64 elements, so an element is in the same vector lane however
+  // the work is split.
+  constexpr int64_t kUnit = 64;
+  const auto fn = [&](int64_t u0, int64_t u1) {
+    const int64_t i0 = u0 * kUnit, i1 = std::min(n, u1 * kUnit);
     HWY_DYNAMIC_DISPATCH(SwigluSpan)(gate + i0, up + i0, i1 - i0, out + i0);
   };
+  const int64_t units = (n + kUnit - 1) / kUnit;
   // ~0.25 ns per element: split only above ~100 us of work (a pool round trip is up to ~50 us).
   if (ctx.pool != nullptr && ctx.pool->size() > 1 && n >= (int64_t{1} << 19)) {
-    ctx.pool->parallel_for(0, n, 8192, fn);
+    ctx.pool->parallel_for(0, units, 8192 / kUnit, fn);
   } else {
-    fn(0, n);
+    fn(0, units);
   }
 }
 
