@@ -59,6 +59,20 @@ Result<KvCache> DecoderModel::create_cache(int64_t n_ctx) const {
   return KvCache::create(hp.n_layer, n_ctx, hp.kv_dim());
 }
 
+Result<kv::KvSpec> DecoderModel::kv_spec(int64_t n_ctx, int64_t block_size) const {
+  const DecoderHParams& hp = hparams();
+  std::vector<int64_t> windows(static_cast<size_t>(hp.n_layer), 0);
+  for (size_t l = 0; l < hp.layer_attn.size() && l < windows.size(); ++l) {
+    windows[l] = hp.layer_attn[l].window;
+  }
+  return kv::KvSpec::make(windows, hp.kv_dim(), DType::kF32, block_size, n_ctx);
+}
+
+Result<std::unique_ptr<DecoderRunner>> DecoderModel::create_runner(
+    const RunnerOptions& /*opts*/) const {
+  return unsupported("{}: this backend has no multi-sequence runner yet", architecture());
+}
+
 Result<DeviceDecodeResult> DecoderModel::decode_on_device(KvCache& /*cache*/,
                                                           const DeviceDecode& /*d*/) {
   return unsupported("decode_on_device: this model samples on the host only ({})", architecture());

@@ -29,6 +29,8 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "kv/kv_spec.h"
+#include "models/forward_batch.h"
 #include "ops/cpu/ops.h"
 #include "rinfer/status.h"
 
@@ -38,6 +40,9 @@ struct ModelInfo;
 
 class KvCache;
 struct SamplingParams;
+namespace kv {
+class KvArena;
+}  // namespace kv
 
 enum class ModelTask : uint8_t {
   kTextGeneration,  // decoder-only LLM: logits for the next token
@@ -166,6 +171,30 @@ struct DeviceDecodeResult {
   int64_t discarded = 0;  // steps queued ahead of a stop and dropped (their draws unused)
 };
 
+// Executes multi-sequence forward batches of one DecoderModel on one device: the mutable half of
+// a model (scratch buffers sized once for max_tokens rows; on CUDA, streams and graphs). The
+// model's weights are shared and read-only, so several runners can serve one model.
+struct RunnerOptions {
+  int64_t max_tokens = 512;  // rows per forward batch (sizes the scratch)
+  int64_t max_seqs = 256;    // sequences per forward batch
+};
+
+class DecoderRunner {
+ public:
+  virtual ~DecoderRunner() = default;
+  virtual const RunnerOptions& options() const = 0;
+  virtual Device device() const = 0;
+  // Runs the batch (check_forward_batch first): writes the keys and values of its tokens into
+  // their blocks of `kv` and the logits of batch.logit_rows to logits [n_out, n_vocab]. The
+  // blocks of positions before each sequence's new tokens are only read. kCancelled when
+  // batch.cancel reads true between layers (the new tokens' blocks then hold partial values,
+  // which the engine treats as not computed).
+  virtual Status forward(const ForwardBatch& batch, kv::KvArena& kv, float* logits) = 0;
+  // An arena for `spec` on the runner's device, zero-filled: n_blocks[g] blocks of group g.
+  virtual Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
+                                                            std::span<const int32_t> n_blocks) = 0;
+};
+
 class DecoderModel : public ModelSample {
  public:
   ModelTask task() const override { return ModelTask::kTextGeneration; }
@@ -180,6 +209,12 @@ class DecoderModel : public ModelSample {
   // A KV cache for n_ctx positions that this model can run against (host f32 on CPU; device
   // memory for a CUDA model; windowed layers may hold fewer rows).
   virtual Result<KvCache> create_cache(int64_t n_ctx) const;
+
+  // The paged KV layout this model runs against: one group per distinct attention window,
+  // kv_dim from the hyper-parameters, the device's element type (f32 on the CPU).
+  virtual Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const;
+  // A runner on the model's device (unsupported until the backend has one).
+  virtual Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const;
 
   // Device memory in use (weights + scratch + caches), 0 on CPU; peak since load.
   virtual uint64_t device_bytes_peak() const { return 0; }

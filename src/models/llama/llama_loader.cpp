@@ -334,15 +334,24 @@ Status LlamaModel::convert_weights() {
   return ok_status();
 }
 
+Result<ForwardScratch> ForwardScratch::create(const DecoderHParams& hp, int64_t rows) {
+  const int64_t q_dim = hp.n_head * hp.head_dim;
+  ForwardScratch s;
+  s.rows = rows;
+  RINFER_ASSIGN_OR_RETURN(s.x, Tensor::empty({rows, hp.n_embd}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.h, Tensor::empty({rows, hp.n_embd}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.q, Tensor::empty({rows, q_dim}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.attn, Tensor::empty({rows, q_dim}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.gate, Tensor::empty({rows, hp.n_ff}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.up, Tensor::empty({rows, hp.n_ff}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.k, Tensor::empty({rows, hp.kv_dim()}, DType::kF32));
+  RINFER_ASSIGN_OR_RETURN(s.v, Tensor::empty({rows, hp.kv_dim()}, DType::kF32));
+  return s;
+}
+
 Status LlamaModel::allocate_scratch() {
-  const int64_t b = opts_.max_batch, q_dim = hp_.n_head * hp_.head_dim;
-  RINFER_ASSIGN_OR_RETURN(x_, Tensor::empty({b, hp_.n_embd}, DType::kF32));
-  RINFER_ASSIGN_OR_RETURN(h_, Tensor::empty({b, hp_.n_embd}, DType::kF32));
-  RINFER_ASSIGN_OR_RETURN(q_, Tensor::empty({b, q_dim}, DType::kF32));
-  RINFER_ASSIGN_OR_RETURN(attn_, Tensor::empty({b, q_dim}, DType::kF32));
-  RINFER_ASSIGN_OR_RETURN(gate_, Tensor::empty({b, hp_.n_ff}, DType::kF32));
-  RINFER_ASSIGN_OR_RETURN(up_, Tensor::empty({b, hp_.n_ff}, DType::kF32));
-  rows_.reserve(static_cast<size_t>(b));
+  RINFER_ASSIGN_OR_RETURN(scratch_, ForwardScratch::create(hp_, opts_.max_batch));
+  rows_.reserve(static_cast<size_t>(opts_.max_batch));
   return ok_status();
 }
 

@@ -89,58 +89,111 @@ Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logit
   return ok_status();
 }
 
+float LlamaModel::attention_scale() const {
+  return hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+}
+
+namespace {
+
+// The single-sequence KV cache (engine/kv_cache.h): new keys and values go straight into their
+// cache rows; a chunk that would cross a ring's end is made in scratch and copied in two pieces.
+class CacheAccess final : public KvAccess {
+ public:
+  CacheAccess(const LlamaModel& m, ForwardScratch& s, KvCache& cache, int64_t nt)
+      : m_(m), s_(s), cache_(cache), nt_(nt), n_past_(cache.size()) {}
+
+  void new_kv(int64_t il, float** k, float** v) override {
+    const int64_t kv_dim = m_.hparams().kv_dim();
+    const int64_t row0 = cache_.row_of(il, n_past_);
+    wraps_ = row0 + nt_ > cache_.rows(il);
+    *k = wraps_ ? s_.k.mutable_data_as<float>() : cache_.k(il) + row0 * kv_dim;
+    *v = wraps_ ? s_.v.mutable_data_as<float>() : cache_.v(il) + row0 * kv_dim;
+  }
+
+  Status attend(int64_t il, const float* q, float* attn) override {
+    const DecoderHParams& hp = m_.hparams();
+    const int64_t kv_dim = hp.kv_dim(), kv_rows = cache_.rows(il);
+    if (wraps_) {
+      const int64_t row0 = cache_.row_of(il, n_past_);
+      copy_to_ring(s_.k.data_as<float>(), nt_, kv_dim, cache_.k(il), kv_rows, row0);
+      copy_to_ring(s_.v.data_as<float>(), nt_, kv_dim, cache_.v(il), kv_rows, row0);
+    }
+    cpu::AttentionShape as;
+    as.n_tokens = nt_;
+    as.n_kv = n_past_ + nt_;
+    as.n_head = hp.n_head;
+    as.n_head_kv = hp.n_head_kv;
+    as.head_dim = hp.head_dim;
+    as.kv_row_stride = kv_dim;
+    as.scale = m_.attention_scale();
+    as.window = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(il)].window;
+    as.kv_rows = cache_.is_ring(il) ? kv_rows : 0;
+    return cpu::attention(m_.ops(), as, q, cache_.k(il), cache_.v(il), attn);
+  }
+
+ private:
+  const LlamaModel& m_;
+  ForwardScratch& s_;
+  KvCache& cache_;
+  int64_t nt_;
+  int64_t n_past_;
+  bool wraps_ = false;
+};
+
+}  // namespace
+
 Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
                                  std::span<const int32_t> positions, std::span<const int32_t> rows,
                                  KvCache& cache, float* logits, const std::atomic<bool>* cancel) {
-  const cpu::OpContext& ctx = opts_.ops;
   const auto nt = static_cast<int64_t>(tokens.size());
   const int64_t n_past = cache.size();
-  const int64_t e = hp_.n_embd, hd = hp_.head_dim, kv_dim = hp_.kv_dim();
-  const int64_t q_dim = hp_.n_head * hd, n_ff = hp_.n_ff;
-
-  float* x = x_.mutable_data_as<float>();        // [nt, n_embd]
-  float* h = h_.mutable_data_as<float>();        // [nt, n_embd]
-  float* q = q_.mutable_data_as<float>();        // [nt, n_head, head_dim]
-  float* attn = attn_.mutable_data_as<float>();  // [nt, n_head, head_dim]
-  float* gate = gate_.mutable_data_as<float>();  // [nt, n_ff]
-  float* up = up_.mutable_data_as<float>();      // [nt, n_ff]
-
-  RINFER_RETURN_IF_ERROR(cpu::get_rows(tok_embd_, tokens, x));
-  if (hp_.embd_scale != 1.0f) {
-    for (int64_t i = 0; i < nt * e; ++i) x[i] *= hp_.embd_scale;
-  }
-  if (observer_) observer_(-1, n_past, x, nt, e);
   // Ring rows about to be overwritten may hold positions a later truncate() would need.
   cache.note_written(n_past + nt);
+  CacheAccess kv(*this, scratch_, cache, nt);
+  RINFER_RETURN_IF_ERROR(
+      run_layers(opts_.ops, scratch_, tokens, {}, positions, kv, n_past, cancel));
+  if (rows.empty()) return ok_status();
+  return compute_logits(opts_.ops, scratch_, rows, logits);
+}
 
-  cpu::AttentionShape as;
-  as.n_tokens = nt;
-  as.n_kv = n_past + nt;
-  as.n_head = hp_.n_head;
-  as.n_head_kv = hp_.n_head_kv;
-  as.head_dim = hd;
-  as.kv_row_stride = kv_dim;
-  as.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
+                              std::span<const int32_t> tokens, std::span<const float> embeddings,
+                              std::span<const int32_t> positions, KvAccess& kv, int64_t pos0,
+                              const std::atomic<bool>* cancel) const {
+  const auto nt = static_cast<int64_t>(tokens.size());
+  const int64_t e = hp_.n_embd, hd = hp_.head_dim, kv_dim = hp_.kv_dim();
+  const int64_t q_dim = hp_.n_head * hd, n_ff = hp_.n_ff;
+  if (nt > s.rows) {
+    return internal_error("forward: {} tokens for scratch of {} rows", nt, s.rows);
+  }
+
+  float* x = s.x.mutable_data_as<float>();        // [nt, n_embd]
+  float* h = s.h.mutable_data_as<float>();        // [nt, n_embd]
+  float* q = s.q.mutable_data_as<float>();        // [nt, n_head, head_dim]
+  float* attn = s.attn.mutable_data_as<float>();  // [nt, n_head, head_dim]
+  float* gate = s.gate.mutable_data_as<float>();  // [nt, n_ff]
+  float* up = s.up.mutable_data_as<float>();      // [nt, n_ff]
+
+  if (embeddings.empty()) {
+    RINFER_RETURN_IF_ERROR(cpu::get_rows(tok_embd_, tokens, x));
+    if (hp_.embd_scale != 1.0f) {
+      for (int64_t i = 0; i < nt * e; ++i) x[i] *= hp_.embd_scale;
+    }
+  } else {
+    std::memcpy(x, embeddings.data(), static_cast<size_t>(nt * e) * sizeof(float));
+  }
+  if (observer_) observer_(-1, pos0, x, nt, e);
+
   cpu::RopeParams rope = hp_.rope;
-
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return cancelled_error("cancelled before layer {} of {} (position {})", il, hp_.n_layer,
-                             n_past);
+                             pos0);
     }
     const LayerWeights& l = layers_[static_cast<size_t>(il)];
-    // The new keys and values go straight into their cache rows: [nt, n_head_kv, head_dim]
-    // (a ring layer: from row n_past % rows). When they would cross a ring's end they are made
-    // in scratch (attn_ and gate_ are free until the attention) and copied in two pieces.
-    const int64_t kv_rows = cache.rows(il);
-    const int64_t row0 = cache.row_of(il, n_past);
-    const bool wraps = row0 + nt > kv_rows;
-    float* k_new = wraps ? attn : cache.k(il) + row0 * kv_dim;
-    float* v_new = wraps ? gate : cache.v(il) + row0 * kv_dim;
-    if (wraps && kv_dim > n_ff) {
-      return internal_error("forward: no scratch for a wrapping chunk (kv_dim {} > n_ff {})",
-                            kv_dim, n_ff);
-    }
+    float* k_new = nullptr;  // [nt, n_head_kv, head_dim]
+    float* v_new = nullptr;
+    kv.new_kv(il, &k_new, &v_new);
 
     cpu::rms_norm(ctx, x, l.attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     if (opts_.fusion.qkv) {
@@ -165,16 +218,10 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
       const DecoderHParams::LayerAttn& la = hp_.layer_attn[static_cast<size_t>(il)];
       rope.freq_base = la.rope_base;
       rope.freq_scale = la.rope_scale;
-      as.window = la.window;
     }
     cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, rope);
     cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, rope);
-    if (wraps) {
-      copy_to_ring(k_new, nt, kv_dim, cache.k(il), kv_rows, row0);
-      copy_to_ring(v_new, nt, kv_dim, cache.v(il), kv_rows, row0);
-    }
-    as.kv_rows = cache.is_ring(il) ? kv_rows : 0;
-    RINFER_RETURN_IF_ERROR(cpu::attention(ctx, as, q, cache.k(il), cache.v(il), attn));
+    RINFER_RETURN_IF_ERROR(kv.attend(il, q, attn));
     RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn, nt, h));  // h: [nt, n_embd]
     if (hp_.post_norms) {
       cpu::rms_norm(ctx, h, l.post_attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
@@ -200,10 +247,16 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
       cpu::rms_norm(ctx, h, l.post_ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     }
     cpu::add(ctx, x, h, nt * e, x);
-    if (observer_) observer_(il, n_past, x, nt, e);
+    if (observer_) observer_(il, pos0, x, nt, e);
   }
+  return ok_status();
+}
 
-  if (rows.empty()) return ok_status();
+Status LlamaModel::compute_logits(const cpu::OpContext& ctx, ForwardScratch& s,
+                                  std::span<const int32_t> rows, float* logits) const {
+  const int64_t e = hp_.n_embd;
+  float* x = s.x.mutable_data_as<float>();
+  float* h = s.h.mutable_data_as<float>();
   // Only the requested rows go through the output norm and the (large) output projection.
   const auto n_out = static_cast<int64_t>(rows.size());
   for (int64_t r = 0; r < n_out; ++r) {

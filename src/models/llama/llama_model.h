@@ -59,6 +59,32 @@ struct LayerWeights {
   Tensor post_attn_norm, post_ffn_norm;  // [n_embd] f32, norms of the block outputs
 };
 
+// The activations of one forward pass, sized once for `rows` tokens.
+struct ForwardScratch {
+  int64_t rows = 0;
+  Tensor x;     // [rows, n_embd]            residual stream
+  Tensor h;     // [rows, n_embd]            normed input / block output
+  Tensor q;     // [rows, n_head * head_dim] queries
+  Tensor attn;  // [rows, n_head * head_dim] attention output
+  Tensor gate;  // [rows, n_ff]
+  Tensor up;    // [rows, n_ff]
+  Tensor k;     // [rows, kv_dim]            new keys, when not computed in their cache rows
+  Tensor v;     // [rows, kv_dim]            new values
+  static Result<ForwardScratch> create(const DecoderHParams& hp, int64_t rows);
+};
+
+// The KV side of the layer loop: where each layer's new keys and values are computed and how
+// the layer attends over its cache (a contiguous single-sequence cache, or paged blocks).
+class KvAccess {
+ public:
+  virtual ~KvAccess() = default;
+  // Where layer il's new keys and values ([nt, kv_dim] each) are written by the projections.
+  virtual void new_kv(int64_t il, float** k, float** v) = 0;
+  // After RoPE of q and of the new keys: stores them where they belong and writes the
+  // attention of q [nt, n_head, head_dim] to attn (same shape).
+  virtual Status attend(int64_t il, const float* q, float* attn) = 0;
+};
+
 class LlamaModel final : public DecoderModel {
  public:
   // Binds and validates every tensor (a missing one or a wrong shape is an error naming the
@@ -82,6 +108,24 @@ class LlamaModel final : public DecoderModel {
   // Sliding-window layers as rings of min(n_ctx, window + max_batch - 1) rows, global layers
   // n_ctx rows (a uniform cache for models without windows).
   Result<KvCache> create_cache(int64_t n_ctx) const override;
+
+  // A CPU runner (llama_runner.cpp): multi-sequence batches over a paged host KV arena.
+  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const override;
+
+  // The layer loop over nt = tokens.size() rows of `s` (the embedding, every block): leaves the
+  // residual stream in s.x. `embeddings` ([nt, n_embd], optional) replaces the token
+  // embeddings. pos0 names the first position for the observer and for errors. kCancelled
+  // before a layer when `cancel` (may be null) reads true.
+  // `ctx`: the model's kernels with per-call settings (OpContext::single_rows).
+  Status run_layers(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> tokens,
+                    std::span<const float> embeddings, std::span<const int32_t> positions,
+                    KvAccess& kv, int64_t pos0, const std::atomic<bool>* cancel) const;
+  // The output norm and projection of rows `rows` (ascending) of s.x: logits [rows, n_vocab].
+  Status compute_logits(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> rows,
+                        float* logits) const;
+  float attention_scale() const;
+  const cpu::OpContext& ops() const { return opts_.ops; }
+  const LoadOptions& load_options() const { return opts_; }
 
   // Sees the residual stream of every forward chunk: after the embedding (and its scale) with
   // layer -1, then after each block il. x is [n_tokens, n_embd], rows for positions pos0 ...
@@ -123,13 +167,8 @@ class LlamaModel final : public DecoderModel {
   Tensor output_;       // [n_vocab, n_embd] (== tok_embd_ when tied)
   std::vector<LayerWeights> layers_;
 
-  // Scratch, allocated once for max_batch tokens.
-  Tensor x_;                   // [max_batch, n_embd]            residual stream
-  Tensor h_;                   // [max_batch, n_embd]            normed input / block output
-  Tensor q_;                   // [max_batch, n_head * head_dim] queries
-  Tensor attn_;                // [max_batch, n_head * head_dim] attention output
-  Tensor gate_;                // [max_batch, n_ff]
-  Tensor up_;                  // [max_batch, n_ff]
+  // Scratch of the single-sequence path (infer), allocated once for max_batch tokens.
+  ForwardScratch scratch_;
   std::vector<int32_t> rows_;  // [<= max_batch] a chunk's logit rows (capacity reserved once)
   LayerObserver observer_;
 };

@@ -1,0 +1,400 @@
+#include "engine/engine_core.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/memory_plan.h"
+
+namespace rinfer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kEndOfGeneration: return "end of generation";
+    case FinishReason::kStopString: return "stop string";
+    case FinishReason::kMaxTokens: return "max tokens";
+    case FinishReason::kContextFull: return "context full";
+    case FinishReason::kAborted: return "aborted";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+int64_t Request::max_length(int64_t n_ctx) const {
+  if (params.max_tokens <= 0) return n_ctx;
+  return std::min(n_ctx, n_prompt + params.max_tokens);
+}
+
+EngineCore::EngineCore(const DecoderModel& model, EngineCoreOptions opts, TextStreamFactory text)
+    : model_(model), opts_(std::move(opts)), text_factory_(std::move(text)) {}
+
+EngineCore::~EngineCore() = default;
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(const DecoderModel& model,
+                                                       EngineCoreOptions opts,
+                                                       TextStreamFactory text) {
+  std::unique_ptr<EngineCore> e(new EngineCore(model, std::move(opts), std::move(text)));
+  RINFER_RETURN_IF_ERROR(e->init());
+  return e;
+}
+
+Status EngineCore::init() {
+  SchedulerConfig& sc = opts_.scheduler;
+  if (opts_.n_ctx <= 0) return invalid_argument("engine: n_ctx {} must be positive", opts_.n_ctx);
+  if (sc.max_batched_tokens <= 0 || sc.max_seqs <= 0) {
+    return invalid_argument("engine: max_batched_tokens {} and max_seqs {} must be positive",
+                            sc.max_batched_tokens, sc.max_seqs);
+  }
+  if (sc.max_seqs > sc.max_batched_tokens) {
+    // Every running request must get its decode token in a step.
+    return invalid_argument("engine: max_seqs {} exceeds max_batched_tokens {}", sc.max_seqs,
+                            sc.max_batched_tokens);
+  }
+  if (!(sc.watermark >= 0.0 && sc.watermark < 1.0)) {
+    return invalid_argument("engine: watermark {} must be in [0, 1)", sc.watermark);
+  }
+  const bool contiguous = opts_.layout == kv::Layout::kContiguous;
+  if (!contiguous && opts_.block_size <= 0) {
+    return invalid_argument("engine: block_size {} must be positive", opts_.block_size);
+  }
+  RINFER_ASSIGN_OR_RETURN(kv::KvSpec spec,
+                          model_.kv_spec(opts_.n_ctx, contiguous ? opts_.n_ctx : opts_.block_size));
+  // Contiguous: a block is a whole sequence, so the pool is the seats; prefix sharing needs
+  // blocks smaller than a sequence.
+  if (contiguous) {
+    opts_.prefix_caching = false;
+    sc.watermark = 0.0;
+  }
+  sc.reserve_max_length = opts_.reserve_max_length || contiguous;
+  std::vector<int32_t> n_blocks(static_cast<size_t>(spec.n_groups()));
+  for (int32_t g = 0; g < spec.n_groups(); ++g) {
+    const int64_t n = opts_.kv_blocks > 0 ? opts_.kv_blocks
+                      : contiguous
+                          ? sc.max_seqs
+                          : sc.max_seqs * spec.max_blocks_per_seq(g, sc.max_batched_tokens);
+    if (n > INT32_MAX / 2) return invalid_argument("engine: {} KV blocks are too many", n);
+    n_blocks[static_cast<size_t>(g)] = static_cast<int32_t>(n);
+  }
+  uint64_t bytes = 0;
+  for (int32_t g = 0; g < spec.n_groups(); ++g) {
+    bytes += spec.block_bytes(g) * static_cast<uint64_t>(n_blocks[static_cast<size_t>(g)]);
+  }
+  RunnerOptions ro;
+  ro.max_tokens = sc.max_batched_tokens;
+  ro.max_seqs = sc.max_seqs;
+  RINFER_ASSIGN_OR_RETURN(runner_, model_.create_runner(ro));
+  if (auto avail = memory_available(runner_->device()); avail.ok()) {
+    MemoryPlan plan;
+    plan.items.push_back({fmt::format("the KV cache ({} seats x {} positions, {})", sc.max_seqs,
+                                      opts_.n_ctx, spec.describe()),
+                          bytes});
+    plan.hint = "lower max_seqs or the context, or use kv_cache.layout paged";
+    RINFER_RETURN_IF_ERROR(check_memory_plan(plan, *avail));
+  }
+  RINFER_ASSIGN_OR_RETURN(arena_, runner_->create_arena(spec, n_blocks));
+  kv::KvManagerOptions ko;
+  ko.n_blocks = n_blocks;
+  ko.prefix_caching = opts_.prefix_caching;
+  if (opts_.swap_blocks > 0) {
+    ko.n_host_blocks.assign(n_blocks.size(), opts_.swap_blocks);
+    RINFER_ASSIGN_OR_RETURN(auto host, kv::HostKvArena::create(spec, ko.n_host_blocks));
+    host_arena_ = std::move(host);
+  }
+  RINFER_ASSIGN_OR_RETURN(kv::KvManager m, kv::KvManager::create(spec, ko));
+  kv_ = std::make_unique<kv::KvManager>(std::move(m));
+  scheduler_ = std::make_unique<Scheduler>(sc, *kv_, opts_.n_ctx);
+  logits_.resize(static_cast<size_t>(sc.max_seqs * model_.hparams().n_vocab));
+  return ok_status();
+}
+
+Result<RequestId> EngineCore::submit(RequestParams p) {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  if (p.prompt.empty()) return invalid_argument("the prompt is empty");
+  for (size_t i = 0; i < p.prompt.size(); ++i) {
+    if (p.prompt[i] < 0 || p.prompt[i] >= n_vocab) {
+      return invalid_argument("prompt token {} (at {}) is out of the vocabulary [0, {})",
+                              p.prompt[i], i, n_vocab);
+    }
+  }
+  if (static_cast<int64_t>(p.prompt.size()) >= opts_.n_ctx) {
+    return out_of_range(
+        "the prompt is {} tokens but the context holds {} (context_length), with room for at "
+        "least one generated token: shorten the prompt or raise context_length",
+        p.prompt.size(), opts_.n_ctx);
+  }
+  if (p.max_tokens < 0) return invalid_argument("max_tokens {} is negative", p.max_tokens);
+  RINFER_RETURN_IF_ERROR(p.sampling.validate().with_context("sampling"));
+
+  auto r = std::make_unique<Request>();
+  r->n_prompt = static_cast<int64_t>(p.prompt.size());
+  r->tokens = p.prompt;
+  r->tokens.reserve(static_cast<size_t>(r->max_length(opts_.n_ctx)));
+  r->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
+  if (text_factory_) r->text = text_factory_();
+  r->stop = StopStringFilter(p.stop);
+  r->stats.prompt_tokens = r->n_prompt;
+  r->submitted = Clock::now();
+  r->params = std::move(p);
+  RequestId id = 0;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    id = next_id_++;
+    r->id = id;
+    r->arrival = id;
+    inbox_.push_back(std::move(r));
+    live_.fetch_add(1);
+  }
+  inbox_cv_.notify_all();
+  return id;
+}
+
+void EngineCore::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    aborts_.push_back(id);
+  }
+  inbox_cv_.notify_all();
+}
+
+bool EngineCore::has_work() const {
+  if (live_.load() > 0) return true;
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  return !aborts_.empty();
+}
+
+void EngineCore::wait_for_work(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(inbox_mu_);
+  inbox_cv_.wait_for(lock, timeout, [&] { return live_.load() > 0 || !aborts_.empty(); });
+}
+
+void EngineCore::admit_inbox() {
+  std::vector<std::unique_ptr<Request>> fresh;
+  std::vector<RequestId> aborts;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    fresh.swap(inbox_);
+    aborts.swap(aborts_);
+  }
+  for (std::unique_ptr<Request>& r : fresh) {
+    Request* p = r.get();
+    requests_.emplace(p->id, std::move(r));
+    scheduler_->add(p);
+  }
+  for (RequestId id : aborts) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) finish(*it->second, FinishReason::kAborted, ok_status());
+  }
+}
+
+void EngineCore::finish(Request& r, FinishReason why, Status error, std::string text,
+                        std::span<const int32_t> tokens, int32_t sampled) {
+  scheduler_->remove(&r);
+  if (r.text && why != FinishReason::kStopString && why != FinishReason::kError) {
+    // What the detokenizer and the stop filter still hold belongs to the reply.
+    text += r.stop.push(r.text->finish());
+    text += r.stop.flush();
+  }
+  r.stats.generated_tokens = r.n_generated();
+  r.stats.total_ms = ms_between(r.submitted, Clock::now());
+  ++stats_.finished;
+  RequestEvent ev;
+  ev.id = r.id;
+  ev.tokens = tokens;
+  ev.text = text;
+  ev.logits = tokens.empty() ? std::span<const float>() : std::span<const float>(r.logits);
+  ev.sampled = sampled;
+  ev.finish = why;
+  ev.error = std::move(error);
+  ev.stats = &r.stats;
+  if (r.params.on_event) r.params.on_event(ev);
+  const RequestId id = r.id;
+  requests_.erase(id);  // r is gone
+  live_.fetch_sub(1);
+}
+
+Status EngineCore::build_batch(const SchedulerOutput& s) {
+  tokens_.clear();
+  positions_.clear();
+  query_start_.assign(1, 0);
+  kv_len_.clear();
+  logit_rows_.clear();
+  int64_t stride = 1;
+  for (const ScheduledSeq& q : s.seqs) {
+    const Request& r = *q.req;
+    for (int64_t i = r.computed; i < r.computed + q.n_new; ++i) {
+      tokens_.push_back(r.tokens[static_cast<size_t>(i)]);
+      positions_.push_back(static_cast<int32_t>(i));
+    }
+    query_start_.push_back(static_cast<int32_t>(tokens_.size()));
+    kv_len_.push_back(static_cast<int32_t>(r.computed + q.n_new));
+    if (r.computed + q.n_new == static_cast<int64_t>(r.tokens.size())) {
+      logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+    }
+    stride = std::max(stride, kv_->spec().blocks_for(r.computed + q.n_new));
+  }
+  const int32_t n_groups = kv_->spec().n_groups();
+  const auto n_seq = static_cast<int64_t>(s.seqs.size());
+  tables_.assign(static_cast<size_t>(n_groups * n_seq * stride), kv::kNoBlock);
+  for (int32_t g = 0; g < n_groups; ++g) {
+    for (int64_t i = 0; i < n_seq; ++i) {
+      const auto t = kv_->table(s.seqs[static_cast<size_t>(i)].req->id, g);
+      const auto n = std::min<int64_t>(stride, static_cast<int64_t>(t.size()));
+      std::copy(t.begin(), t.begin() + n, tables_.begin() + (g * n_seq + i) * stride);
+    }
+  }
+  return ok_status();
+}
+
+void EngineCore::sample_and_stream(Request& r, std::span<float> row, StepStats& st) {
+  if (r.params.want_logits) r.logits.assign(row.begin(), row.end());
+  Result<int32_t> tok = r.sampler->sample(row, r.tokens);
+  if (!tok.ok()) {
+    const Status& e = tok.status();
+    finish(r, FinishReason::kError,
+           e.code() == StatusCode::kDataLoss
+               ? Status(e.code(), fmt::format("the model produced non-finite logits at generation "
+                                              "step {}: {}",
+                                              r.n_generated() + 1, e.message()))
+               : e);
+    ++st.n_finished;
+    return;
+  }
+  const auto now = Clock::now();
+  const int32_t sampled = *tok;
+  const auto forced_at = static_cast<size_t>(r.n_generated());
+  r.tokens.push_back(forced_at < r.params.forced.size() ? r.params.forced[forced_at] : sampled);
+  const int32_t last = r.tokens.back();
+  ++st.n_sampled;
+  ++stats_.generated_tokens;
+  if (r.n_generated() == 1) r.stats.ttft_ms = ms_between(r.submitted, now);
+  r.stats.generated_tokens = r.n_generated();
+  FinishReason why = FinishReason::kNone;
+  std::string text;
+  if (r.text && !r.params.ignore_eos && r.text->is_end_of_generation(last)) {
+    why = FinishReason::kEndOfGeneration;
+  } else {
+    if (r.text) {
+      text = r.stop.push(r.text->push(last));
+      if (r.stop.stopped()) why = FinishReason::kStopString;
+    }
+    if (why == FinishReason::kNone && r.params.max_tokens > 0 &&
+        r.n_generated() >= r.params.max_tokens) {
+      why = FinishReason::kMaxTokens;
+    }
+    if (why == FinishReason::kNone && static_cast<int64_t>(r.tokens.size()) >= opts_.n_ctx) {
+      why = FinishReason::kContextFull;
+    }
+  }
+  const std::span<const int32_t> new_tokens(&last, 1);
+  if (why != FinishReason::kNone) {
+    ++st.n_finished;
+    finish(r, why, ok_status(), std::move(text), new_tokens, sampled);
+    return;
+  }
+  RequestEvent ev;
+  ev.id = r.id;
+  ev.tokens = new_tokens;
+  ev.text = text;
+  ev.logits = r.logits;
+  ev.sampled = sampled;
+  ev.stats = &r.stats;
+  if (r.params.on_event) r.params.on_event(ev);
+}
+
+Result<StepStats> EngineCore::step() {
+  StepStats st;
+  admit_inbox();
+  RINFER_ASSIGN_OR_RETURN(SchedulerOutput s, scheduler_->schedule());
+  for (auto& [r, why] : s.failed) {
+    finish(*r, FinishReason::kError, why);
+    ++st.n_finished;
+  }
+  st.n_preempted = s.n_preempted;
+  stats_.preemptions += s.n_preempted;
+  if (s.seqs.empty()) return st;
+  ++stats_.steps;
+  // One-token sequences lead the batch: the runner computes their rows as it would alone.
+  std::stable_partition(s.seqs.begin(), s.seqs.end(),
+                        [](const ScheduledSeq& q) { return q.n_new == 1; });
+  if (!s.swap_out.empty()) RINFER_RETURN_IF_ERROR(arena_->copy_blocks(*host_arena_, s.swap_out));
+  if (!s.swap_in.empty()) RINFER_RETURN_IF_ERROR(host_arena_->copy_blocks(*arena_, s.swap_in));
+  RINFER_RETURN_IF_ERROR(build_batch(s));
+  ForwardBatch b;
+  b.tokens = tokens_;
+  b.positions = positions_;
+  b.query_start = query_start_;
+  b.kv_len = kv_len_;
+  b.block_tables = tables_;
+  b.table_stride = static_cast<int32_t>(
+      tables_.size() / (static_cast<size_t>(kv_->spec().n_groups()) * s.seqs.size()));
+  b.logit_rows = logit_rows_;
+  b.cancel = &interrupt_;
+  st.n_seqs = static_cast<int64_t>(s.seqs.size());
+  st.n_tokens = b.n_tokens();
+  const auto t0 = Clock::now();
+  for (const ScheduledSeq& q : s.seqs) {
+    if (!q.req->scheduled_once) {
+      q.req->scheduled_once = true;
+      q.req->stats.queue_ms = ms_between(q.req->submitted, t0);
+    }
+  }
+  Status fwd = runner_->forward(b, *arena_, logits_.data());
+  st.forward_ms = ms_between(t0, Clock::now());
+  if (fwd.code() == StatusCode::kCancelled) {
+    interrupt_.store(false);
+    return st;  // nothing advanced; the requests run again next step
+  }
+  interrupt_.store(false);
+  if (!fwd.ok()) {
+    // The pass failed (a device error, a bad table): its requests fail, the engine goes on.
+    for (const ScheduledSeq& q : s.seqs) finish(*q.req, FinishReason::kError, fwd);
+    st.n_finished += st.n_seqs;
+    return st;
+  }
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  size_t out = 0;
+  for (const ScheduledSeq& q : s.seqs) {
+    Request& r = *q.req;
+    if (r.computed < r.n_prompt) stats_.prompt_tokens += std::min(q.n_new, r.n_prompt - r.computed);
+    r.computed += q.n_new;
+    kv_->commit(r.id, r.tokens, r.computed);
+    if (r.computed == static_cast<int64_t>(r.tokens.size())) {
+      sample_and_stream(r,
+                        std::span<float>(logits_.data() + static_cast<int64_t>(out) * n_vocab,
+                                         static_cast<size_t>(n_vocab)),
+                        st);
+      ++out;
+    }
+  }
+  return st;
+}
+
+Status EngineCore::run_until_idle() {
+  while (has_work()) {
+    RINFER_ASSIGN_OR_RETURN(StepStats st, step());
+    (void)st;
+  }
+  return ok_status();
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s = stats_;
+  s.running = scheduler_->n_running();
+  s.waiting = scheduler_->n_waiting();
+  s.kv = kv_->usage();
+  return s;
+}
+
+}  // namespace rinfer

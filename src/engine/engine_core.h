@@ -1,0 +1,146 @@
+// The engine core: many requests over one model, batched step by step.
+//
+//   submit()  from any thread: validates the request (a bad one is an error right away) and
+//             queues it with its own sampling settings, stop strings and limits
+//   abort()   from any thread, at any time: the request ends with FinishReason::kAborted at the
+//             start of the next step and every KV block it held is released
+//   step()    on one thread (the serving loop): the scheduler picks the batch (running
+//             decodes first, then chunks of waiting prompts, preempting when the KV pool runs
+//             out), the runner executes it as one multi-sequence forward pass over the paged
+//             KV arena, each request whose prompt is done samples its next token, and the
+//             tokens and text stream to the requests' callbacks
+//
+// The KV pool is sized once at create(): kv_cache.layout contiguous (the baseline) reserves one
+// block of n_ctx positions per seat; paged makes blocks of block_size, by default enough for
+// every seat at the context length, or kv_blocks of them; checked against the device's free
+// memory before it is allocated.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_manager.h"
+#include "models/model.h"
+#include "rinfer/status.h"
+
+namespace rinfer {
+
+struct EngineCoreOptions {
+  int64_t n_ctx = 2048;  // the longest sequence (prompt + reply)
+  kv::Layout layout = kv::Layout::kPaged;
+  int64_t block_size = 16;  // positions per block (paged)
+  bool prefix_caching = true;
+  // Each request takes the blocks of its whole length (prompt + max_tokens) when admitted, so it
+  // is never preempted; false: blocks as it grows, preemption when the pool runs out.
+  bool reserve_max_length = false;
+  // > 0: exactly this many blocks per layer group; 0: every seat at the context length.
+  int32_t kv_blocks = 0;
+  int32_t swap_blocks = 0;  // host blocks per group for preemption by swapping (0: none)
+  SchedulerConfig scheduler;
+};
+
+using TextStreamFactory = std::function<std::unique_ptr<TokenTextStream>()>;
+
+struct StepStats {
+  int64_t n_seqs = 0;
+  int64_t n_tokens = 0;  // rows of the forward batch
+  int64_t n_sampled = 0;
+  int64_t n_preempted = 0;
+  int64_t n_finished = 0;
+  double forward_ms = 0;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;     // computed prompt tokens (prefix hits excluded)
+  int64_t generated_tokens = 0;  // sampled
+  int64_t preemptions = 0;
+  int64_t finished = 0;
+  size_t running = 0;
+  size_t waiting = 0;
+  kv::KvUsage kv;
+};
+
+class EngineCore {
+ public:
+  // `model` must outlive the core. `text` (may be empty: no text, no end-of-generation check)
+  // makes each request's detokenizer.
+  static Result<std::unique_ptr<EngineCore>> create(const DecoderModel& model,
+                                                    EngineCoreOptions opts, TextStreamFactory text);
+  ~EngineCore();
+
+  // Thread-safe. Errors (kInvalidArgument, kOutOfRange): an empty prompt, a token outside the
+  // vocabulary, a prompt that leaves no room in the context, sampling settings that fail
+  // SamplingParams::validate, a negative max_tokens.
+  Result<RequestId> submit(RequestParams params);
+  // Thread-safe; unknown or finished ids are ignored.
+  void abort(RequestId id);
+  // Thread-safe: makes the forward pass in flight stop at its next layer (kCancelled inside;
+  // its requests are not advanced and run again next step). For Ctrl-C with abort().
+  void interrupt() { interrupt_.store(true, std::memory_order_relaxed); }
+
+  // One scheduled batch; returns at once when there is nothing to do. An error here is the
+  // engine's own failure (a bug); a request's failure reaches its callback instead.
+  Result<StepStats> step();
+  // Steps until every request has finished.
+  Status run_until_idle();
+  // Thread-safe: whether a request is queued, running or about to be aborted.
+  bool has_work() const;
+  // Blocks until has_work() or the timeout (a serving loop between requests).
+  void wait_for_work(std::chrono::milliseconds timeout) const;
+
+  EngineStats stats() const;
+  const kv::KvManager& kv_manager() const { return *kv_; }
+  const kv::KvArena& kv_arena() const { return *arena_; }
+  const EngineCoreOptions& options() const { return opts_; }
+  const DecoderModel& model() const { return model_; }
+
+ private:
+  EngineCore(const DecoderModel& model, EngineCoreOptions opts, TextStreamFactory text);
+  Status init();
+  void admit_inbox();
+  // Ends a request: its last event (with any held-back text), its KV blocks released.
+  // `tokens`: the ones sampled this step, handed out with the last event.
+  void finish(Request& r, FinishReason why, Status error, std::string text = {},
+              std::span<const int32_t> tokens = {}, int32_t sampled = -1);
+  Status build_batch(const SchedulerOutput& s);
+  // Samples the request's next token from logits row `row` and streams it (finishing the
+  // request when it is done).
+  void sample_and_stream(Request& r, std::span<float> row, StepStats& st);
+
+  const DecoderModel& model_;
+  EngineCoreOptions opts_;
+  TextStreamFactory text_factory_;
+  std::unique_ptr<DecoderRunner> runner_;
+  std::unique_ptr<kv::KvArena> arena_;
+  std::unique_ptr<kv::KvArena> host_arena_;  // swap space (null without swapping)
+  std::unique_ptr<kv::KvManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  EngineStats stats_;
+
+  // Submissions and aborts from other threads.
+  mutable std::mutex inbox_mu_;
+  mutable std::condition_variable inbox_cv_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  std::vector<RequestId> aborts_;
+  RequestId next_id_ = 1;
+  std::atomic<int64_t> live_{0};  // submitted and not finished
+  std::atomic<bool> interrupt_{false};
+
+  // The forward batch, reused every step.
+  std::vector<int32_t> tokens_, positions_, query_start_, kv_len_, tables_, logit_rows_;
+  std::vector<float> logits_;  // [max_seqs, n_vocab]
+};
+
+}  // namespace rinfer
