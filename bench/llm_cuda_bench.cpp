@@ -43,9 +43,9 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
-#include "engine/kv_cache.h"
-#include "engine/sampler.h"
+#include "kv/kv_cache.h"
 #include "models/llama/cuda/llama_cuda_model.h"
+#include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 
 namespace rinfer {

@@ -97,18 +97,25 @@ Status EngineCore::init() {
   RINFER_ASSIGN_OR_RETURN(runner_, model_.create_runner(ro));
   if (auto avail = memory_available(runner_->device()); avail.ok()) {
     MemoryPlan plan;
-    plan.items.push_back({fmt::format("the KV cache ({} seats x {} positions, {})", sc.max_seqs,
-                                      opts_.n_ctx, spec.describe()),
-                          bytes});
-    plan.hint = "lower max_seqs or the context, or use kv_cache.layout paged";
+    plan.items.push_back(
+        {sc.max_seqs == 1 && opts_.kv_blocks == 0
+             ? fmt::format("the KV cache for {} positions", opts_.n_ctx)
+             : fmt::format("the KV cache for {} seats x {} positions", sc.max_seqs, opts_.n_ctx),
+         bytes});
+    plan.hint =
+        opts_.memory_hint.empty() ? "lower batching.max_seqs or the context" : opts_.memory_hint;
     RINFER_RETURN_IF_ERROR(check_memory_plan(plan, *avail));
   }
   RINFER_ASSIGN_OR_RETURN(arena_, runner_->create_arena(spec, n_blocks));
   kv::KvManagerOptions ko;
   ko.n_blocks = n_blocks;
   ko.prefix_caching = opts_.prefix_caching;
-  if (opts_.swap_blocks > 0) {
+  if (opts_.swap_blocks < 0) {
+    ko.n_host_blocks = n_blocks;
+  } else if (opts_.swap_blocks > 0) {
     ko.n_host_blocks.assign(n_blocks.size(), opts_.swap_blocks);
+  }
+  if (!ko.n_host_blocks.empty()) {
     RINFER_ASSIGN_OR_RETURN(auto host, kv::HostKvArena::create(spec, ko.n_host_blocks));
     host_arena_ = std::move(host);
   }
@@ -264,9 +271,11 @@ void EngineCore::sample_and_stream(Request& r, std::span<float> row, StepStats& 
     const Status& e = tok.status();
     finish(r, FinishReason::kError,
            e.code() == StatusCode::kDataLoss
-               ? Status(e.code(), fmt::format("the model produced non-finite logits at generation "
-                                              "step {}: {}",
-                                              r.n_generated() + 1, e.message()))
+               ? Status(e.code(),
+                        fmt::format("the model produced non-finite logits at generation step {} "
+                                    "(step 1 samples the prompt's last row): the weights may be "
+                                    "corrupt (NaN or inf in the model file): {}",
+                                    r.n_generated() + 1, e.message()))
                : e);
     ++st.n_finished;
     return;
@@ -323,7 +332,10 @@ Result<StepStats> EngineCore::step() {
   }
   st.n_preempted = s.n_preempted;
   stats_.preemptions += s.n_preempted;
-  if (s.seqs.empty()) return st;
+  if (s.seqs.empty()) {
+    interrupt_.store(false);
+    return st;
+  }
   ++stats_.steps;
   // One-token sequences lead the batch: the runner computes their rows as it would alone.
   std::stable_partition(s.seqs.begin(), s.seqs.end(),
@@ -380,6 +392,8 @@ Result<StepStats> EngineCore::step() {
   }
   return st;
 }
+
+void EngineCore::clear_prefix_cache() { kv_->clear_prefix_cache(); }
 
 Status EngineCore::run_until_idle() {
   while (has_work()) {

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -45,8 +46,11 @@ struct EngineCoreOptions {
   bool reserve_max_length = false;
   // > 0: exactly this many blocks per layer group; 0: every seat at the context length.
   int32_t kv_blocks = 0;
-  int32_t swap_blocks = 0;  // host blocks per group for preemption by swapping (0: none)
+  // Host blocks per group for preemption by swapping: 0 none, -1 as many as the device pool.
+  int32_t swap_blocks = 0;
   SchedulerConfig scheduler;
+  // What to change when the KV pool does not fit in memory (names the recipe keys or flags).
+  std::string memory_hint;
 };
 
 using TextStreamFactory = std::function<std::unique_ptr<TokenTextStream>()>;
@@ -85,9 +89,13 @@ class EngineCore {
   Result<RequestId> submit(RequestParams params);
   // Thread-safe; unknown or finished ids are ignored.
   void abort(RequestId id);
-  // Thread-safe: makes the forward pass in flight stop at its next layer (kCancelled inside;
-  // its requests are not advanced and run again next step). For Ctrl-C with abort().
+  // Thread-safe, and safe in a signal handler (one lock-free atomic store): makes the forward
+  // pass in flight stop at its next layer (kCancelled inside; its requests are not advanced and
+  // run again next step). For Ctrl-C with abort().
   void interrupt() { interrupt_.store(true, std::memory_order_relaxed); }
+  // Forgets every cached prefix (blocks held by requests stay): a benchmark's runs each start
+  // from an empty cache.
+  void clear_prefix_cache();
 
   // One scheduled batch; returns at once when there is nothing to do. An error here is the
   // engine's own failure (a bug); a request's failure reaches its callback instead.

@@ -23,10 +23,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "engine/sampler.h"
 #include "engine/stop_strings.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
+#include "ops/cpu/sampler.h"
 #include "rinfer/status.h"
 
 namespace rinfer {

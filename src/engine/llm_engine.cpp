@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "engine/strategy_options.h"
 #include "formats/model_cache.h"
 #include "strategies/registry.h"
 
@@ -28,6 +29,22 @@ uint64_t planned_kv_bytes(const DecoderHParams& hp, int64_t n_ctx, const LoadOpt
   return spec.bytes(dtype_traits(elem).block_bytes);
 }
 
+// What to change when the KV cache does not fit: the context, named by where it was set.
+std::string kv_memory_hint(const RecipeConfig& r, const LoadOptions& opts, const DecoderHParams& hp,
+                           bool ctx_from_model) {
+  const std::string where = r.origins().where("context_length");
+  std::string hint = ctx_from_model
+                         ? fmt::format(
+                               "context_length 0 takes the model's training context ({} positions, "
+                               "{}); set a smaller context_length or --ctx",
+                               hp.n_ctx_train, where)
+                         : fmt::format("lower the context (context_length, set by {})", where);
+  if (opts.device.is_cuda() && opts.kv_dtype == DType::kF32) {
+    hint += ", or set strategies.kv_cache.dtype to bf16 (half the bytes)";
+  }
+  return hint;
+}
+
 // Refuses a KV cache larger than the device's free memory, before it is allocated (see
 // engine/memory_plan.h). The weights are loaded by now, so what is available already leaves
 // them out. When the free memory cannot be told (no /proc/meminfo) the check is skipped.
@@ -41,23 +58,14 @@ Status check_kv_cache_memory(const RecipeConfig& r, const LoadOptions& opts,
   MemoryPlan plan;
   plan.items.push_back({fmt::format("the KV cache for {} positions", r.context_length),
                         planned_kv_bytes(hp, r.context_length, opts)});
-  const std::string where = r.origins().where("context_length");
-  plan.hint =
-      ctx_from_model
-          ? fmt::format(
-                "context_length 0 takes the model's training context ({} positions, "
-                "{}); set a smaller context_length or --ctx",
-                hp.n_ctx_train, where)
-          : fmt::format("lower the context (context_length, set by {})", where);
-  if (opts.device.is_cuda() && opts.kv_dtype == DType::kF32) {
-    plan.hint += ", or set strategies.kv_cache.dtype to bf16 (half the bytes)";
-  }
+  plan.hint = kv_memory_hint(r, opts, hp, ctx_from_model);
   return check_memory_plan(plan, *available).with_context(r.path);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe) {
+Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
+                                                     const LlmEngineOptions& options) {
   std::unique_ptr<LlmEngine> e(new LlmEngine());
   e->recipe_ = recipe;
   RecipeConfig& r = e->recipe_;
@@ -90,23 +98,123 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe)
     spdlog::warn("{}: context_length {} is longer than the model's training context {}",
                  r.origins().where("context_length"), r.context_length, hp.n_ctx_train);
   }
-  RINFER_RETURN_IF_ERROR(check_kv_cache_memory(r, opts, hp, ctx_from_model));
-  auto cache = e->sample_->decoder().create_cache(r.context_length);
-  if (!cache.ok()) return cache.status();
-  e->cache_ = std::move(cache).value();
-
   e->seed_ = r.seed_set ? r.sampling.seed : std::random_device{}();
   g.prefill_chunk = opts.max_batch;
   g.max_tokens = r.max_tokens;
   g.stop = r.stop;
   g.sampling = r.sampling;
   g.sampling.seed = e->seed_;
+  e->gen_options_ = g;
+
+  if (options.engine_core && r.strategies.kv_cache && opts.device.is_cpu()) {
+    EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
+    co.memory_hint = kv_memory_hint(r, opts, hp, ctx_from_model);
+    if (options.seats > 0) {
+      co.scheduler.max_seqs = options.seats;
+      co.scheduler.max_batched_tokens =
+          std::max<int64_t>(co.scheduler.max_batched_tokens, options.seats);
+    }
+    const TextGenerationSample* text = e->sample_.get();
+    auto core = EngineCore::create(e->sample_->decoder(), co,
+                                   [text] { return text->postprocess_stream(); });
+    if (!core.ok()) return core.status().with_context(r.path);
+    e->core_ = std::move(core).value();
+    return e;
+  }
+
+  RINFER_RETURN_IF_ERROR(check_kv_cache_memory(r, opts, hp, ctx_from_model));
+  auto cache = e->sample_->decoder().create_cache(r.context_length);
+  if (!cache.ok()) return cache.status();
+  e->cache_ = std::move(cache).value();
   e->text_ = e->sample_->postprocess_stream();
   e->generator_ = std::make_unique<Generator>(e->sample_->decoder(), e->cache_, e->text_.get(), g);
   return e;
 }
 
+namespace {
+
+StopReason stop_reason_of(FinishReason f) {
+  switch (f) {
+    case FinishReason::kEndOfGeneration: return StopReason::kEndOfGeneration;
+    case FinishReason::kStopString: return StopReason::kStopString;
+    case FinishReason::kContextFull: return StopReason::kContextFull;
+    case FinishReason::kAborted: return StopReason::kCancelled;
+    default: return StopReason::kMaxTokens;
+  }
+}
+
+}  // namespace
+
+void LlmEngine::reset() {
+  if (generator_) generator_->reset();
+  if (core_) core_->clear_prefix_cache();
+}
+
+Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
+                                             const PieceCallback& on_piece,
+                                             const std::atomic<bool>* cancel) {
+  if (!core_) return generator_->generate(prompt, on_piece, cancel);
+  const GeneratorOptions& g = gen_options_;
+  RequestParams p;
+  p.prompt.assign(prompt.begin(), prompt.end());
+  p.sampling = g.sampling;
+  p.sampling.seed = seed_ + calls_++;
+  p.max_tokens = g.max_tokens;
+  p.stop = g.stop;
+  GenerationResult res;
+  bool done = false;
+  Status error;
+  FinishReason finish = FinishReason::kNone;
+  RequestStats stats;
+  p.on_event = [&](const RequestEvent& ev) {
+    res.tokens.insert(res.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (!ev.text.empty()) {
+      res.text += ev.text;
+      if (on_piece) on_piece(ev.text);
+    }
+    if (ev.finish != FinishReason::kNone) {
+      done = true;
+      finish = ev.finish;
+      error = ev.error;
+      stats = *ev.stats;
+    }
+  };
+  RINFER_ASSIGN_OR_RETURN(const RequestId id, core_->submit(std::move(p)));
+  bool aborted = false;
+  while (!done) {
+    if (!aborted && cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      core_->abort(id);
+      aborted = true;
+    }
+    RINFER_ASSIGN_OR_RETURN(const StepStats st, core_->step());
+    (void)st;
+  }
+  if (finish == FinishReason::kError) return error;
+  res.stop_reason = stop_reason_of(finish);
+  GenerationTimings& tm = res.timings;
+  tm.reused_tokens = stats.cached_tokens;
+  tm.prompt_tokens = stats.prompt_tokens - stats.cached_tokens;
+  tm.generated_tokens = stats.generated_tokens;
+  tm.decode_steps = std::max<int64_t>(0, stats.generated_tokens - 1);
+  tm.ttft_ms = stats.ttft_ms;
+  tm.prompt_ms = stats.ttft_ms;
+  tm.decode_ms = stats.generated_tokens > 1 ? stats.total_ms - stats.ttft_ms : 0;
+  return res;
+}
+
 std::string LlmEngine::describe() const {
+  if (core_) {
+    const kv::KvArena& a = core_->kv_arena();
+    return fmt::format(
+        "model     {}\n          {}\n          tokenizer {}; {}\n"
+        "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions x {} seats, {})\n"
+        "sampling  {}\n",
+        model_path_, sample_->decoder().describe(), sample_->tokenizer().describe(),
+        sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
+        static_cast<double>(a.bytes()) / (1 << 20), recipe_.context_length,
+        core_->options().scheduler.max_seqs, a.spec().describe(),
+        gen_options_.sampling.to_string());
+  }
   return fmt::format(
       "model     {}\n          {}\n          tokenizer {}; {}\n"
       "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions){}\nsampling  {}\n",

@@ -1,21 +1,35 @@
 // An LLM engine built from a recipe: the text-generation sample plus the recipe's strategies
-// (composed by strategies/registry.h apply_strategies into the load and generator options:
-// KV cache, kernels, threads, fusion, quantization, CUDA graphs, allocator), its device, its
-// context length and its sampling settings. Owns everything a
-// conversation needs, created once: the thread pool, the KV cache, the generator.
+// (turned into the load, generator and engine core options by engine/strategy_options.h: KV
+// cache, kernels, threads, fusion, quantization, CUDA graphs, allocator, batching), its
+// device, its context length and its sampling settings. Owns everything a conversation needs,
+// created once: the thread pool, and either
+//   the engine core (engine/engine_core.h) with its paged KV arena, where the device has a
+//   multi-sequence runner (the CPU) and the KV cache is on: `rinfer run` and `rinfer bench`
+//   are its clients, one request at a time; or
+//   the single-sequence generator over a contiguous KvCache (CUDA until its runner lands, the
+//   kv_cache-off baseline, and the tools that drive the model directly: perplexity, parity).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "core/thread_pool.h"
+#include "engine/engine_core.h"
 #include "engine/generator.h"
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "models/text_generation.h"
 #include "recipe/recipe.h"
 #include "rinfer/status.h"
 
 namespace rinfer {
+
+struct LlmEngineOptions {
+  // Serve through the engine core where the device has a runner and the KV cache is on.
+  bool engine_core = false;
+  // Requests the engine core serves at once (its KV pool holds this many full contexts); 0:
+  // the recipe's batching.max_seqs.
+  int64_t seats = 1;
+};
 
 class LlmEngine {
  public:
@@ -23,14 +37,33 @@ class LlmEngine {
   // build or machine lacks is an error naming the recipe's `device` key), resolves and loads the
   // model on it (load_decoder_model picks the CUDA model for cuda:N), allocates the KV cache for
   // the context length. A recipe without sampling.seed gets a random seed (see seed()).
-  static Result<std::unique_ptr<LlmEngine>> create(const RecipeConfig& recipe);
+  static Result<std::unique_ptr<LlmEngine>> create(const RecipeConfig& recipe,
+                                                   const LlmEngineOptions& options = {});
 
   const RecipeConfig& recipe() const { return recipe_; }
   const std::string& model_path() const { return model_path_; }
   TextGenerationSample& sample() { return *sample_; }
   DecoderModel& decoder() { return sample_->decoder(); }
+  // The single-sequence path (null / empty in engine-core mode).
   KvCache& kv_cache() { return cache_; }
   Generator& generator() { return *generator_; }
+  bool has_generator() const { return generator_ != nullptr; }
+  // The engine core, or null.
+  EngineCore* core() { return core_.get(); }
+  int64_t context_length() const { return recipe_.context_length; }
+
+  // One reply to `prompt` with the recipe's sampling, max_tokens and stop strings, streamed to
+  // on_piece, through the engine core or the generator. `cancel` (may be null) is checked
+  // between steps; interrupt() stops a forward pass in flight. Each call draws from its own
+  // random sequence (the seed plus the call's number).
+  Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
+                                    const std::atomic<bool>* cancel = nullptr);
+  // Safe in a signal handler.
+  void interrupt() {
+    if (core_) core_->interrupt();
+  }
+  // Forgets the conversation (the generator's history, the core's prefix cache).
+  void reset();
   ThreadPool& pool() { return *pool_; }
   uint64_t seed() const { return seed_; }
 
@@ -47,6 +80,9 @@ class LlmEngine {
   KvCache cache_;
   std::unique_ptr<TokenTextStream> text_;
   std::unique_ptr<Generator> generator_;
+  std::unique_ptr<EngineCore> core_;
+  GeneratorOptions gen_options_;  // the recipe's sampling, max_tokens, stop (engine-core mode)
+  uint64_t calls_ = 0;
 };
 
 }  // namespace rinfer

@@ -10,7 +10,7 @@
 #include <functional>
 #include <span>
 
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
 #include "rinfer/status.h"
 

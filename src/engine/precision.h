@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_cache.h"
 #include "engine/logit_metrics.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
 #include "rinfer/status.h"
 

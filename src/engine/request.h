@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sampler.h"
 #include "engine/stop_strings.h"
 #include "models/model.h"
+#include "ops/cpu/sampler.h"
 #include "rinfer/status.h"
 
 namespace rinfer {

@@ -7,14 +7,6 @@
 
 namespace rinfer {
 
-std::string_view batching_policy_name(BatchingPolicy p) {
-  return p == BatchingPolicy::kStatic ? "static" : "continuous";
-}
-
-std::string_view preemption_mode_name(PreemptionMode m) {
-  return m == PreemptionMode::kSwap ? "swap" : "recompute";
-}
-
 int64_t SchedulerOutput::n_tokens() const {
   int64_t n = 0;
   for (const ScheduledSeq& s : seqs) n += s.n_new;

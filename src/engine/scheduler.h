@@ -26,14 +26,11 @@
 
 #include "engine/request.h"
 #include "kv/kv_manager.h"
+#include "strategies/strategy_config.h"
 
 namespace rinfer {
 
-enum class BatchingPolicy : uint8_t { kStatic, kContinuous };
 enum class QueueOrder : uint8_t { kFcfs, kPriority };
-enum class PreemptionMode : uint8_t { kRecompute, kSwap };
-std::string_view batching_policy_name(BatchingPolicy p);
-std::string_view preemption_mode_name(PreemptionMode m);
 
 struct SchedulerConfig {
   BatchingPolicy policy = BatchingPolicy::kContinuous;

@@ -252,6 +252,10 @@ std::span<const BlockId> KvManager::table(SeqId seq, int32_t g) const {
   return at(seq).tables[static_cast<size_t>(g)];
 }
 
+void KvManager::clear_prefix_cache() {
+  for (BlockPool& p : pools_) p.clear_cache();
+}
+
 int32_t KvManager::min_free_blocks() const {
   int32_t m = pools_[0].num_free();
   for (const BlockPool& p : pools_) m = std::min(m, p.num_free());

@@ -95,6 +95,8 @@ class KvManager {
 
   // Group g's table of `seq` (device block ids; host ids while swapped).
   std::span<const BlockId> table(SeqId seq, int32_t g) const;
+  // Forgets every cached prefix (the blocks stay where they are).
+  void clear_prefix_cache();
   // Device blocks free in the fullest group (the admission headroom).
   int32_t min_free_blocks() const;
 

@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "engine/kv_cache.h"
 #include "formats/gguf.h"
 #include "formats/model_info.h"
+#include "kv/kv_cache.h"
 #include "models/llama/llama_model.h"
 #if RINFER_WITH_CUDA
 #include "models/llama/cuda/llama_cuda_model.h"

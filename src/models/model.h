@@ -33,6 +33,7 @@
 #include "models/forward_batch.h"
 #include "ops/cpu/ops.h"
 #include "rinfer/status.h"
+#include "strategies/strategy_config.h"
 
 namespace rinfer {
 
@@ -50,17 +51,6 @@ enum class ModelTask : uint8_t {
   kClassification,  // class scores (later)
 };
 std::string_view model_task_name(ModelTask task);
-
-// Operator fusions a sample may apply (strategies.fusion). Off is the unfused baseline: the
-// same math as separate kernels with intermediate tensors in memory.
-struct FusionOptions {
-  bool attention = true;      // one flash-attention kernel vs scores, softmax, weighted sum
-  bool residual_norm = true;  // residual add + RMSNorm in one kernel (CUDA decode: in the matvecs)
-  bool swiglu = true;         // gate/up activation fused into one kernel pass
-  bool qkv = true;            // Q, K, V (and gate, up) read one quantized activation / launch
-};
-
-enum class AllocatorKind : uint8_t { kCaching, kPlain };
 
 // How to load and run a model. The thread pool is created once by the caller (the engine) and
 // must outlive the model.
@@ -158,7 +148,7 @@ Status check_decoder_batch(const DecoderBatch& batch, const KvCache& cache, cons
 
 // A decode loop whose tokens are chosen on the device (DecoderModel::decode_on_device).
 struct DeviceDecode {
-  const SamplingParams* sampling = nullptr;  // engine/sampler.h's chain, penalties included
+  const SamplingParams* sampling = nullptr;  // ops/cpu/sampler.h's chain, penalties included
   // Every token so far: the penalties read its tail, and its last token (not yet in the cache) is
   // fed first, at position cache.size().
   std::span<const int32_t> history;

@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "recipe/yaml_fields.h"
 #include "strategies/registry.h"
+#include "strategies/yaml_fields.h"
 
 namespace rinfer {
 
@@ -280,10 +280,6 @@ Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& pa
     }
   }
   return r;
-}
-
-Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen) {
-  return apply_strategies(recipe.strategies, recipe.device, load, gen);
 }
 
 Result<RecipeConfig> load_recipe(const std::string& path) {

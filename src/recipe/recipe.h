@@ -41,10 +41,8 @@
 #include <vector>
 
 #include "core/device.h"
-#include "engine/generator.h"
-#include "engine/sampler.h"
-#include "models/model.h"
 #include "ops/cpu/ops.h"
+#include "ops/cpu/sampler.h"
 #include "rinfer/status.h"
 #include "strategies/strategy_config.h"
 
@@ -101,10 +99,5 @@ Result<RecipeConfig> load_recipe(const std::string& path);
 
 // Parses recipe text; `path` names it in messages and anchors ./ and ../ paths and `base`.
 Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& path);
-
-// The recipe's strategies composed into the options (strategies/registry.h apply_strategies
-// with the recipe's device): validates the combination, errors name the recipe's keys. Does
-// not check that a CUDA device exists: check_device_available() does, at load.
-Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen);
 
 }  // namespace rinfer

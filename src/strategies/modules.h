@@ -4,9 +4,9 @@
 
 #include <string_view>
 
-#include "recipe/yaml_fields.h"
 #include "strategies/registry.h"
 #include "strategies/strategy_config.h"
+#include "strategies/yaml_fields.h"
 
 namespace rinfer {
 
@@ -18,6 +18,7 @@ const StrategyInfo& quantization_strategy();
 const StrategyInfo& cuda_graphs_strategy();
 const StrategyInfo& device_sampling_strategy();
 const StrategyInfo& allocator_strategy();
+const StrategyInfo& batching_strategy();
 
 // Records where `key` of `m` was written, when it is present.
 inline void note_origin(const YamlMap& m, std::string_view key, StrategyConfig& s) {
@@ -35,8 +36,5 @@ Status parse_enabled(const YamlMap& m, StrategyConfig& s, bool& enabled);
 Status validate_cuda_decode_switch(const StrategyConfig& s, const Device& device, bool enabled,
                                    std::string_view key, std::string_view cpu_why,
                                    std::string_view kv_why);
-inline bool cuda_decode_switch_on(const StrategyConfig& s, const Device& device, bool enabled) {
-  return device.is_cuda() && s.kv_cache && enabled;
-}
 
 }  // namespace rinfer

@@ -41,7 +41,7 @@ const std::vector<StrategyInfo>& strategy_registry() {
   static const std::vector<StrategyInfo> all{
       kv_cache_strategy(),        kernels_strategy(),      threads_strategy(),
       fusion_strategy(),          quantization_strategy(), cuda_graphs_strategy(),
-      device_sampling_strategy(), allocator_strategy(),
+      device_sampling_strategy(), allocator_strategy(),    batching_strategy(),
   };
   return all;
 }
@@ -80,14 +80,6 @@ Status validate_strategies(const StrategyConfig& s, const Device& device) {
   for (const StrategyInfo& info : strategy_registry()) {
     RINFER_RETURN_IF_ERROR(info.validate(s, device));
   }
-  return ok_status();
-}
-
-Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load,
-                        GeneratorOptions& gen) {
-  RINFER_RETURN_IF_ERROR(validate_strategies(s, device));
-  load.device = device;
-  for (const StrategyInfo& info : strategy_registry()) info.apply(s, device, load, gen);
   return ok_status();
 }
 

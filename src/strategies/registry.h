@@ -6,10 +6,9 @@
 //                        (applied over what a base recipe already set)
 //   validate_strategies  the combination for a device: each strategy's own rules, then the
 //                        cross-strategy ones (errors name both keys and where they were set)
-//   apply_strategies     validate, then write every strategy's choice into the load and
-//                        generator options
+// and the engine (engine/strategy_options.h) turns the validated values into its options.
 //
-// The YAML side uses the generic strict reader in recipe/yaml_fields.h (not the recipe
+// The YAML side uses the generic strict reader in strategies/yaml_fields.h (not the recipe
 // itself), so strategies stay below the recipe layer.
 #pragma once
 
@@ -18,11 +17,9 @@
 #include <vector>
 
 #include "core/device.h"
-#include "engine/generator.h"
-#include "models/model.h"
-#include "recipe/yaml_fields.h"
 #include "rinfer/status.h"
 #include "strategies/strategy_config.h"
+#include "strategies/yaml_fields.h"
 
 namespace rinfer {
 
@@ -46,9 +43,6 @@ struct StrategyInfo {
   Status (*parse)(const YamlMap& m, StrategyConfig& s);
   // This strategy's own rules for `device` (the cross-strategy ones are in the registry).
   Status (*validate)(const StrategyConfig& s, const Device& device);
-  // Writes its choice into the options (called after every validate passed).
-  void (*apply)(const StrategyConfig& s, const Device& device, LoadOptions& load,
-                GeneratorOptions& gen);
   // "kv_cache on"; empty when the strategy does nothing on `device`.
   std::string (*describe)(const StrategyConfig& s, const Device& device);
 };
@@ -63,12 +57,14 @@ Status parse_strategies(const YamlMap& m, StrategyConfig& s);
 // `device` is the recipe's; its origin is s.origins.where("device").
 Status validate_strategies(const StrategyConfig& s, const Device& device);
 
-// Validates the composition, then sets load.device, load.ops (impl, quantize_activations),
-// weight_format / keep_precision_layers / convert_embeddings, fusion, cuda_graphs,
-// device_sampling, allocator,
-// and gen.kv_cache. The thread count stays in s.threads: the engine sizes its pool with it.
-Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load,
-                        GeneratorOptions& gen);
+// The engine turns a validated StrategyConfig into its options (engine/strategy_options.h:
+// each StrategyInfo::hooks names what a strategy sets there).
+
+// Whether a CUDA decode switch (cuda_graphs, device_sampling) is on: CUDA, the KV cache, and
+// the switch.
+inline bool cuda_decode_switch_on(const StrategyConfig& s, const Device& device, bool enabled) {
+  return device.is_cuda() && s.kv_cache && enabled;
+}
 
 // One line: "kv_cache on, kernels fast, threads all cores, activations int8" (the strategies
 // that act on `device`).

@@ -1,6 +1,7 @@
 // The optimization strategies a recipe selects (`strategies:` in a recipe), as plain values.
-// Each field belongs to one strategy module in src/strategies/<name>/ (parse, validate, apply);
-// the registry (registry.h) lists them and composes them into LoadOptions / GeneratorOptions.
+// Each field belongs to one strategy module in src/strategies/<name>/ (parse, validate,
+// describe); the registry (registry.h) lists them, and the engine turns them into its options
+// (engine/strategy_options.h).
 //
 // Defaults are the optimized settings; every strategy has a baseline value (see registry.h)
 // so `rinfer bench` can measure both.
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "models/model.h"
+#include "kv/kv_spec.h"
 #include "ops/cpu/ops.h"
 
 namespace rinfer {
@@ -33,6 +34,34 @@ class KeyOrigins {
 
  private:
   std::map<std::string, std::string> where_;
+};
+
+// Operator fusions a sample may apply (strategies.fusion). Off is the unfused baseline: the
+// same math as separate kernels with intermediate tensors in memory.
+struct FusionOptions {
+  bool attention = true;      // one flash-attention kernel vs scores, softmax, weighted sum
+  bool residual_norm = true;  // residual add + RMSNorm in one kernel (CUDA decode: in the matvecs)
+  bool swiglu = true;         // gate/up activation fused into one kernel pass
+  bool qkv = true;            // Q, K, V (and gate, up) read one quantized activation / launch
+};
+
+enum class AllocatorKind : uint8_t { kCaching, kPlain };
+
+enum class BatchingPolicy : uint8_t { kStatic, kContinuous };
+enum class PreemptionMode : uint8_t { kRecompute, kSwap };
+std::string_view batching_policy_name(BatchingPolicy p);
+std::string_view preemption_mode_name(PreemptionMode m);
+
+// strategies.batching (docs/strategies/batching.md).
+struct BatchingConfig {
+  BatchingPolicy policy = BatchingPolicy::kContinuous;
+  int64_t max_seqs = 16;             // requests per step
+  int64_t max_batched_tokens = 512;  // rows per forward pass
+  bool chunked_prefill = true;
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  int64_t swap_blocks = 0;  // host blocks per layer group
+  double watermark = 0.01;  // fraction of the pool kept free when admitting
+  bool priority = false;    // order the queue by request priority, then arrival
 };
 
 enum class ActivationFormat : uint8_t {
@@ -54,14 +83,18 @@ struct QuantizationConfig {
 };
 
 struct StrategyConfig {
-  bool kv_cache = true;                  // strategies.kv_cache.enabled
-  std::optional<DType> kv_dtype;         // strategies.kv_cache.dtype (nullopt: auto)
-  cpu::Impl kernels = cpu::Impl::kFast;  // strategies.kernels.impl
-  int threads = 0;                       // strategies.threads.count (0: all cores)
-  FusionOptions fusion;                  // strategies.fusion.{attention, residual_norm, ...}
-  QuantizationConfig quantization;       // strategies.quantization.*
-  bool cuda_graphs = true;               // strategies.cuda_graphs.enabled (CUDA decode)
-  bool device_sampling = true;           // strategies.device_sampling.enabled (CUDA decode)
+  bool kv_cache = true;                       // strategies.kv_cache.enabled
+  std::optional<DType> kv_dtype;              // strategies.kv_cache.dtype (nullopt: auto)
+  kv::Layout kv_layout = kv::Layout::kPaged;  // strategies.kv_cache.layout
+  int64_t kv_block_size = 16;                 // strategies.kv_cache.block_size
+  bool prefix_caching = true;                 // strategies.kv_cache.prefix_caching
+  BatchingConfig batching;                    // strategies.batching.*
+  cpu::Impl kernels = cpu::Impl::kFast;       // strategies.kernels.impl
+  int threads = 0;                            // strategies.threads.count (0: all cores)
+  FusionOptions fusion;                       // strategies.fusion.{attention, residual_norm, ...}
+  QuantizationConfig quantization;            // strategies.quantization.*
+  bool cuda_graphs = true;                    // strategies.cuda_graphs.enabled (CUDA decode)
+  bool device_sampling = true;                // strategies.device_sampling.enabled (CUDA decode)
   AllocatorKind allocator = AllocatorKind::kCaching;  // strategies.allocator.kind
 
   KeyOrigins origins;  // which keys were set, and where (filled by the recipe parser)

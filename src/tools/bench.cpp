@@ -280,6 +280,50 @@ class TimingStream : public TokenTextStream {
   std::function<void()> on_token;
 };
 
+// Greedy, no penalties: every variant decodes the same tokens.
+SamplingParams bench_sampling() {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repeat_penalty = 1;
+  sp.repeat_last_n = 0;
+  return sp;
+}
+
+// One bench run through the engine core: an empty prefix cache, the prompt, max_tokens greedy
+// tokens with end-of-generation ignored; `on_token` after each sampled token.
+Result<GenerationTimings> bench_core_run(EngineCore& core, const std::vector<int32_t>& prompt,
+                                         int64_t max_tokens,
+                                         const std::function<void()>& on_token) {
+  core.clear_prefix_cache();
+  RequestParams p;
+  p.prompt = prompt;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.sampling = bench_sampling();
+  RequestStats stats;
+  Status error;
+  bool done = false;
+  p.on_event = [&](const RequestEvent& ev) {
+    for (size_t i = 0; i < ev.tokens.size(); ++i) on_token();
+    if (ev.finish != FinishReason::kNone) {
+      done = true;
+      stats = *ev.stats;
+      error = ev.error;
+    }
+  };
+  RINFER_RETURN_IF_ERROR(core.submit(std::move(p)).status());
+  while (!done) RINFER_RETURN_IF_ERROR(core.step().status());
+  if (!error.ok()) return error;
+  GenerationTimings tm;
+  tm.prompt_tokens = stats.prompt_tokens - stats.cached_tokens;
+  tm.generated_tokens = stats.generated_tokens;
+  tm.decode_steps = std::max<int64_t>(0, stats.generated_tokens - 1);
+  tm.ttft_ms = stats.ttft_ms;
+  tm.prompt_ms = stats.ttft_ms;
+  tm.decode_ms = stats.total_ms - stats.ttft_ms;
+  return tm;
+}
+
 struct RunSample {
   double ttft_ms = 0;
   double prefill_tps = 0;
@@ -309,29 +353,6 @@ ordered_json metrics_json(const std::vector<RunSample>& runs, int which) {
   return j;
 }
 
-ordered_json device_json(const RecipeConfig& r, std::string* machine) {
-  ordered_json d;
-  if (r.device.is_cpu()) {
-    d["kind"] = "cpu";
-    d["name"] = bench::cpu_model();
-    d["driver"] = nullptr;
-    *machine = bench::machine_short_name(false, "");
-    return d;
-  }
-  d["kind"] = "cuda";
-  std::string name = "unknown GPU";
-  if (auto devs = cuda_devices(); devs.ok()) {
-    for (const auto& dev : *devs) {
-      if (dev.index == r.device.index) name = dev.name;
-    }
-  }
-  d["name"] = name;
-  d["device"] = r.device.to_string();
-  d["driver"] = cuda_versions();
-  *machine = bench::machine_short_name(true, name);
-  return d;
-}
-
 int run_bench(const BenchArgs& a) {
   std::string folder;
   auto variants = collect_variants(a, &folder);
@@ -352,7 +373,7 @@ int run_bench(const BenchArgs& a) {
   report["git_sha"] = bench::git_sha(folder.empty() ? "." : folder);
   report["git_dirty"] = bench::git_dirty(folder.empty() ? "." : folder, ":/src :/recipes");
   report["date"] = bench::utc_date();
-  report["device"] = device_json(base_recipe, &machine);
+  report["device"] = bench::device_json(base_recipe.device, &machine);
   report["machine"] = bench::machine_json(machine);
   report["baseline"] = variants->front().name;
   report["default_gate"] = PrecisionThresholds{}.to_string();
@@ -405,7 +426,11 @@ int run_bench(const BenchArgs& a) {
     malloc_trim(0);
     const uint64_t rss0 = proc_status_bytes("VmRSS");
     hwm_reset_ok = reset_peak_rss() && hwm_reset_ok;
-    auto engine = LlmEngine::create(v.recipe);
+    // What `rinfer run` makes of the recipe: the engine core with one seat on the CPU, the
+    // single-sequence generator elsewhere.
+    LlmEngineOptions eo;
+    eo.engine_core = true;
+    auto engine = LlmEngine::create(v.recipe, eo);
     if (!engine.ok()) return report_error(engine.status().with_context(v.path).message());
     LlmEngine& e = **engine;
     if (is_base) {
@@ -415,49 +440,57 @@ int run_bench(const BenchArgs& a) {
       prompt.assign(toks->begin(), toks->begin() + st.prompt_tokens);
       ptokens.assign(toks->begin(), toks->begin() + std::min<int64_t>(need, a.precision_tokens));
     }
-    if (st.prompt_tokens + st.gen_tokens >= e.kv_cache().n_ctx()) {
+    if (st.prompt_tokens + st.gen_tokens >= e.context_length()) {
       return report_error(fmt::format(
           "{}: prompt {} + {} generated tokens do not fit the context of {} (context_length)",
-          v.path, st.prompt_tokens, st.gen_tokens, e.kv_cache().n_ctx()));
+          v.path, st.prompt_tokens, st.gen_tokens, e.context_length()));
     }
-    GeneratorOptions g = e.generator().options();  // the recipe's strategies (kv_cache, chunk)
-    g.stop.clear();
-    g.sampling = SamplingParams{};
-    g.sampling.temperature = 0;  // greedy
-    g.sampling.repeat_penalty = 1;
-    g.sampling.repeat_last_n = 0;
-    TimingStream stream;
-    Generator gen(e.decoder(), e.kv_cache(), &stream, g);
-
     const int64_t warm_tokens = std::min<int64_t>(st.gen_tokens, 16);
     const int64_t total_tokens = st.warmup * warm_tokens + st.repeat * st.gen_tokens;
     Progress bar(fmt::format("bench {} ({}/{})", v.name, vi + 1, variants->size()), total_tokens,
                  "token");
     int64_t done_tokens = 0;
-    stream.on_token = [&] { bar.update(++done_tokens); };
+    std::vector<Clock::time_point> stamps;
+    auto stamp = [&] {
+      stamps.push_back(Clock::now());
+      bar.update(++done_tokens);
+    };
+    // One measured run: prefill from an empty cache, then max_tokens greedy tokens.
+    auto run_once = [&](int64_t max_tokens) -> Result<GenerationTimings> {
+      stamps.clear();
+      if (EngineCore* core = e.core()) {
+        return bench_core_run(*core, prompt, max_tokens, stamp);
+      }
+      GeneratorOptions g = e.generator().options();  // the recipe's strategies (kv_cache, chunk)
+      g.stop.clear();
+      g.sampling = bench_sampling();
+      g.max_tokens = max_tokens;
+      TimingStream stream;
+      stream.on_token = stamp;
+      Generator gen(e.decoder(), e.kv_cache(), &stream, g);
+      gen.reset();
+      RINFER_ASSIGN_OR_RETURN(GenerationResult res, gen.generate(prompt, nullptr));
+      return res.timings;
+    };
 
     std::vector<RunSample> runs;
     for (int r = 0; r < st.warmup + st.repeat; ++r) {
       const bool warm = r < st.warmup;
-      gen.mutable_options().max_tokens = warm ? warm_tokens : st.gen_tokens;
-      gen.reset();
-      stream.stamps.clear();
-      auto res = gen.generate(prompt, nullptr);
+      auto res = run_once(warm ? warm_tokens : st.gen_tokens);
       if (!res.ok()) {
         bar.finish();
         return report_error(res.status().with_context(v.path).message());
       }
       if (warm) continue;
-      const GenerationTimings& tm = res->timings;
+      const GenerationTimings& tm = *res;
       RunSample s;
       s.ttft_ms = tm.ttft_ms;
       s.prefill_tps = tm.prompt_tps();
       s.decode_tps = tm.decode_tps();
       std::vector<double> steps;
-      for (size_t i = 1; i < stream.stamps.size(); ++i) {
+      for (size_t i = 1; i < stamps.size(); ++i) {
         steps.push_back(
-            std::chrono::duration<double, std::milli>(stream.stamps[i] - stream.stamps[i - 1])
-                .count());
+            std::chrono::duration<double, std::milli>(stamps[i] - stamps[i - 1]).count());
       }
       s.token_ms = bench::median(steps);
       runs.push_back(s);
@@ -497,7 +530,16 @@ int run_bench(const BenchArgs& a) {
     vj["gate_failures"] = "";
     if (!a.no_precision) {
       const int64_t n_vocab = e.decoder().hparams().n_vocab;
-      auto logits = teacher_forced_logits(e.decoder(), e.kv_cache(), ptokens, 512);
+      // Teacher-forced logits through the single-sequence path (every row of one prefill); in
+      // engine-core mode on a cache made for it.
+      KvCache local;
+      if (!e.has_generator()) {
+        auto c = e.decoder().create_cache(e.context_length());
+        if (!c.ok()) return report_error(c.status().with_context(v.path).message());
+        local = std::move(c).value();
+      }
+      auto logits = teacher_forced_logits(e.decoder(), e.has_generator() ? e.kv_cache() : local,
+                                          ptokens, 512);
       if (!logits.ok()) return report_error(logits.status().with_context(v.path).message());
       if (is_base) {
         base_logits = std::move(logits).value();

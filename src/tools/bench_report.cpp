@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/cuda_info.h"
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
@@ -112,6 +113,29 @@ std::string machine_short_name(bool cuda, const std::string& gpu_name) {
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out.empty() ? "gpu" : out;
+}
+
+nlohmann::ordered_json device_json(const Device& device, std::string* machine) {
+  nlohmann::ordered_json d;
+  if (device.is_cpu()) {
+    d["kind"] = "cpu";
+    d["name"] = cpu_model();
+    d["driver"] = nullptr;
+    *machine = machine_short_name(false, "");
+    return d;
+  }
+  d["kind"] = "cuda";
+  std::string name = "unknown GPU";
+  if (auto devs = cuda_devices(); devs.ok()) {
+    for (const auto& dev : *devs) {
+      if (dev.index == device.index) name = dev.name;
+    }
+  }
+  d["name"] = name;
+  d["device"] = device.to_string();
+  d["driver"] = cuda_versions();
+  *machine = machine_short_name(true, name);
+  return d;
 }
 
 int write_json(const std::string& path, const ordered_json& j) {

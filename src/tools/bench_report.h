@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "rinfer/status.h"
 
 namespace rinfer::bench {
@@ -42,6 +43,10 @@ nlohmann::ordered_json machine_json(const std::string& name);
 // The bench/results/<machine> folder name: "cpu-<n>core" on the CPU, the GPU's short name
 // ("h200") for a CUDA device (`gpu_name` as the driver reports it, e.g. "NVIDIA H200").
 std::string machine_short_name(bool cuda, const std::string& gpu_name);
+
+// {"kind", "name", "driver"} of the device a benchmark runs on (for cuda:N also "device"), and
+// its bench/results folder name in *machine.
+nlohmann::ordered_json device_json(const Device& device, std::string* machine);
 
 // Writes `j` (pretty) to `path`, creating its folder, atomically (core/output_file.h: a FIFO,
 // device, directory or dangling symlink is refused, a symlink to a file written through); prints

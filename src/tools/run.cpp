@@ -30,10 +30,12 @@ namespace {
 std::atomic<bool> g_cancel{false};  // stop the current reply
 std::atomic<int> g_interrupts{0};   // SIGINTs since the reply (or the prompt) started
 std::atomic<bool> g_generating{false};
+std::atomic<LlmEngine*> g_engine{nullptr};  // interrupted inside its forward pass on Ctrl-C
 
 extern "C" void on_sigint(int) {
   const int n = g_interrupts.fetch_add(1) + 1;
   g_cancel.store(true);
+  if (LlmEngine* e = g_engine.load(); e != nullptr && g_generating.load()) e->interrupt();
   if (g_generating.load() && n >= 2) {
     constexpr char kMsg[] = "\nrinfer: interrupted\n";
     (void)!::write(2, kMsg, sizeof(kMsg) - 1);
@@ -134,7 +136,9 @@ Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& pr
   g_cancel = false;
   g_interrupts = 0;
   g_generating = true;
-  auto r = engine.generator().generate(prompt, write_out, &g_cancel);
+  g_engine = &engine;
+  auto r = engine.generate(prompt, write_out, &g_cancel);
+  g_engine = nullptr;
   g_generating = false;
   return r;
 }
@@ -151,9 +155,10 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     }
     if (*a.temperature > 0 && *a.temperature < SamplingParams::kMinTemperature) {
       // Checked before the cast: 1e-50 would become 0 (greedy) as a float.
-      return invalid_argument("--temperature {}: below the smallest usable temperature {} (0: "
-                              "greedy)",
-                              *a.temperature, SamplingParams::kMinTemperature);
+      return invalid_argument(
+          "--temperature {}: below the smallest usable temperature {} (0: "
+          "greedy)",
+          *a.temperature, SamplingParams::kMinTemperature);
     }
     if (Status st = s.validate(); !st.ok()) {
       return invalid_argument("--temperature {}: {}", *a.temperature, st.message());
@@ -176,14 +181,18 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     recipe.strategies.origins.set("context_length", "--ctx");
   }
   if (!a.chat_template.empty()) recipe.chat_template = a.chat_template;
-  return LlmEngine::create(recipe);
+  // One conversation: the engine core with one seat where the device has a runner.
+  LlmEngineOptions eo;
+  eo.engine_core = true;
+  eo.seats = 1;
+  return LlmEngine::create(recipe, eo);
 }
 
 // The conversation as tokens; drops the oldest turns (keeping a system message) while it
 // leaves less than `reserve` positions for the reply.
 Result<std::vector<int32_t>> chat_prompt(LlmEngine& e, std::vector<ChatMessage>& messages,
                                          int64_t reserve, bool allow_special) {
-  const int64_t n_ctx = e.kv_cache().n_ctx();
+  const int64_t n_ctx = e.context_length();
   for (;;) {
     RINFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             e.sample().preprocess(messages, allow_special));
@@ -249,7 +258,7 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
   std::vector<ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
   const int64_t reserve = std::min<int64_t>(e.recipe().max_tokens > 0 ? e.recipe().max_tokens : 256,
-                                            e.kv_cache().n_ctx() / 4);
+                                            e.context_length() / 4);
   for (;;) {
     if (tty) std::fputs("> ", stderr);  // the prompt is not part of the output
     g_cancel = false;
@@ -262,7 +271,7 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
     if (*line == "/exit" || *line == "/quit") return 0;
     if (*line == "/reset") {
       messages.resize(a.system.empty() ? 0 : 1);
-      e.generator().reset();
+      e.reset();
       std::fprintf(stderr, "(history cleared)\n");
       continue;
     }
@@ -330,8 +339,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
            if (ec != std::errc() || end != text.data() + text.size() || v < 0) {
              throw CLI::ValidationError(
-                 "--seed", fmt::format("{} is not an integer in [0, {}] (the recipe's range)",
-                                       text, INT64_MAX));
+                 "--seed", fmt::format("{} is not an integer in [0, {}] (the recipe's range)", text,
+                                       INT64_MAX));
            }
            a->seed = v;
          },

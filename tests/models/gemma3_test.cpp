@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
 #include "formats/gguf.h"
+#include "kv/kv_cache.h"
 #include "models/llama/llama_model.h"
 #include "models/model.h"
 #include "test_util.h"
@@ -239,7 +239,7 @@ class Gemma3RingTest : public Gemma3Test {
     if (IsSkipped()) return;
 #ifndef NDEBUG
     GTEST_SKIP() << "1000 tokens of Gemma 3 run in the optimized build only (the ring logic is "
-                    "covered by tests/engine/kv_cache_test.cpp with the tiny gemma3)";
+                    "covered by tests/kv/kv_cache_test.cpp with the tiny gemma3)";
 #endif
     auto gguf = GgufFile::open(path_);
     ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "models/llama/llama_model.h"
 #include "models/model.h"
 #include "models/text_generation.h"

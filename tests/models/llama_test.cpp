@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
+#include "kv/kv_cache.h"
 #include "models/llama/llama_model.h"
 #include "models/model.h"
 #include "test_util.h"

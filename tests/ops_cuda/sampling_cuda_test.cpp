@@ -1,4 +1,4 @@
-// Device sampling against a scalar reference of the same chain (engine/sampler.h's order after
+// Device sampling against a scalar reference of the same chain (ops/cpu/sampler.h's order after
 // the penalties): argmax; top-k, top-p, min-p, temperature and the draw; ties by lowest id.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
-#include "engine/sampler.h"
+#include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 
 namespace rinfer {
@@ -163,7 +163,7 @@ TEST_F(CudaSampling, GreedyAndUnsupportedSettings) {
             StatusCode::kInvalidArgument);
 }
 
-// The device decode loop's sampler against the host Sampler (engine/sampler.h), step by step:
+// The device decode loop's sampler against the host Sampler (ops/cpu/sampler.h), step by step:
 // penalties over the history ring (duplicates penalized once, ids joining as they are sampled),
 // then argmax or the top-k chain with the host's uniform; and its bookkeeping (token, position,
 // KV length, host ring).

@@ -1,6 +1,7 @@
 // The strategy registry and its composition (apply_strategies), incompatible combinations,
 // base inheritance (merge semantics, chains, cycles, missing bases), the device check at load,
 // and every committed recipe.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda_info.h"
+#include "engine/strategy_options.h"
 #include "recipe/recipe.h"
 #include "strategies/registry.h"
 #include "test_util.h"
@@ -56,7 +58,7 @@ TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
   }
   EXPECT_EQ(names,
             (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion", "quantization",
-                                      "cuda_graphs", "device_sampling", "allocator"}));
+                                      "cuda_graphs", "device_sampling", "allocator", "batching"}));
   ASSERT_NE(find_strategy("fusion"), nullptr);
   EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
   EXPECT_EQ(find_strategy("paged_attention"), nullptr);
@@ -119,7 +121,8 @@ TEST(StrategyRegistryTest, KeysAgreeWithTheParserAndTheDocs) {
       const size_t at = docs.find(row);
       ASSERT_NE(at, std::string::npos);
       const size_t cell_end = docs.find(" | ", at + row.size());
-      const std::string cell = normalized_type(docs.substr(at + row.size(), cell_end - at - row.size()));
+      const std::string cell =
+          normalized_type(docs.substr(at + row.size(), cell_end - at - row.size()));
       EXPECT_EQ(cell.rfind(type, 0), 0u) << "docs say: " << cell;
       int64_t lo = 0, hi = 0;
       if (type == "bool") {
@@ -131,6 +134,12 @@ TEST(StrategyRegistryTest, KeysAgreeWithTheParserAndTheDocs) {
         EXPECT_TRUE(parses(name, key, std::to_string(hi)));
         EXPECT_FALSE(parses(name, key, std::to_string(hi + 1)));
         EXPECT_FALSE(parses(name, key, std::to_string(lo - 1)));
+      } else if (double a = 0, b = 0;
+                 std::sscanf(type.c_str(), "number in [%lf, %lf]", &a, &b) == 2) {
+        EXPECT_TRUE(parses(name, key, fmt::format("{}", a)));
+        EXPECT_TRUE(parses(name, key, fmt::format("{}", b)));
+        EXPECT_FALSE(parses(name, key, fmt::format("{}", b + 1)));
+        EXPECT_FALSE(parses(name, key, fmt::format("{}", a - 1)));
       } else if (std::sscanf(type.c_str(), "list of int in [%ld, %ld]", &lo, &hi) == 2) {
         EXPECT_TRUE(parses(name, key, "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"));
         EXPECT_FALSE(parses(name, key, "[" + std::to_string(hi + 1) + "]"));
@@ -573,6 +582,77 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   ASSERT_TRUE(apply_strategies(*v, loadh, gen).ok());
   EXPECT_FALSE(loadh.device_sampling);
   EXPECT_TRUE(loadh.cuda_graphs);
+}
+
+// ---- the engine core's strategies: kv_cache layout and batching ------------------------------
+
+TEST(EngineCoreStrategiesTest, DefaultsAreContinuousBatchingOverAPagedCache) {
+  auto r = parse_recipe(BASE, "r.yaml");
+  ASSERT_TRUE(r.ok());
+  const EngineCoreOptions o = engine_core_options(r->strategies, 1024);
+  EXPECT_EQ(o.n_ctx, 1024);
+  EXPECT_EQ(o.layout, kv::Layout::kPaged);
+  EXPECT_EQ(o.block_size, 16);
+  EXPECT_TRUE(o.prefix_caching);
+  EXPECT_EQ(o.scheduler.policy, BatchingPolicy::kContinuous);
+  EXPECT_EQ(o.scheduler.max_seqs, 16);
+  EXPECT_EQ(o.scheduler.max_batched_tokens, 512);
+  EXPECT_EQ(o.swap_blocks, 0);
+}
+
+TEST(EngineCoreStrategiesTest, EveryKeyReachesTheOptions) {
+  auto r = parse_recipe(BASE
+                        "strategies:\n"
+                        "  kv_cache: {layout: paged, block_size: 32, prefix_caching: false}\n"
+                        "  batching: {policy: static, max_seqs: 8, max_batched_tokens: 256,\n"
+                        "             chunked_prefill: false, preemption: swap, watermark: 0.1,\n"
+                        "             priority: true}\n",
+                        "r.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  LoadOptions load;
+  GeneratorOptions gen;
+  ASSERT_TRUE(apply_strategies(*r, load, gen).ok());
+  const EngineCoreOptions o = engine_core_options(r->strategies, 512);
+  EXPECT_EQ(o.block_size, 32);
+  EXPECT_FALSE(o.prefix_caching);
+  EXPECT_EQ(o.scheduler.policy, BatchingPolicy::kStatic);
+  EXPECT_EQ(o.scheduler.max_seqs, 8);
+  EXPECT_EQ(o.scheduler.max_batched_tokens, 256);
+  EXPECT_FALSE(o.scheduler.chunked_prefill);
+  EXPECT_EQ(o.scheduler.preemption, PreemptionMode::kSwap);
+  EXPECT_EQ(o.swap_blocks, -1);  // swap without swap_blocks: as many as the device pool
+  EXPECT_DOUBLE_EQ(o.scheduler.watermark, 0.1);
+  EXPECT_EQ(o.scheduler.order, QueueOrder::kPriority);
+  EXPECT_NE(describe_strategies(r->strategies, r->device).find("batching static (8 seats"),
+            std::string::npos);
+  auto c = parse_recipe(BASE "strategies: {kv_cache: {layout: contiguous}}\n", "r.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(engine_core_options(c->strategies, 64).layout, kv::Layout::kContiguous);
+  EXPECT_FALSE(engine_core_options(c->strategies, 64).prefix_caching);
+}
+
+TEST(EngineCoreStrategiesTest, ConflictsNameBothKeys) {
+  auto fails = [](const std::string& text, const std::string& want) {
+    auto r = parse_recipe(text, "r.yaml");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    LoadOptions load;
+    GeneratorOptions gen;
+    const Status st = apply_strategies(*r, load, gen);
+    ASSERT_FALSE(st.ok()) << text;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  };
+  fails(BASE "strategies: {batching: {max_seqs: 600}}\n",
+        "strategies.batching.max_seqs: 600 seats need at least 600 tokens per step");
+  fails(BASE "strategies: {kv_cache: {layout: contiguous, prefix_caching: true}}\n",
+        "strategies.kv_cache.prefix_caching: true needs the paged layout");
+  fails(BASE "strategies:\n  kv_cache: {layout: contiguous}\n  batching: {swap_blocks: 8}\n",
+        "(conflicts with strategies.kv_cache.layout");
+  auto bad = parse_recipe(BASE "strategies: {batching: {watermark: 0.9}}\n", "r.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("strategies.batching.watermark"), std::string::npos);
+  auto policy = parse_recipe(BASE "strategies: {batching: {policy: dynamic}}\n", "r.yaml");
+  ASSERT_FALSE(policy.ok());
+  EXPECT_NE(policy.status().message().find("static"), std::string::npos);
 }
 
 #undef BASE

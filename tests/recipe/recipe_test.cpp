@@ -150,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
             "strategies.threads.count: expected an integer in [0, 1024], got -2"},
         Bad{BASE "strategies:\n  paged_attention: {enabled: true}\n",
             "strategies.paged_attention: unknown key (allowed here: kv_cache, kernels, threads, "
-            "fusion, quantization, cuda_graphs, device_sampling, allocator)"},
+            "fusion, quantization, cuda_graphs, device_sampling, allocator, batching)"},
         // The strategies added with the registry, bench and precision.
         Bad{BASE "strategies:\n  fusion: {attention: yes}\n",
             "bad.yaml:4:23: strategies.fusion.attention: expected true or false, got yes"},
@@ -233,8 +233,8 @@ TEST(RecipeTest, HugeRecipesFailFastWithShortMessages) {
             std::string::npos)
       << many.status().message();
 
-  auto long_stop = parse_recipe(base + "sampling: {stop: [" + std::string(5000, 'y') + "]}\n",
-                                "long_stop.yaml");
+  auto long_stop =
+      parse_recipe(base + "sampling: {stop: [" + std::string(5000, 'y') + "]}\n", "long_stop.yaml");
   ASSERT_FALSE(long_stop.ok());
   EXPECT_NE(long_stop.status().message().find("item 0: 5000 bytes, at most 4096 allowed"),
             std::string::npos);

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "../models/tiny_hf_model.h"
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "models/model.h"
 
 namespace rinfer {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace rinfer::llama {
 
@@ -95,7 +95,7 @@ float LlamaModel::attention_scale() const {
 
 namespace {
 
-// The single-sequence KV cache (engine/kv_cache.h): new keys and values go straight into their
+// The single-sequence KV cache (kv/kv_cache.h): new keys and values go straight into their
 // cache rows; a chunk that would cross a ring's end is made in scratch and copied in two pieces.
 class CacheAccess final : public KvAccess {
  public:

@@ -17,7 +17,7 @@
 // MLP outputs are RMSNormed (post_attention_norm, post_ffw_norm) before the residual add; the
 // MLP is GeGLU (tanh GELU); RoPE is NeoX with a per-layer base, and local layers attend only to
 // the last sliding_window positions. create_cache() gives those local layers a ring of
-// window + max_batch - 1 rows (see engine/kv_cache.h); global layers keep the whole context.
+// window + max_batch - 1 rows (see kv/kv_cache.h); global layers keep the whole context.
 //
 // Weights are zero-copy views of the memory-mapped file in their stored dtype (the matmul
 // kernels read every GGUF format); only norm weights and biases are converted to f32 at load.

@@ -273,7 +273,7 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
 // Greedy: out_id[0] = argmax(logits[n]) (lowest id on ties; NaN never wins). Device int32.
 Status argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);
 
-// The sampler chain of engine/sampler.h after its penalties, on the device. temperature <= 0:
+// The sampler chain of ops/cpu/sampler.h after its penalties, on the device. temperature <= 0:
 // argmax. Else top_k must be in [1, 1024] (top_k 0 or larger k: use the host Sampler), then
 // top_p (1: off) and min_p (0: off), and the draw with the uniform [0, 1) number at the device
 // pointer `uniform`.
@@ -288,7 +288,7 @@ Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, con
               int32_t* out_id, cudaStream_t stream);
 
 // A decode loop that stays on the device: after each step's logits, one kernel applies the
-// penalties of engine/sampler.h (repetition and presence, over the last last_n ids of the
+// penalties of ops/cpu/sampler.h (repetition and presence, over the last last_n ids of the
 // history, each distinct id once), picks the token (argmax, or the top-k chain with that step's
 // uniform draw) and feeds it to the next step: it writes the step's input token, advances its
 // position and KV length by one, appends the id to the history and writes it to a pinned host

@@ -31,10 +31,6 @@ Status validate(const StrategyConfig& s, const Device& device) {
   return ok_status();
 }
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
-  load.allocator = s.allocator;
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   if (!device.is_cuda()) return "";
   return fmt::format("allocator {}", s.allocator == AllocatorKind::kCaching ? "caching" : "plain");
@@ -54,7 +50,6 @@ const StrategyInfo& allocator_strategy() {
       "docs/strategies/allocator.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

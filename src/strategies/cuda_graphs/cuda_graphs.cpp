@@ -25,10 +25,6 @@ bool effective(const StrategyConfig& s, const Device& device) {
   return cuda_decode_switch_on(s, device, s.cuda_graphs);
 }
 
-void apply(const StrategyConfig& s, const Device& device, LoadOptions& load, GeneratorOptions&) {
-  load.cuda_graphs = effective(s, device);
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   if (!device.is_cuda()) return "";
   return fmt::format("cuda_graphs {}", on_off(effective(s, device)));
@@ -48,7 +44,6 @@ const StrategyInfo& cuda_graphs_strategy() {
       "docs/strategies/cuda_graphs.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

@@ -26,10 +26,6 @@ bool effective(const StrategyConfig& s, const Device& device) {
   return cuda_decode_switch_on(s, device, s.device_sampling);
 }
 
-void apply(const StrategyConfig& s, const Device& device, LoadOptions& load, GeneratorOptions&) {
-  load.device_sampling = effective(s, device);
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   if (!device.is_cuda()) return "";
   return fmt::format("device_sampling {}", on_off(effective(s, device)));
@@ -49,7 +45,6 @@ const StrategyInfo& device_sampling_strategy() {
       "docs/strategies/device_sampling.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

@@ -54,10 +54,6 @@ Status validate(const StrategyConfig& s, const Device& device) {
   return ok_status();
 }
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
-  load.fusion = s.fusion;
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   std::string on;
   std::string off;
@@ -91,7 +87,6 @@ const StrategyInfo& fusion_strategy() {
       "docs/strategies/fusion.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

@@ -27,10 +27,6 @@ Status validate(const StrategyConfig& s, const Device& device) {
   return ok_status();
 }
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
-  load.ops.impl = s.kernels;
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   if (!device.is_cpu()) return "";
   return fmt::format("kernels {}", s.kernels == cpu::Impl::kFast ? "fast" : "reference");
@@ -50,7 +46,6 @@ const StrategyInfo& kernels_strategy() {
       "docs/strategies/kernels.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

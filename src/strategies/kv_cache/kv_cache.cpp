@@ -1,7 +1,12 @@
 // strategies.kv_cache: keep each position's keys and values so a decode step runs one token.
-// Baseline: recompute the whole prefix every step. Hooks: GeneratorOptions::kv_cache, and the
-// cache's element type LoadOptions::kv_dtype (auto: bf16 on CUDA, f32 on the CPU).
+// Baseline: recompute the whole prefix every step. Hooks: GeneratorOptions::kv_cache, the
+// cache's element type LoadOptions::kv_dtype (auto: bf16 on CUDA, f32 on the CPU), and the
+// engine core's layout (contiguous | paged), block size and prefix caching.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "strategies/modules.h"
@@ -11,7 +16,8 @@ namespace rinfer {
 namespace {
 
 Status parse(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"enabled", "dtype"}));
+  RINFER_RETURN_IF_ERROR(
+      m.check_keys({"enabled", "dtype", "layout", "block_size", "prefix_caching"}));
   RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
   if (enabled) s.kv_cache = *enabled;
   RINFER_ASSIGN_OR_RETURN(auto dtype, m.get_enum("dtype", {"auto", "bf16", "f32"}));
@@ -20,11 +26,26 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
                  : *dtype == 1 ? std::optional<DType>(DType::kBF16)
                                : std::optional<DType>(DType::kF32);
   }
-  for (const char* k : {"enabled", "dtype"}) note_origin(m, k, s);
+  RINFER_ASSIGN_OR_RETURN(auto layout, m.get_enum("layout", {"contiguous", "paged"}));
+  if (layout) s.kv_layout = *layout == 0 ? kv::Layout::kContiguous : kv::Layout::kPaged;
+  RINFER_ASSIGN_OR_RETURN(auto block, m.get_int("block_size", 1, 1024));
+  if (block) s.kv_block_size = *block;
+  RINFER_ASSIGN_OR_RETURN(auto prefix, m.get_bool("prefix_caching"));
+  if (prefix) s.prefix_caching = *prefix;
+  for (const char* k : {"enabled", "dtype", "layout", "block_size", "prefix_caching"}) {
+    note_origin(m, k, s);
+  }
   return ok_status();
 }
 
 Status validate(const StrategyConfig& s, const Device& device) {
+  if (s.kv_layout == kv::Layout::kContiguous && s.prefix_caching &&
+      s.origins.has("strategies.kv_cache.prefix_caching")) {
+    return key_conflict(s.origins, "strategies.kv_cache.prefix_caching",
+                        "strategies.kv_cache.layout",
+                        "true needs the paged layout: a contiguous cache has one block per "
+                        "sequence, never a full block to share");
+  }
   if (device.is_cpu() && s.kv_dtype && *s.kv_dtype != DType::kF32) {
     return key_conflict(s.origins, "strategies.kv_cache.dtype", "device",
                         "bf16: the CPU keeps its KV cache in f32 only (use auto or f32 there)");
@@ -32,14 +53,20 @@ Status validate(const StrategyConfig& s, const Device& device) {
   return ok_status();
 }
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions& gen) {
-  gen.kv_cache = s.kv_cache;
-  load.kv_dtype = s.kv_dtype;
-}
-
 std::string describe(const StrategyConfig& s, const Device&) {
-  if (!s.kv_dtype) return fmt::format("kv_cache {}", on_off(s.kv_cache));
-  return fmt::format("kv_cache {} ({})", on_off(s.kv_cache), dtype_name(*s.kv_dtype));
+  // The defaults (paged, block 16, prefix caching) go unsaid.
+  std::vector<std::string> notes;
+  if (s.kv_cache && s.kv_layout == kv::Layout::kContiguous) notes.emplace_back("contiguous");
+  if (s.kv_cache && s.kv_layout == kv::Layout::kPaged && s.kv_block_size != 16) {
+    notes.push_back(fmt::format("block {}", s.kv_block_size));
+  }
+  if (s.kv_cache && s.kv_layout == kv::Layout::kPaged && !s.prefix_caching) {
+    notes.emplace_back("no prefix caching");
+  }
+  if (s.kv_dtype) notes.emplace_back(dtype_name(*s.kv_dtype));
+  std::string d = fmt::format("kv_cache {}", on_off(s.kv_cache));
+  if (notes.empty()) return d;
+  return fmt::format("{} ({})", d, fmt::join(notes, ", "));
 }
 
 }  // namespace
@@ -51,15 +78,21 @@ const StrategyInfo& kv_cache_strategy() {
       {{"enabled", "bool", "true", "false: every step recomputes the whole sequence"},
        {"dtype", "auto | bf16 | f32", "auto",
         "the cache's element type: auto is bf16 on CUDA (half the bytes a decode step reads) "
-        "and f32 on the CPU (its only type); f32 on CUDA keeps keys and values unrounded"}},
+        "and f32 on the CPU (its only type); f32 on CUDA keeps keys and values unrounded"},
+       {"layout", "contiguous | paged", "paged",
+        "contiguous: one block of the whole context per sequence (the baseline); paged: blocks "
+        "of block_size positions, taken as a sequence grows"},
+       {"block_size", "int in [1, 1024]", "16", "positions per block (paged)"},
+       {"prefix_caching", "bool", "true",
+        "share the KV blocks of a prompt prefix already computed (paged)"}},
       "{enabled: false}",
       "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step); "
-      "LoadOptions::kv_dtype (the cache's element type)",
+      "LoadOptions::kv_dtype (the cache's element type); EngineCoreOptions::layout, "
+      "block_size, prefix_caching",
       "cpu, cuda",
       "docs/strategies/kv_cache.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

@@ -17,8 +17,7 @@ namespace {
 // The host loader converts weights at load (LlamaModel::convert_weights) for every device.
 constexpr bool kCpuConvertsWeights = true;
 
-const std::vector<std::string_view> kWeightNames{"keep", "f16",  "bf16",
-                                                 "q8_0", "q4_0", "q4_1"};
+const std::vector<std::string_view> kWeightNames{"keep", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
                                   DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 
@@ -100,14 +99,6 @@ Status validate(const StrategyConfig& s, const Device& device) {
   return ok_status();
 }
 
-void apply(const StrategyConfig& s, const Device&, LoadOptions& load, GeneratorOptions&) {
-  const QuantizationConfig& q = s.quantization;
-  load.weight_format = q.weights;
-  load.keep_precision_layers = q.effective_keep_layers();
-  load.convert_embeddings = q.weights.has_value() && q.embeddings;
-  load.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
-}
-
 std::string describe(const StrategyConfig& s, const Device& device) {
   const QuantizationConfig& q = s.quantization;
   std::string out;
@@ -156,7 +147,6 @@ const StrategyInfo& quantization_strategy() {
       "docs/strategies/quantization.md",
       parse,
       validate,
-      apply,
       describe};
   return info;
 }

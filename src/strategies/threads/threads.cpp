@@ -19,8 +19,6 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
 
 Status validate(const StrategyConfig&, const Device&) { return ok_status(); }
 
-void apply(const StrategyConfig&, const Device&, LoadOptions&, GeneratorOptions&) {}
-
 std::string describe(const StrategyConfig& s, const Device&) {
   return s.threads == 0 ? std::string("threads all cores") : fmt::format("threads {}", s.threads);
 }
@@ -37,7 +35,6 @@ const StrategyInfo& threads_strategy() {
                                  "docs/strategies/threads.md",
                                  parse,
                                  validate,
-                                 apply,
                                  describe};
   return info;
 }

@@ -19,9 +19,9 @@
 #include "core/cuda/pinned.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
-#include "engine/kv_cache.h"
-#include "engine/sampler.h"
+#include "kv/kv_cache.h"
 #include "models/llama/cuda/llama_cuda_model.h"
+#include "ops/cpu/sampler.h"
 #include "ops/cuda/model_ops.h"
 #include "ops/cuda/ops_cuda.h"
 

@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "ops/cpu/sampler.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "recipe/yaml_fields.h"
+#include "strategies/yaml_fields.h"
 
 #include <fmt/format.h>
 
@@ -22,9 +22,7 @@ std::string cut_note(std::string_view s) {
 }
 
 // A plain value as the user wrote it, cut to kMaxShown bytes.
-std::string shown(std::string_view s) {
-  return std::string(s.substr(0, kMaxShown)) + cut_note(s);
-}
+std::string shown(std::string_view s) { return std::string(s.substr(0, kMaxShown)) + cut_note(s); }
 
 std::string quoted(std::string_view s) {
   std::string out = "\"";
@@ -251,8 +249,8 @@ Result<std::optional<std::string>> YamlMap::get_string(std::string_view key) con
   }
   if (e->value.Scalar().size() > kMaxStringBytes) {
     return error_at(e->value, e->key_node, key,
-                    fmt::format("a string of {} bytes, at most {} allowed", e->value.Scalar().size(),
-                                kMaxStringBytes));
+                    fmt::format("a string of {} bytes, at most {} allowed",
+                                e->value.Scalar().size(), kMaxStringBytes));
   }
   return std::optional<std::string>(e->value.Scalar());
 }
@@ -263,8 +261,9 @@ Result<std::string> YamlMap::get_string_or(std::string_view key, std::string fal
   return fallback;
 }
 
-Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(
-    std::string_view key, size_t max_items, size_t max_bytes) const {
+Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(std::string_view key,
+                                                                         size_t max_items,
+                                                                         size_t max_bytes) const {
   const Entry* e = find(key);
   if (e == nullptr) return std::optional<std::vector<std::string>>();
   if (!e->value.IsSequence()) {
@@ -284,9 +283,9 @@ Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(
           fmt::format("item {}: expected a non-empty string, got {}", i, describe_node(item)));
     }
     if (item.Scalar().size() > max_bytes) {
-      return error_at(item, e->key_node, key,
-                      fmt::format("item {}: {} bytes, at most {} allowed", i,
-                                  item.Scalar().size(), max_bytes));
+      return error_at(
+          item, e->key_node, key,
+          fmt::format("item {}: {} bytes, at most {} allowed", i, item.Scalar().size(), max_bytes));
     }
     out.push_back(item.Scalar());
   }

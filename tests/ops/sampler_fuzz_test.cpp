@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "ops/cpu/sampler.h"
 
 namespace rinfer {
 namespace {

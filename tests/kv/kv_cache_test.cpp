@@ -2,7 +2,7 @@
 // allows on a ring, and, with the tiny synthetic gemma3 (sliding window 4 on 5 of 6 layers), that
 // a ring cache gives the same logits as a full-length one (and as the numpy reference), and that
 // the generator falls back to recomputing when a ring cannot rewind.
-#include "engine/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <gtest/gtest.h>
 

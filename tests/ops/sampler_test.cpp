@@ -1,5 +1,5 @@
 // The sampler's stages on hand-made distributions, seeded reproducibility and the penalties.
-#include "engine/sampler.h"
+#include "ops/cpu/sampler.h"
 
 #include <gtest/gtest.h>
 

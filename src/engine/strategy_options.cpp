@@ -1,0 +1,58 @@
+#include "engine/strategy_options.h"
+
+#include "strategies/registry.h"
+
+namespace rinfer {
+
+Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load,
+                        GeneratorOptions& gen) {
+  RINFER_RETURN_IF_ERROR(validate_strategies(s, device));
+  load.device = device;
+  // kv_cache
+  gen.kv_cache = s.kv_cache;
+  load.kv_dtype = s.kv_dtype;
+  // kernels
+  load.ops.impl = s.kernels;
+  // fusion
+  load.fusion = s.fusion;
+  // quantization
+  const QuantizationConfig& q = s.quantization;
+  load.weight_format = q.weights;
+  load.keep_precision_layers = q.effective_keep_layers();
+  load.convert_embeddings = q.weights.has_value() && q.embeddings;
+  load.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
+  // cuda_graphs, device_sampling
+  load.cuda_graphs = cuda_decode_switch_on(s, device, s.cuda_graphs);
+  load.device_sampling = cuda_decode_switch_on(s, device, s.device_sampling);
+  // allocator
+  load.allocator = s.allocator;
+  return ok_status();
+}
+
+Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen) {
+  return apply_strategies(recipe.strategies, recipe.device, load, gen);
+}
+
+EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
+  EngineCoreOptions o;
+  o.n_ctx = n_ctx;
+  o.layout = s.kv_layout;
+  o.block_size = s.kv_block_size;
+  o.prefix_caching = s.prefix_caching && s.kv_layout == kv::Layout::kPaged;
+  const BatchingConfig& b = s.batching;
+  // Swap space: swap_blocks, or with preemption swap and none given, as much as the device pool.
+  o.swap_blocks = b.swap_blocks > 0                       ? static_cast<int32_t>(b.swap_blocks)
+                  : b.preemption == PreemptionMode::kSwap ? -1
+                                                          : 0;
+  SchedulerConfig& sc = o.scheduler;
+  sc.policy = b.policy;
+  sc.max_seqs = b.max_seqs;
+  sc.max_batched_tokens = b.max_batched_tokens;
+  sc.chunked_prefill = b.chunked_prefill;
+  sc.preemption = b.preemption;
+  sc.watermark = b.watermark;
+  sc.order = b.priority ? QueueOrder::kPriority : QueueOrder::kFcfs;
+  return o;
+}
+
+}  // namespace rinfer
