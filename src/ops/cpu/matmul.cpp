@@ -133,18 +133,16 @@ Status matmul_int8(const OpContext& ctx, const Tensor& w, const float* x, int64_
     for (int64_t t = t0; t < t1; ++t) internal::quantize_act_row(x + t * k, acts, t);
   });
 
-  // Rows computed as if alone: the direct matrix-vector kernel, one row at a time over each chunk
-  // of weight rows (the chunk stays in cache for the next row).
+  // Rows computed as if alone: the direct matrix-vector kernel, which reads each group of weight
+  // blocks once for up to 4 of them and gives each the bits it would give alone.
   const int64_t n_single =
       internal::has_direct_matvec(dt)
           ? std::max<int64_t>(n_tokens == 1 ? 1 : 0, std::min(ctx.single_rows, n_tokens))
           : 0;
   if (n_single > 0) {
+    const QActs single = internal::qacts_rows(acts, 0, n_single);
     run_chunks(pool_for(ctx, w, n_single), n_out, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t t = 0; t < n_single; ++t) {
-        internal::int8_matvec_direct(dt, base + r0 * rb, rb, r1 - r0, k,
-                                     internal::qacts_rows(acts, t, 1), y + t * n_out + r0);
-      }
+      internal::int8_matvec_direct(dt, base + r0 * rb, rb, r1 - r0, k, single, y + r0, n_out);
     });
     if (n_single == n_tokens) return ok_status();
   }

@@ -116,11 +116,13 @@ bool rows_to_f32(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_rows, i
 
 // Whether the running target has a direct matrix-vector kernel for t.
 bool has_direct_matvec(DType t);
-// Direct matrix-vector kernel for one token straight from the GGUF blocks (no unpacking), for
-// the formats that have one on the running target: y[o] for rows [0, n_rows). Returns false
-// when there is none (the caller falls back to unpack + int8_chunk).
+// Direct matrix-vector kernel straight from the GGUF blocks (no unpacking), for the formats that
+// have one on the running target: y[t * ldy + o] for rows [0, n_rows) and every token t of `a`
+// (each group of weight blocks is read once for up to 4 tokens; a token's result has the same
+// bits whatever the other tokens are). Returns false when there is none (the caller falls back
+// to unpack + int8_chunk).
 bool int8_matvec_direct(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t k,
-                        const QActs& a, float* y);
+                        const QActs& a, float* y, int64_t ldy = 0);
 
 const char* simd_target();
 

@@ -191,21 +191,55 @@ HWY_INLINE __m128i LoadHeaders4(const uint8_t* blk, int n, int off = 0) {
   return x;
 }
 
-// Integer dot products of 16 blocks starting at block b0 (nblk <= 16 of them exist) with the
-// activations, as 16 int32 sums in block order.
+// The weights of 16 full blocks, unpacked once for every token that meets them: Q8_0's 8 vectors
+// of two blocks' quants (+128); Q4/Q5's low and high nibbles of 4 blocks per vector pair (Q5's
+// fifth bit added).
 template <Fmt F>
-HWY_INLINE __m512i BlockSums16(const uint8_t* blk, int nblk, const QActs& a, int64_t b0) {
+struct Weights16 {
+  __m512i v[8];
+};
+
+template <Fmt F>
+HWY_INLINE Weights16<F> UnpackBlocks16(const uint8_t* blk) {
+  constexpr int kB = kBlockBytes<F>;
+  Weights16<F> w;
   if constexpr (F == Fmt::kQ8_0) {
-    constexpr int kB = kBlockBytes<F>;
-    const int8_t* x = a.qs + b0 * 32;  // [nblk * 32], padded
+    for (int i = 0; i < 8; ++i) w.v[i] = LoadQ8Pair(blk + 2 * i * kB, true);
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    // Q5: the 32 high bits of the 16 blocks, regrouped per 4 blocks into a 64-bit mask of the
+    // low halves (elements 0..15 of each block) and one of the high halves.
+    alignas(64) uint64_t hmask[8];
+    if constexpr (kIsQ5<F>) {
+      const __m512i qh = LoadHeaders16<kB, 4, kQhOffset<F>>(blk);
+      const __m512i by_half = _mm512_set4_epi32(0x0F0E0B0A, 0x07060302, 0x0D0C0908, 0x05040100);
+      _mm512_store_si512(hmask, _mm512_shuffle_epi8(qh, by_half));
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = LoadQs4<F>(blk + 4 * j * kB, 4);
+      __m512i lo = _mm512_and_si512(q, m4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      if constexpr (kIsQ5<F>) {
+        const __m512i k16 = _mm512_set1_epi8(16);
+        lo = _mm512_mask_add_epi8(lo, hmask[2 * j], lo, k16);
+        hi = _mm512_mask_add_epi8(hi, hmask[2 * j + 1], hi, k16);
+      }
+      w.v[2 * j] = lo;
+      w.v[2 * j + 1] = hi;
+    }
+  }
+  return w;
+}
+
+// Integer dot products of 16 unpacked blocks starting at block b0 with token t's activations,
+// as 16 int32 sums in block order.
+template <Fmt F>
+HWY_INLINE __m512i BlockSums16(const Weights16<F>& w, const QActs& a, int64_t t, int64_t b0) {
+  if constexpr (F == Fmt::kQ8_0) {
+    const int8_t* x = a.qs + t * a.layout.kp + b0 * 32;  // [16 * 32]
     __m512i p[8];
     for (int i = 0; i < 8; ++i) {
-      if (2 * i < nblk) {
-        const __m512i w = LoadQ8Pair(blk + 2 * i * kB, 2 * i + 1 < nblk);
-        p[i] = Dpbusd(_mm512_setzero_si512(), w, _mm512_loadu_si512(x + 64 * i));
-      } else {
-        p[i] = _mm512_setzero_si512();
-      }
+      p[i] = Dpbusd(_mm512_setzero_si512(), w.v[i], _mm512_loadu_si512(x + 64 * i));
     }
     const __m512i u0 = Transpose4Sum(p[0], p[1], p[2], p[3]);
     const __m512i u1 = Transpose4Sum(p[4], p[5], p[6], p[7]);
@@ -215,33 +249,11 @@ HWY_INLINE __m512i BlockSums16(const uint8_t* blk, int nblk, const QActs& a, int
     const __m512i to_block = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
     return _mm512_permutexvar_epi32(to_block, v);
   } else {
-    constexpr int kB = kBlockBytes<F>;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int8_t* x = a.qs4 + b0 * 32;  // regrouped: 128 bytes per 4 blocks
-    // Q5: the 32 high bits of the 16 blocks, regrouped per 4 blocks into a 64-bit mask of the
-    // low halves (elements 0..15 of each block) and one of the high halves.
-    alignas(64) uint64_t hmask[8];
-    if constexpr (kIsQ5<F>) {
-      const __m512i qh = LoadHeaders16<kB, 4, kQhOffset<F>>(blk);
-      const __m512i by_half = _mm512_set4_epi32(0x0F0E0B0A, 0x07060302, 0x0D0C0908, 0x05040100);
-      _mm512_store_si512(hmask, _mm512_shuffle_epi8(qh, by_half));
-    }
+    const int8_t* x = a.qs4 + t * a.layout.k4 + b0 * 32;  // regrouped: 128 bytes per 4 blocks
     __m512i p[4];
     for (int j = 0; j < 4; ++j) {
-      if (4 * j < nblk) {
-        const __m512i q = LoadQs4<F>(blk + 4 * j * kB, nblk - 4 * j);
-        __m512i lo = _mm512_and_si512(q, m4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        if constexpr (kIsQ5<F>) {
-          const __m512i k16 = _mm512_set1_epi8(16);
-          lo = _mm512_mask_add_epi8(lo, hmask[2 * j], lo, k16);
-          hi = _mm512_mask_add_epi8(hi, hmask[2 * j + 1], hi, k16);
-        }
-        const __m512i s = Dpbusd(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x + 128 * j));
-        p[j] = Dpbusd(s, hi, _mm512_loadu_si512(x + 128 * j + 64));
-      } else {
-        p[j] = _mm512_setzero_si512();
-      }
+      const __m512i s = Dpbusd(_mm512_setzero_si512(), w.v[2 * j], _mm512_loadu_si512(x + 128 * j));
+      p[j] = Dpbusd(s, w.v[2 * j + 1], _mm512_loadu_si512(x + 128 * j + 64));
     }
     // Element 4L + j is block 4j + L.
     const __m512i to_block = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
@@ -252,8 +264,12 @@ HWY_INLINE __m512i BlockSums16(const uint8_t* blk, int nblk, const QActs& a, int
 // The last nb % 16 blocks of a row, 4 (Q4) or 2 (Q8_0) at a time: each 128-bit lane's partial
 // sums are added up inside the lane and scaled by its block's scale.
 template <Fmt F>
-HWY_INLINE void TailBlocks(const uint8_t* row, int64_t b0, int64_t nb, const QActs& a, __m512& acc,
-                           __m128& accm) {
+HWY_INLINE void TailBlocks(const uint8_t* row, int64_t b0, int64_t nb, const QActs& a, int64_t t,
+                           __m512& acc, __m128& accm) {
+  const int8_t* qs = a.qs + t * a.layout.kp;
+  const int8_t* qs4 = a.qs4 + t * a.layout.k4;
+  const float* d32 = a.d32 + t * a.layout.g32;
+  const float* s32 = a.s32 + t * a.layout.g32;
   constexpr int kB = kBlockBytes<F>;
   constexpr int kStep = F == Fmt::kQ8_0 ? 2 : 4;
   // Scale lane of each int32 lane: Q4: lane group L -> block L; Q8_0: lanes 0-7 -> 0, 8-15 -> 1.
@@ -265,12 +281,11 @@ HWY_INLINE void TailBlocks(const uint8_t* row, int64_t b0, int64_t nb, const QAc
     const uint8_t* blk = row + b * kB;
     __m512i p;
     if constexpr (F == Fmt::kQ8_0) {
-      p = Dpbusd(_mm512_setzero_si512(), LoadQ8Pair(blk, n == 2),
-                 _mm512_loadu_si512(a.qs + b * 32));
+      p = Dpbusd(_mm512_setzero_si512(), LoadQ8Pair(blk, n == 2), _mm512_loadu_si512(qs + b * 32));
     } else {
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i q = LoadQs4<F>(blk, n);
-      const int8_t* x = a.qs4 + b * 32;  // b is a multiple of 4: one regrouped group
+      const int8_t* x = qs4 + b * 32;  // b is a multiple of 4: one regrouped group
       __m512i lo = _mm512_and_si512(q, m4);
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       if constexpr (kIsQ5<F>) {
@@ -292,20 +307,24 @@ HWY_INLINE void TailBlocks(const uint8_t* row, int64_t b0, int64_t nb, const QAc
     p = _mm512_add_epi32(p, _mm512_shuffle_epi32(p, _MM_PERM_CDAB));  // lane sums, x4
     const __m128i h = LoadHeaders4<kB>(blk, n);
     const __m128 dw = _mm_cvtph_ps(_mm_cvtepi32_epi16(h));
-    const __m128 dx = _mm_loadu_ps(a.d32 + b);  // zero padded past nb
+    const __m128 dx = _mm_loadu_ps(d32 + b);  // zero padded past nb
     const __m512 sc = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
     acc = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc, 0x1111);
     const __m128 mw = kHasMin<F> ? _mm_cvtph_ps(_mm_cvtepi32_epi16(_mm_srli_epi32(h, 16))) : dw;
-    accm = _mm_fmadd_ps(mw, _mm_loadu_ps(a.s32 + b), accm);
+    accm = _mm_fmadd_ps(mw, _mm_loadu_ps(s32 + b), accm);
   }
 }
 
-// y[r] for n_rows rows of nb blocks each.
-template <Fmt F>
-void MatvecRows(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t nb, const QActs& a,
-                float* y) {
+// y[t * ldy + r] for n_rows rows of nb blocks each and the T tokens t0 .. t0 + T - 1 of `a`: each
+// group of 16 blocks is loaded and unpacked once for all T tokens, and every token's sums go
+// through the same operations in the same order as with T = 1, so a token's result has the same
+// bits whichever tokens share the call (batch invariance).
+template <Fmt F, int T>
+void MatvecRowsT(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t nb, const QActs& a,
+                 int64_t t0, float* y, int64_t ldy) {
   constexpr int kB = kBlockBytes<F>;
   const float min_coef = kMinCoef<F>;
+  const int64_t g32 = a.layout.g32;
   // Software prefetch about 4 KB (whole rows) ahead: the hardware prefetchers stop at 4 KB page
   // boundaries and restart slowly on every new matrix (+10-15% decode speed on Zen 5).
   const int64_t ahead_rows = (4096 + row_bytes - 1) / row_bytes;
@@ -317,30 +336,46 @@ void MatvecRows(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t nb,
         _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
       }
     }
-    __m512 acc = _mm512_setzero_ps();
-    __m512 accm = _mm512_setzero_ps();
+    __m512 acc[T], accm[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm512_setzero_ps();
+      accm[t] = _mm512_setzero_ps();
+    }
     const int64_t nfull = nb / 16 * 16;
     for (int64_t b0 = 0; b0 < nfull; b0 += 16) {
       const uint8_t* blk = row + b0 * kB;
-      const __m512i sums = BlockSums16<F>(blk, 16, a, b0);
+      const Weights16<F> wq = UnpackBlocks16<F>(blk);
       // Lane i: the first 4 bytes of block b0 + i (d, and Q4_1's m).
       const __m512i dm = LoadHeaders16 < kB, kHasMin<F> ? 4 : 2, 0 > (blk);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-      const __m512 dx = _mm512_loadu_ps(a.d32 + b0);
-      const __m512 sx = _mm512_loadu_ps(a.s32 + b0);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dx), acc);
-      if constexpr (kHasMin<F>) {
-        const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-        accm = _mm512_fmadd_ps(mw, sx, accm);
-      } else {
-        accm = _mm512_fmadd_ps(dw, sx, accm);
+      __m512 mw = dw;
+      if constexpr (kHasMin<F>)
+        mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+      for (int t = 0; t < T; ++t) {
+        const __m512i sums = BlockSums16<F>(wq, a, t0 + t, b0);
+        const __m512 dx = _mm512_loadu_ps(a.d32 + (t0 + t) * g32 + b0);
+        const __m512 sx = _mm512_loadu_ps(a.s32 + (t0 + t) * g32 + b0);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dx), acc[t]);
+        accm[t] = _mm512_fmadd_ps(mw, sx, accm[t]);
       }
     }
-    __m128 accm4 = _mm_setzero_ps();
-    if (nfull < nb) TailBlocks<F>(row, nfull, nb, a, acc, accm4);
-    accm = _mm512_add_ps(accm, _mm512_zextps128_ps512(accm4));
-    y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accm, _mm512_set1_ps(min_coef), acc));
+    for (int t = 0; t < T; ++t) {
+      __m128 accm4 = _mm_setzero_ps();
+      if (nfull < nb) TailBlocks<F>(row, nfull, nb, a, t0 + t, acc[t], accm4);
+      const __m512 m = _mm512_add_ps(accm[t], _mm512_zextps128_ps512(accm4));
+      y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(m, _mm512_set1_ps(min_coef), acc[t]));
+    }
   }
+}
+
+// Every token of `a`, up to 4 at a time.
+template <Fmt F>
+void MatvecRows(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t nb, const QActs& a,
+                float* y, int64_t ldy) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n; t += 4) MatvecRowsT<F, 4>(w, row_bytes, n_rows, nb, a, t, y + t * ldy, ldy);
+  for (; t + 2 <= a.n; t += 2) MatvecRowsT<F, 2>(w, row_bytes, n_rows, nb, a, t, y + t * ldy, ldy);
+  for (; t < a.n; ++t) MatvecRowsT<F, 1>(w, row_bytes, n_rows, nb, a, t, y + t * ldy, ldy);
 }
 
 bool HasDirect(DType t) {
@@ -349,13 +384,14 @@ bool HasDirect(DType t) {
 }
 
 bool MatvecDirect(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t k,
-                  const QActs& a, float* y) {
+                  const QActs& a, float* y, int64_t ldy) {
+  const int64_t nb = k / 32;
   switch (t) {
-    case DType::kQ4_0: MatvecRows<Fmt::kQ4_0>(w, row_bytes, n_rows, k / 32, a, y); return true;
-    case DType::kQ4_1: MatvecRows<Fmt::kQ4_1>(w, row_bytes, n_rows, k / 32, a, y); return true;
-    case DType::kQ5_0: MatvecRows<Fmt::kQ5_0>(w, row_bytes, n_rows, k / 32, a, y); return true;
-    case DType::kQ5_1: MatvecRows<Fmt::kQ5_1>(w, row_bytes, n_rows, k / 32, a, y); return true;
-    case DType::kQ8_0: MatvecRows<Fmt::kQ8_0>(w, row_bytes, n_rows, k / 32, a, y); return true;
+    case DType::kQ4_0: MatvecRows<Fmt::kQ4_0>(w, row_bytes, n_rows, nb, a, y, ldy); return true;
+    case DType::kQ4_1: MatvecRows<Fmt::kQ4_1>(w, row_bytes, n_rows, nb, a, y, ldy); return true;
+    case DType::kQ5_0: MatvecRows<Fmt::kQ5_0>(w, row_bytes, n_rows, nb, a, y, ldy); return true;
+    case DType::kQ5_1: MatvecRows<Fmt::kQ5_1>(w, row_bytes, n_rows, nb, a, y, ldy); return true;
+    case DType::kQ8_0: MatvecRows<Fmt::kQ8_0>(w, row_bytes, n_rows, nb, a, y, ldy); return true;
     default: return false;
   }
 }
@@ -363,7 +399,7 @@ bool MatvecDirect(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_rows, 
 #else
 
 bool HasDirect(DType) { return false; }
-bool MatvecDirect(DType, const uint8_t*, int64_t, int64_t, int64_t, const QActs&, float*) {
+bool MatvecDirect(DType, const uint8_t*, int64_t, int64_t, int64_t, const QActs&, float*, int64_t) {
   return false;
 }
 
@@ -381,8 +417,8 @@ HWY_EXPORT(MatvecDirect);
 bool has_direct_matvec(DType t) { return HWY_DYNAMIC_DISPATCH(HasDirect)(t); }
 
 bool int8_matvec_direct(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t k,
-                        const QActs& a, float* y) {
-  return HWY_DYNAMIC_DISPATCH(MatvecDirect)(t, w, row_bytes, n_rows, k, a, y);
+                        const QActs& a, float* y, int64_t ldy) {
+  return HWY_DYNAMIC_DISPATCH(MatvecDirect)(t, w, row_bytes, n_rows, k, a, y, ldy);
 }
 
 }  // namespace rinfer::cpu::internal
