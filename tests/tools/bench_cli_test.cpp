@@ -16,6 +16,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
 #include "test_util.h"
+#include "tiny_model.h"
 #include "tools/bench_report.h"
 
 namespace rinfer {
@@ -30,35 +31,6 @@ std::string read(const std::string& p) {
   return ss.str();
 }
 
-// tiny_llama.gguf plus a 96-token SPM vocabulary: <unk>, <s>, </s>, "▁" and 92 ASCII characters.
-std::string tiny_model_with_tokenizer(const std::string& dir) {
-  auto in = GgufFile::open(test::test_data_path("llama/tiny_llama.gguf"));
-  EXPECT_TRUE(in.ok());
-  GgufWriter w;
-  for (const auto& [k, v] : in->metadata()) w.set(std::string(k), GgufWriter::Value::copy_of(v));
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81"};
-  for (char c = '!'; tokens.size() < 96; ++c) tokens.emplace_back(1, c);
-  std::vector<float> scores(96, 0.0f);
-  std::vector<int32_t> types(96, 1);
-  types[0] = 2;
-  types[1] = types[2] = 3;
-  w.set("tokenizer.ggml.model", GgufWriter::Value::string("llama"));
-  w.set("tokenizer.ggml.tokens", GgufWriter::Value::strings_array(tokens));
-  w.set("tokenizer.ggml.scores", GgufWriter::Value::array(scores));
-  w.set("tokenizer.ggml.token_type", GgufWriter::Value::array(types));
-  w.set("tokenizer.ggml.bos_token_id", GgufWriter::Value::of<uint32_t>(1));
-  w.set("tokenizer.ggml.eos_token_id", GgufWriter::Value::of<uint32_t>(2));
-  w.set("tokenizer.ggml.unknown_token_id", GgufWriter::Value::of<uint32_t>(0));
-  for (const GgufTensorInfo& t : in->tensors()) {
-    EXPECT_TRUE(w.add_tensor(std::string(t.name), t.dtype, t.shape,
-                             std::string(reinterpret_cast<const char*>(t.data), t.nbytes))
-                    .ok());
-  }
-  const std::string path = dir + "/tiny_tok.gguf";
-  EXPECT_TRUE(w.write(path).ok());
-  return path;
-}
-
 std::string recipe(const std::string& model, const std::string& strategies) {
   return "model: " + model +
          "\ndevice: cpu\nscenario: llm-chat\ncontext_length: 128\nstrategies:\n" + strategies;
@@ -68,7 +40,7 @@ TEST(BenchCli, TinyModelJsonTableReadme) {
   const std::string dir =
       (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench").string();
   fs::create_directories(dir);
-  const std::string model = tiny_model_with_tokenizer(dir);
+  const std::string model = test::tiny_model_with_tokenizer(dir);
   std::ofstream(dir + "/baseline.yaml")
       << recipe(model, "  kv_cache: {enabled: false}\n  threads: {count: 1}\n");
   std::ofstream(dir + "/kv.yaml") << recipe(model,

@@ -1,0 +1,451 @@
+// `rinfer bench-serve RECIPE [--requests N] [--input-len N] [--output-len N] [--mix fixed |
+//  long-tail] [--concurrency N | --rate R] [--seed S] [--no-baseline] [--json FILE]`
+//
+// An offline serving load through the engine core: N requests of random token ids with fixed
+// input and output lengths (or a long-tailed mix around them), end-of-generation ignored, kept
+// at a fixed concurrency (a new request as each one finishes) or arriving as a Poisson process
+// of R requests per second. Measured for the recipe as it is and, in the same run, for the
+// baseline (static batching over a contiguous KV cache, same seats): output tok/s (every output
+// token over the whole run's time), total tok/s (input + output), time to first token and time
+// per output token (p50, p99), KV block use, prefix-cache hit rate and preemptions. Prints a
+// table and writes JSON (git sha, date, machine, device, every request's figures).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/output_file.h"
+#include "core/progress.h"
+#include "engine/engine_core.h"
+#include "engine/llm_engine.h"
+#include "engine/strategy_options.h"
+#include "recipe/recipe.h"
+#include "tools/bench_report.h"
+#include "tools/output.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+using nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+struct ServeArgs {
+  std::string recipe;
+  int64_t requests = 64;
+  int64_t input_len = 128;
+  int64_t output_len = 128;
+  std::string mix = "fixed";
+  int64_t concurrency = 0;  // 0: the recipe's seats
+  double rate = 0;          // > 0: Poisson arrivals instead of a fixed concurrency
+  uint64_t seed = 1;
+  bool no_baseline = false;
+  std::string json;
+};
+
+struct Job {
+  std::vector<int32_t> prompt;
+  int64_t output = 0;
+  double arrival_s = 0;  // --rate: when it is submitted
+};
+
+// The workload: fixed lengths, or a log-normal spread around them (median the given length,
+// sigma 1, clipped to [1/8, 8] of it and to the context) for a long-tailed mix.
+std::vector<Job> make_jobs(const ServeArgs& a, int64_t n_vocab, int64_t n_ctx) {
+  std::mt19937_64 rng(a.seed);
+  std::lognormal_distribution<double> spread(0.0, 1.0);
+  std::exponential_distribution<double> gap(a.rate > 0 ? a.rate : 1.0);
+  auto length = [&](int64_t median) {
+    if (a.mix == "fixed") return median;
+    const double x = std::clamp(spread(rng), 0.125, 8.0);
+    return std::max<int64_t>(1,
+                             static_cast<int64_t>(std::llround(static_cast<double>(median) * x)));
+  };
+  std::vector<Job> jobs;
+  double t = 0;
+  for (int64_t i = 0; i < a.requests; ++i) {
+    Job j;
+    int64_t in = length(a.input_len), out = length(a.output_len);
+    in = std::min(in, n_ctx - 2);
+    out = std::min(out, n_ctx - 1 - in);
+    for (int64_t k = 0; k < in; ++k) {
+      j.prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
+    }
+    j.output = out;
+    if (a.rate > 0) t += gap(rng);
+    j.arrival_s = t;
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+struct Done {
+  double submit_s = 0, first_s = 0, finish_s = 0;
+  int64_t input = 0, output = 0, cached = 0;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+struct Outcome {
+  std::vector<Done> done;
+  double wall_s = 0;
+  double kv_used_mean = 0, kv_used_peak = 0;
+  kv::KvUsage kv;
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  uint64_t kv_bytes = 0;
+  int64_t failed = 0;
+  std::string first_error;
+};
+
+// Drives one engine core through the workload.
+Result<Outcome> serve(EngineCore& core, const std::vector<Job>& jobs, const ServeArgs& a,
+                      int64_t concurrency, const std::string& label) {
+  Outcome o;
+  o.done.resize(jobs.size());
+  o.kv_bytes = core.kv_arena().bytes();
+  const auto t0 = Clock::now();
+  auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  size_t next = 0, finished = 0;
+  int64_t in_flight = 0, out_tokens = 0;
+  Progress bar(label, static_cast<int64_t>(jobs.size()), "request");
+  auto submit = [&](size_t i) -> Status {
+    RequestParams p;
+    p.prompt = jobs[i].prompt;
+    p.max_tokens = jobs[i].output;
+    p.ignore_eos = true;
+    p.sampling.temperature = 0.0f;
+    p.sampling.repeat_penalty = 1.0f;
+    p.sampling.repeat_last_n = 0;
+    o.done[i].submit_s = now_s();
+    o.done[i].input = static_cast<int64_t>(jobs[i].prompt.size());
+    p.on_event = [&, i](const RequestEvent& ev) {
+      Done& d = o.done[i];
+      if (!ev.tokens.empty()) {
+        if (d.output == 0) d.first_s = now_s();
+        d.output += static_cast<int64_t>(ev.tokens.size());
+        out_tokens += static_cast<int64_t>(ev.tokens.size());
+      }
+      if (ev.finish != FinishReason::kNone) {
+        d.finish_s = now_s();
+        d.cached = ev.stats->cached_tokens;
+        if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAborted) {
+          ++o.failed;
+          if (o.first_error.empty()) o.first_error = ev.error.to_string();
+        }
+        ++finished;
+        --in_flight;
+      }
+    };
+    RINFER_RETURN_IF_ERROR(core.submit(std::move(p)).status());
+    ++in_flight;
+    return ok_status();
+  };
+  double used_sum = 0;
+  while (finished < jobs.size()) {
+    if (a.rate > 0) {
+      while (next < jobs.size() && jobs[next].arrival_s <= now_s())
+        RINFER_RETURN_IF_ERROR(submit(next++));
+      if (in_flight == 0 && next < jobs.size()) {
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(std::max(0.0, jobs[next].arrival_s - now_s())));
+        continue;
+      }
+    } else {
+      while (next < jobs.size() && in_flight < concurrency) RINFER_RETURN_IF_ERROR(submit(next++));
+    }
+    RINFER_ASSIGN_OR_RETURN(const StepStats st, core.step());
+    if (st.n_seqs > 0) {
+      const double used = core.kv_manager().usage().used_fraction();
+      used_sum += used;
+      o.kv_used_peak = std::max(o.kv_used_peak, used);
+      ++o.steps;
+    }
+    bar.update(static_cast<int64_t>(finished),
+               fmt::format("{:.0f} out tok/s", static_cast<double>(out_tokens) / now_s()));
+  }
+  bar.finish();
+  o.wall_s = now_s();
+  o.kv_used_mean = o.steps > 0 ? used_sum / static_cast<double>(o.steps) : 0;
+  const EngineStats es = core.stats();
+  o.kv = es.kv;
+  o.preemptions = es.preemptions;
+  return o;
+}
+
+struct Summary {
+  double out_tps = 0, total_tps = 0;
+  double ttft_p50 = 0, ttft_p99 = 0, tpot_p50 = 0, tpot_p99 = 0;
+};
+
+Summary summarize(const Outcome& o) {
+  Summary s;
+  int64_t out = 0, in = 0;
+  std::vector<double> ttft, tpot;
+  for (const Done& d : o.done) {
+    out += d.output;
+    in += d.input;
+    if (d.output > 0) ttft.push_back(1e3 * (d.first_s - d.submit_s));
+    if (d.output > 1)
+      tpot.push_back(1e3 * (d.finish_s - d.first_s) / static_cast<double>(d.output - 1));
+  }
+  s.out_tps = static_cast<double>(out) / o.wall_s;
+  s.total_tps = static_cast<double>(out + in) / o.wall_s;
+  s.ttft_p50 = percentile(ttft, 0.5);
+  s.ttft_p99 = percentile(ttft, 0.99);
+  s.tpot_p50 = percentile(tpot, 0.5);
+  s.tpot_p99 = percentile(tpot, 0.99);
+  return s;
+}
+
+ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts,
+                          const Outcome& o) {
+  const Summary s = summarize(o);
+  ordered_json j;
+  j["variant"] = name;
+  j["policy"] = batching_policy_name(opts.scheduler.policy);
+  j["layout"] = kv::layout_name(opts.layout);
+  j["seats"] = opts.scheduler.max_seqs;
+  j["max_batched_tokens"] = opts.scheduler.max_batched_tokens;
+  j["prefix_caching"] = opts.prefix_caching;
+  j["kv_bytes"] = o.kv_bytes;
+  j["wall_s"] = o.wall_s;
+  j["steps"] = o.steps;
+  j["output_tokens_per_s"] = s.out_tps;
+  j["total_tokens_per_s"] = s.total_tps;
+  j["ttft_ms_p50"] = s.ttft_p50;
+  j["ttft_ms_p99"] = s.ttft_p99;
+  j["tpot_ms_p50"] = s.tpot_p50;
+  j["tpot_ms_p99"] = s.tpot_p99;
+  j["kv_used_mean"] = o.kv_used_mean;
+  j["kv_used_peak"] = o.kv_used_peak;
+  j["prefix_hit_rate"] = o.kv.hit_rate();
+  j["preemptions"] = o.preemptions;
+  j["failed"] = o.failed;
+  ordered_json reqs = ordered_json::array();
+  for (const Done& d : o.done) {
+    reqs.push_back({{"input", d.input},
+                    {"output", d.output},
+                    {"cached", d.cached},
+                    {"submit_s", d.submit_s},
+                    {"first_token_s", d.first_s},
+                    {"finish_s", d.finish_s}});
+  }
+  j["requests"] = reqs;
+  return j;
+}
+
+std::string table(const std::vector<std::pair<std::string, Outcome>>& runs) {
+  std::vector<Summary> s;
+  for (const auto& r : runs) s.push_back(summarize(r.second));
+  std::string t = "| |";
+  std::string rule = "|---|";
+  for (const auto& r : runs) {
+    t += " " + r.first + " |";
+    rule += "---|";
+  }
+  if (runs.size() == 2) {
+    t += " ratio |";
+    rule += "---|";
+  }
+  t += "\n" + rule + "\n";
+  auto row = [&](const std::string& name, auto get, const char* f, bool ratio) {
+    t += "| " + name + " |";
+    for (size_t i = 0; i < runs.size(); ++i) t += " " + fmt::format(fmt::runtime(f), get(i)) + " |";
+    if (runs.size() == 2) {
+      const double a = get(0), b = get(1);
+      t += ratio && a > 0 ? fmt::format(" {:.2f}x |", b / a) : std::string(" |");
+    }
+    t += "\n";
+  };
+  row(
+      "output tok/s", [&](size_t i) { return s[i].out_tps; }, "{:.1f}", true);
+  row(
+      "total tok/s", [&](size_t i) { return s[i].total_tps; }, "{:.1f}", true);
+  row(
+      "TTFT p50 (ms)", [&](size_t i) { return s[i].ttft_p50; }, "{:.1f}", false);
+  row(
+      "TTFT p99 (ms)", [&](size_t i) { return s[i].ttft_p99; }, "{:.1f}", false);
+  row(
+      "time per output token p50 (ms)", [&](size_t i) { return s[i].tpot_p50; }, "{:.2f}", false);
+  row(
+      "time per output token p99 (ms)", [&](size_t i) { return s[i].tpot_p99; }, "{:.2f}", false);
+  row(
+      "KV blocks used, mean", [&](size_t i) { return 100 * runs[i].second.kv_used_mean; },
+      "{:.0f}%", false);
+  row(
+      "KV blocks used, peak", [&](size_t i) { return 100 * runs[i].second.kv_used_peak; },
+      "{:.0f}%", false);
+  row(
+      "KV memory (MiB)",
+      [&](size_t i) { return static_cast<double>(runs[i].second.kv_bytes) / (1 << 20); }, "{:.1f}",
+      false);
+  row(
+      "prefix hit rate", [&](size_t i) { return 100 * runs[i].second.kv.hit_rate(); }, "{:.0f}%",
+      false);
+  row(
+      "preemptions", [&](size_t i) { return static_cast<double>(runs[i].second.preemptions); },
+      "{:.0f}", false);
+  row(
+      "wall time (s)", [&](size_t i) { return runs[i].second.wall_s; }, "{:.2f}", false);
+  return t;
+}
+
+int run_bench_serve(const ServeArgs& a) {
+  if (a.requests < 1 || a.input_len < 1 || a.output_len < 1) {
+    return report_error("--requests, --input-len and --output-len must be >= 1");
+  }
+  if (a.mix != "fixed" && a.mix != "long-tail") {
+    return report_error(fmt::format("--mix {}: expected fixed or long-tail", a.mix));
+  }
+  if (a.rate > 0 && a.concurrency > 0) {
+    return report_error("--rate and --concurrency exclude each other");
+  }
+  if (!(a.rate >= 0) || !std::isfinite(a.rate)) {
+    return report_error("--rate must be a finite number > 0");
+  }
+  auto recipe = load_recipe(a.recipe);
+  if (!recipe.ok()) return report_error(recipe.status().message());
+  RecipeConfig r = *recipe;
+  // The context covers the longest request of the mix.
+  const int64_t longest =
+      a.mix == "fixed" ? a.input_len + a.output_len : 8 * (a.input_len + a.output_len);
+  r.context_length = longest + 1;
+  r.strategies.origins.set("context_length", "--input-len + --output-len");
+
+  std::string machine;
+  ordered_json report;
+  report["benchmark"] = "rinfer bench-serve";
+  report["recipe"] = a.recipe;
+  report["git_sha"] = bench::git_sha(".");
+  report["git_dirty"] = bench::git_dirty(".", ":/src");
+  report["date"] = bench::utc_date();
+  report["device"] = bench::device_json(r.device, &machine);
+  report["machine"] = bench::machine_json(machine);
+  if (!a.json.empty()) {
+    auto checked = check_output_path(a.json, {a.recipe});
+    if (!checked.ok()) return report_error(checked.status().message());
+  }
+
+  LlmEngineOptions eo;
+  eo.engine_core = true;
+  eo.seats = 0;  // the recipe's batching.max_seqs
+  auto engine = LlmEngine::create(r, eo);
+  if (!engine.ok()) return report_error(engine.status().message());
+  EngineCore* core = (*engine)->core();
+  if (core == nullptr) {
+    return report_error(fmt::format(
+        "{}: bench-serve runs the engine core, which needs the KV cache on and a device with a "
+        "multi-sequence runner (the CPU today; the CUDA runner is not built yet)",
+        a.recipe));
+  }
+  const EngineCoreOptions opts = core->options();
+  const int64_t concurrency = a.concurrency > 0 ? a.concurrency : opts.scheduler.max_seqs;
+  const std::vector<Job> jobs =
+      make_jobs(a, (*engine)->decoder().hparams().n_vocab, r.context_length);
+  report["settings"] = {{"requests", a.requests},
+                        {"input_len", a.input_len},
+                        {"output_len", a.output_len},
+                        {"mix", a.mix},
+                        {"concurrency", a.rate > 0 ? 0 : concurrency},
+                        {"rate", a.rate},
+                        {"seed", a.seed},
+                        {"strategies", r.strategies_summary()},
+                        {"model", (*engine)->model_path()}};
+  std::fprintf(stderr, "%s: %lld requests, %s %lld/%lld tokens, %s\n", a.recipe.c_str(),
+               static_cast<long long>(a.requests), a.mix.c_str(),
+               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
+               a.rate > 0 ? fmt::format("{} requests/s", a.rate).c_str()
+                          : fmt::format("concurrency {}", concurrency).c_str());
+
+  std::vector<std::pair<std::string, Outcome>> runs;
+  ordered_json variants = ordered_json::array();
+  if (!a.no_baseline) {
+    // The baseline: static batches over a contiguous cache with the same seats.
+    EngineCoreOptions base = opts;
+    base.layout = kv::Layout::kContiguous;
+    base.prefix_caching = false;
+    base.swap_blocks = 0;
+    base.kv_blocks = 0;
+    base.scheduler.policy = BatchingPolicy::kStatic;
+    auto bcore = EngineCore::create((*engine)->decoder(), base, nullptr);
+    if (!bcore.ok()) return report_error(bcore.status().message());
+    auto o = serve(**bcore, jobs, a, concurrency, "baseline");
+    if (!o.ok()) return report_error(o.status().message());
+    variants.push_back(outcome_json("baseline", (*bcore)->options(), *o));
+    runs.emplace_back("baseline (static, contiguous)", std::move(*o));
+  }
+  {
+    auto o = serve(*core, jobs, a, concurrency, "optimized");
+    if (!o.ok()) return report_error(o.status().message());
+    variants.push_back(outcome_json("recipe", opts, *o));
+    runs.emplace_back(fmt::format("recipe ({}, {})", batching_policy_name(opts.scheduler.policy),
+                                  kv::layout_name(opts.layout)),
+                      std::move(*o));
+  }
+  report["variants"] = variants;
+  for (const auto& [name, o] : runs) {
+    if (o.failed > 0) {
+      return report_error(
+          fmt::format("{}: {} requests failed, the first: {}", name, o.failed, o.first_error));
+    }
+  }
+  std::string out = table(runs);
+  out += fmt::format(
+      "\n{} requests, {} {}/{} tokens, {}; {}; random token ids, end of text ignored; output "
+      "tok/s = every output token over the whole run's time.\n",
+      a.requests, a.mix, a.input_len, a.output_len,
+      a.rate > 0 ? fmt::format("Poisson arrivals at {} requests/s", a.rate)
+                 : fmt::format("concurrency {}", concurrency),
+      r.strategies_summary());
+  if (!write_stdout(out)) return 1;
+  if (!a.json.empty()) return bench::write_json(a.json, report);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_serve_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "bench-serve",
+      "Serve a load of requests through the engine core; compare with static batching over a "
+      "contiguous cache");
+  auto a = std::make_shared<ServeArgs>();
+  cmd->add_option("recipe", a->recipe, "Recipe YAML")->required();
+  cmd->add_option("--requests", a->requests, "Requests in the load (default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--input-len", a->input_len, "Prompt tokens per request (default 128)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--output-len", a->output_len, "Output tokens per request (default 128)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--mix", a->mix,
+                  "fixed (every request the given lengths) or long-tail (log-normal around them)");
+  cmd->add_option("--concurrency", a->concurrency,
+                  "Requests kept in flight (default: the recipe's batching.max_seqs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--rate", a->rate, "Poisson arrivals, requests per second (instead)")
+      ->check(CLI::Range(1e-6, 1e6));
+  cmd->add_option("--seed", a->seed, "Seed of the random workload (default 1)");
+  cmd->add_flag("--no-baseline", a->no_baseline, "Skip the static, contiguous baseline");
+  cmd->add_option("--json", a->json, "Write the report as JSON");
+  cmd->callback([&exit_code, a] { exit_code = run_bench_serve(*a); });
+}
+
+}  // namespace rinfer
