@@ -69,7 +69,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   std::unique_ptr<LlmEngine> e(new LlmEngine());
   e->recipe_ = recipe;
   RecipeConfig& r = e->recipe_;
-  if (r.scenario != "llm-chat") {
+  if (r.scenario != "llm-chat" && r.scenario != "llm-serve") {
     return unsupported("{}: scenario '{}' is not an LLM scenario", r.path, r.scenario);
   }
   RINFER_RETURN_IF_ERROR(r.sampling.validate().with_context(r.path + ": sampling"));

@@ -217,10 +217,9 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
 
     RINFER_ASSIGN_OR_RETURN(auto scenario, root.get_string("scenario"));
     if (scenario) {
-      if (*scenario != "llm-chat") {
-        return root.error("scenario", fmt::format("expected llm-chat (the only scenario so far), "
-                                                  "got {}",
-                                                  *scenario));
+      if (*scenario != "llm-chat" && *scenario != "llm-serve") {
+        return root.error("scenario",
+                          fmt::format("expected llm-chat or llm-serve, got {}", *scenario));
       }
       r.scenario = *scenario;
     }

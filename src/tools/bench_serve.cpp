@@ -8,7 +8,8 @@
 // baseline (static batching over a contiguous KV cache, same seats): output tok/s (every output
 // token over the whole run's time), total tok/s (input + output), time to first token and time
 // per output token (p50, p99), KV block use, prefix-cache hit rate and preemptions. Prints a
-// table and writes JSON (git sha, date, machine, device, every request's figures).
+// table and writes JSON (git sha, date, machine, device, every request's figures); with
+// --readme the table goes between the README's bench markers for this machine.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -46,11 +47,13 @@ struct ServeArgs {
   int64_t input_len = 128;
   int64_t output_len = 128;
   std::string mix = "fixed";
+  int64_t shared_prefix = 0;  // the first tokens of every prompt are the same (a system prompt)
   int64_t concurrency = 0;  // 0: the recipe's seats
   double rate = 0;          // > 0: Poisson arrivals instead of a fixed concurrency
   uint64_t seed = 1;
   bool no_baseline = false;
   std::string json;
+  std::string readme;  // a README.md whose bench block for this machine gets the table
 };
 
 struct Job {
@@ -71,6 +74,10 @@ std::vector<Job> make_jobs(const ServeArgs& a, int64_t n_vocab, int64_t n_ctx) {
     return std::max<int64_t>(1,
                              static_cast<int64_t>(std::llround(static_cast<double>(median) * x)));
   };
+  std::vector<int32_t> shared;
+  for (int64_t k = 0; k < a.shared_prefix; ++k) {
+    shared.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
+  }
   std::vector<Job> jobs;
   double t = 0;
   for (int64_t i = 0; i < a.requests; ++i) {
@@ -79,7 +86,9 @@ std::vector<Job> make_jobs(const ServeArgs& a, int64_t n_vocab, int64_t n_ctx) {
     in = std::min(in, n_ctx - 2);
     out = std::min(out, n_ctx - 1 - in);
     for (int64_t k = 0; k < in; ++k) {
-      j.prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
+      j.prompt.push_back(k < static_cast<int64_t>(shared.size())
+                             ? shared[static_cast<size_t>(k)]
+                             : static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
     }
     j.output = out;
     if (a.rate > 0) t += gap(rng);
@@ -339,8 +348,9 @@ int run_bench_serve(const ServeArgs& a) {
   report["date"] = bench::utc_date();
   report["device"] = bench::device_json(r.device, &machine);
   report["machine"] = bench::machine_json(machine);
-  if (!a.json.empty()) {
-    auto checked = check_output_path(a.json, {a.recipe});
+  for (const std::string& out : {a.json, a.readme}) {
+    if (out.empty()) continue;
+    auto checked = check_output_path(out, {a.recipe});
     if (!checked.ok()) return report_error(checked.status().message());
   }
 
@@ -362,6 +372,7 @@ int run_bench_serve(const ServeArgs& a) {
       make_jobs(a, (*engine)->decoder().hparams().n_vocab, r.context_length);
   report["settings"] = {{"requests", a.requests},
                         {"input_len", a.input_len},
+                        {"shared_prefix", a.shared_prefix},
                         {"output_len", a.output_len},
                         {"mix", a.mix},
                         {"concurrency", a.rate > 0 ? 0 : concurrency},
@@ -409,13 +420,23 @@ int run_bench_serve(const ServeArgs& a) {
   }
   std::string out = table(runs);
   out += fmt::format(
-      "\n{} requests, {} {}/{} tokens, {}; {}; random token ids, end of text ignored; output "
+      "\n{} requests, {} {}/{} tokens{}, {}; {}; random token ids, end of text ignored; output "
       "tok/s = every output token over the whole run's time.\n",
       a.requests, a.mix, a.input_len, a.output_len,
+      a.shared_prefix > 0 ? fmt::format(" (the first {} shared)", a.shared_prefix) : "",
       a.rate > 0 ? fmt::format("Poisson arrivals at {} requests/s", a.rate)
                  : fmt::format("concurrency {}", concurrency),
       r.strategies_summary());
   if (!write_stdout(out)) return 1;
+  if (!a.readme.empty()) {
+    const std::string block =
+        out + fmt::format("\nMeasured by `rinfer bench-serve` at {} ({}), {}.\n",
+                          report["git_sha"].get<std::string>().substr(0, 7),
+                          report["date"].get<std::string>(), report["device"]["name"].get<std::string>());
+    if (Status st = bench::replace_readme_table(a.readme, block, machine); !st.ok()) {
+      return report_error(st.message());
+    }
+  }
   if (!a.json.empty()) return bench::write_json(a.json, report);
   return 0;
 }
@@ -443,8 +464,13 @@ void add_bench_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rate", a->rate, "Poisson arrivals, requests per second (instead)")
       ->check(CLI::Range(1e-6, 1e6));
   cmd->add_option("--seed", a->seed, "Seed of the random workload (default 1)");
+  cmd->add_option("--shared-prefix", a->shared_prefix,
+                  "Tokens every prompt starts with (a system prompt; default 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the static, contiguous baseline");
   cmd->add_option("--json", a->json, "Write the report as JSON");
+  cmd->add_option("--readme", a->readme,
+                  "Put the table in this README.md, between the bench markers of this machine");
   cmd->callback([&exit_code, a] { exit_code = run_bench_serve(*a); });
 }
 

@@ -206,7 +206,7 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{BASE "context_length: 8\n", "context_length: expected 0 (the model's) or at least 16"},
         Bad{BASE "context_length: 1e9\n", "context_length: expected an integer"},
         Bad{"model: m\nscenario: image-classification\n",
-            "scenario: expected llm-chat (the only scenario so far), got image-classification"},
+            "scenario: expected llm-chat or llm-serve, got image-classification"},
         Bad{BASE "device: tpu\n", "device: expected cpu or cuda:N, got tpu"},
         Bad{BASE "chat_template: \n", "chat_template: expected a non-empty string, got nothing"},
         Bad{BASE "sampling: {temperature: 1e-39}\n",

@@ -97,6 +97,34 @@ TEST(BenchServeCli, PoissonArrivalsAndALongTailedMix) {
   EXPECT_GT(distinct, 1);  // the lengths vary
 }
 
+// A system prompt every request shares: the recipe's prefix cache serves its full blocks, the
+// baseline recomputes them; the table lands in a README between this machine's markers.
+TEST(BenchServeCli, SharedPrefixHitsAndTheReadmeTable) {
+  const std::string dir = dir_for("serve_prefix");
+  const std::string recipe = write_recipe(dir, "  batching: {max_seqs: 4, max_batched_tokens: 64}\n");
+  const std::string json = dir + "/out.json";
+  const std::string readme = dir + "/README.md";
+  std::ofstream(readme) << "# serve\n";
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench-serve '" + recipe +
+                             "' --requests 8 --input-len 40 --output-len 3 --shared-prefix 32 "
+                             "--json '" + json + "' --readme '" + readme + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j["settings"]["shared_prefix"], 32);
+  EXPECT_EQ(j["variants"][0]["prefix_hit_rate"], 0.0);  // contiguous: no sharing
+  EXPECT_GT(j["variants"][1]["prefix_hit_rate"].get<double>(), 0.0);
+  int64_t cached = 0;
+  for (const auto& q : j["variants"][1]["requests"]) cached += q["cached"].get<int64_t>();
+  // Each request admitted after the first prompt's blocks are computed reuses the 2 shared
+  // blocks (those admitted in the same step as the first compute them too).
+  EXPECT_GE(cached, 5 * 32);
+  std::ifstream f(readme);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("<!-- bench:begin cpu-"), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find("| prefix hit rate |"), std::string::npos);
+}
+
 TEST(BenchServeCli, BadArgumentsAreClearErrors) {
   const std::string dir = dir_for("serve_bad");
   const std::string recipe = write_recipe(dir, "");

@@ -620,22 +620,28 @@ void attend_fast(const OpContext& ctx, const attn::Call& c, std::span<const Atte
   }
 }
 
+// The call's pointers and the head layout both shapes share.
+template <typename Shape>
+attn::Call make_call(const Shape& s, const float* q, const float* k, const float* v, float* out) {
+  return attn::Call{.q = q,
+                    .k = k,
+                    .v = v,
+                    .out = out,
+                    .n_head = s.n_head,
+                    .n_head_kv = s.n_head_kv,
+                    .head_dim = s.head_dim,
+                    .kv_row_stride = s.kv_row_stride,
+                    .scale = s.scale,
+                    .window = s.window};
+}
+
 }  // namespace
 
 Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, const float* k,
                  const float* v, float* out) {
   RINFER_RETURN_IF_ERROR(check_attention(s, q, k, v, out));
   if (s.n_tokens == 0) return ok_status();
-  attn::Call c{.q = q,
-               .k = k,
-               .v = v,
-               .out = out,
-               .n_head = s.n_head,
-               .n_head_kv = s.n_head_kv,
-               .head_dim = s.head_dim,
-               .kv_row_stride = s.kv_row_stride,
-               .scale = s.scale,
-               .window = s.window};
+  attn::Call c = make_call(s, q, k, v, out);
   c.kv_rows = s.kv_rows;
   const AttentionSeq sq{.n_tokens = s.n_tokens, .n_kv = s.n_kv};
   if (ctx.impl == Impl::kReference) {
@@ -651,16 +657,7 @@ Status paged_attention(const OpContext& ctx, const PagedAttentionShape& s,
                        std::span<const AttentionSeq> seqs, const float* q, const float* k,
                        const float* v, float* out) {
   RINFER_RETURN_IF_ERROR(check_paged_attention(s, seqs, q, k, v, out));
-  attn::Call c{.q = q,
-               .k = k,
-               .v = v,
-               .out = out,
-               .n_head = s.n_head,
-               .n_head_kv = s.n_head_kv,
-               .head_dim = s.head_dim,
-               .kv_row_stride = s.kv_row_stride,
-               .scale = s.scale,
-               .window = s.window};
+  attn::Call c = make_call(s, q, k, v, out);
   c.causal = s.causal;
   c.block_size = s.block_size;
   if (ctx.impl == Impl::kReference) {
