@@ -108,7 +108,11 @@ Result<SchedulerOutput> Scheduler::schedule() {
     ++i;
   }
 
-  const bool may_admit = !preempted && (cfg_.policy == BatchingPolicy::kContinuous || nothing_ran);
+  // Static batching: a batch opens when nothing runs and takes members (over as many steps as
+  // their prompts need) until its seats are full or nobody waits; then it closes until its
+  // last request finishes.
+  if (nothing_ran) batch_open_ = true;
+  const bool may_admit = !preempted && (cfg_.policy == BatchingPolicy::kContinuous || batch_open_);
   const int32_t watermark = watermark_blocks();
   while (may_admit && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < cfg_.max_seqs) {
@@ -158,6 +162,9 @@ Result<SchedulerOutput> Scheduler::schedule() {
     running_.push_back(r);
     out.seqs.push_back({r, n_new});
     budget -= n_new;
+  }
+  if (waiting_.empty() || static_cast<int64_t>(running_.size()) >= cfg_.max_seqs) {
+    batch_open_ = false;
   }
   return out;
 }

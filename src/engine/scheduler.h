@@ -15,7 +15,9 @@
 //      when the pools keep a watermark of free blocks afterwards (so running decodes do not
 //      preempt each other at once).
 // Static batching (the baseline) is the same loop, except that waiting requests are admitted
-// only when nothing runs: a batch starts together and the next one waits for its last request.
+// only into an open batch: a batch opens when nothing runs, takes members (their prompts over as
+// many steps as the budget needs) until its seats are full or nobody waits, and the next one
+// waits for its last request.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +95,7 @@ class Scheduler {
   std::vector<Request*> running_;  // admission order
   std::deque<Request*> waiting_;
   int64_t n_preemptions_ = 0;
+  bool batch_open_ = false;  // static batching: the current batch still takes members
 };
 
 }  // namespace rinfer

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -159,6 +160,39 @@ TEST(EngineCore, ContiguousLayoutAndStaticBatchingGiveTheSameTokens) {
   o.scheduler.policy = BatchingPolicy::kStatic;
   o.scheduler.max_seqs = 16;
   expect_batched_equals_alone("llama/tiny_llama.gguf", o, 24, 40, 16, 2);
+}
+
+// A static batch takes all its seats even when their prompts need several steps of the token
+// budget, and the next batch starts only when the last member of this one finished.
+TEST(EngineCore, StaticBatchesFillTheirSeatsThenRunToTheEnd) {
+  auto m = load("llama/tiny_llama.gguf", cpu::Impl::kReference);
+  ASSERT_TRUE(m);
+  EngineCoreOptions o = options();
+  o.layout = kv::Layout::kContiguous;
+  o.scheduler.policy = BatchingPolicy::kStatic;
+  o.scheduler.max_seqs = 4;
+  o.scheduler.max_batched_tokens = 16;  // 10-token prompts: 1-2 per step
+  auto e = EngineCore::create(*m, o, nullptr);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  int64_t step = 0;
+  std::vector<int64_t> first(8, -1), last(8, -1);
+  for (int i = 0; i < 8; ++i) {
+    RequestParams p;
+    for (int k = 0; k < 10; ++k) p.prompt.push_back((i * 13 + k * 7) % 96);
+    p.max_tokens = 3 + i % 4;
+    p.sampling = greedy();
+    p.on_event = [&, i](const RequestEvent& ev) {
+      if (first[static_cast<size_t>(i)] < 0) first[static_cast<size_t>(i)] = step;
+      if (ev.finish != FinishReason::kNone) last[static_cast<size_t>(i)] = step;
+    };
+    ASSERT_TRUE((*e)->submit(std::move(p)).ok());
+  }
+  for (; (*e)->has_work(); ++step) ASSERT_TRUE((*e)->step().ok());
+  const int64_t batch1_end = *std::max_element(last.begin(), last.begin() + 4);
+  for (int i = 4; i < 8; ++i) EXPECT_GT(first[static_cast<size_t>(i)], batch1_end) << i;
+  // Every member of the first batch got its first token before any of them finished.
+  const int64_t batch1_started = *std::max_element(first.begin(), first.begin() + 4);
+  EXPECT_LE(batch1_started, *std::min_element(last.begin(), last.begin() + 4));
 }
 
 TEST(EngineCore, SlidingWindowModelCrossesItsWindowInBatches) {
