@@ -102,6 +102,16 @@ Status EngineCore::init() {
              ? fmt::format("the KV cache for {} positions", opts_.n_ctx)
              : fmt::format("the KV cache for {} seats x {} positions", sc.max_seqs, opts_.n_ctx),
          bytes});
+    if (opts_.swap_blocks != 0 && runner_->device().is_cpu()) {
+      // The swap space is host memory too.
+      uint64_t swap = 0;
+      for (int32_t g = 0; g < spec.n_groups(); ++g) {
+        const int64_t n =
+            opts_.swap_blocks < 0 ? n_blocks[static_cast<size_t>(g)] : opts_.swap_blocks;
+        swap += spec.block_bytes(g) * static_cast<uint64_t>(n);
+      }
+      plan.items.push_back({"the KV swap space", swap});
+    }
     plan.hint =
         opts_.memory_hint.empty() ? "lower batching.max_seqs or the context" : opts_.memory_hint;
     RINFER_RETURN_IF_ERROR(check_memory_plan(plan, *avail));
