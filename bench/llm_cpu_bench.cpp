@@ -158,13 +158,8 @@ Result<Measured> measure(const std::string& path, const Config& c,
       rp.ignore_eos = true;
       rp.sampling.temperature = 0.0f;
       rp.sampling.repeat_penalty = 1.0f;
-      RequestStats stats;
-      rp.on_event = [&](const RequestEvent& ev) {
-        if (ev.finish != FinishReason::kNone) stats = *ev.stats;
-      };
-      RINFER_RETURN_IF_ERROR(core->submit(std::move(rp)).status());
-      RINFER_RETURN_IF_ERROR(core->run_until_idle());
-      return stats;
+      RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(*core, std::move(rp)));
+      return out.stats;
     };
     // Interleaved with the generator's runs on the same model, so that the machine's drift
     // hits both alike: the ratio of each pair is what batch 1 through the core costs.

@@ -247,7 +247,7 @@ Status EngineCore::build_batch(const SchedulerOutput& s) {
   query_start_.assign(1, 0);
   kv_len_.clear();
   logit_rows_.clear();
-  int64_t stride = 1;
+  int32_t stride = 1;
   for (const ScheduledSeq& q : s.seqs) {
     const Request& r = *q.req;
     for (int64_t i = r.computed; i < r.computed + q.n_new; ++i) {
@@ -259,7 +259,7 @@ Status EngineCore::build_batch(const SchedulerOutput& s) {
     if (r.computed + q.n_new == static_cast<int64_t>(r.tokens.size())) {
       logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
     }
-    stride = std::max(stride, kv_->spec().blocks_for(r.computed + q.n_new));
+    stride = std::max(stride, static_cast<int32_t>(kv_->spec().blocks_for(r.computed + q.n_new)));
   }
   const int32_t n_groups = kv_->spec().n_groups();
   const auto n_seq = static_cast<int64_t>(s.seqs.size());
@@ -271,6 +271,7 @@ Status EngineCore::build_batch(const SchedulerOutput& s) {
       std::copy(t.begin(), t.begin() + n, tables_.begin() + (g * n_seq + i) * stride);
     }
   }
+  table_stride_ = stride;
   return ok_status();
 }
 
@@ -359,8 +360,7 @@ Result<StepStats> EngineCore::step() {
   b.query_start = query_start_;
   b.kv_len = kv_len_;
   b.block_tables = tables_;
-  b.table_stride = static_cast<int32_t>(
-      tables_.size() / (static_cast<size_t>(kv_->spec().n_groups()) * s.seqs.size()));
+  b.table_stride = table_stride_;
   b.logit_rows = logit_rows_;
   b.cancel = &interrupt_;
   st.n_seqs = static_cast<int64_t>(s.seqs.size());
@@ -411,6 +411,32 @@ Status EngineCore::run_until_idle() {
     (void)st;
   }
   return ok_status();
+}
+
+Result<RequestOutcome> run_request(EngineCore& core, RequestParams params,
+                                   const std::atomic<bool>* cancel) {
+  RequestOutcome out;
+  Status error;
+  RequestCallback inner = std::move(params.on_event);
+  params.on_event = [&](const RequestEvent& ev) {
+    if (inner) inner(ev);
+    if (ev.finish != FinishReason::kNone) {
+      out.finish = ev.finish;
+      out.stats = *ev.stats;
+      error = ev.error;
+    }
+  };
+  RINFER_ASSIGN_OR_RETURN(const RequestId id, core.submit(std::move(params)));
+  bool aborted = false;
+  while (out.finish == FinishReason::kNone) {
+    if (!aborted && cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      core.abort(id);
+      aborted = true;
+    }
+    RINFER_RETURN_IF_ERROR(core.step().status());
+  }
+  if (out.finish == FinishReason::kError) return error;
+  return out;
 }
 
 EngineStats EngineCore::stats() const {

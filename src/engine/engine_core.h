@@ -148,7 +148,21 @@ class EngineCore {
 
   // The forward batch, reused every step.
   std::vector<int32_t> tokens_, positions_, query_start_, kv_len_, tables_, logit_rows_;
+  int32_t table_stride_ = 0;   // blocks per table row of tables_
   std::vector<float> logits_;  // [max_seqs, n_vocab]
 };
+
+// How a request run by run_request ended.
+struct RequestOutcome {
+  FinishReason finish = FinishReason::kNone;
+  RequestStats stats;
+};
+
+// Runs one request to its end on a core that nothing else steps meanwhile (a single-user client:
+// rinfer run, bench): submits it, steps until it finishes and returns how it ended, or its error
+// (a bad request, a failed step, FinishReason::kError). `cancel` (may be null) aborts it between
+// steps. The request's own on_event still sees every event.
+Result<RequestOutcome> run_request(EngineCore& core, RequestParams params,
+                                   const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace rinfer

@@ -145,6 +145,18 @@ StopReason stop_reason_of(FinishReason f) {
 
 }  // namespace
 
+GenerationTimings generation_timings(const RequestStats& s) {
+  GenerationTimings tm;
+  tm.reused_tokens = s.cached_tokens;
+  tm.prompt_tokens = s.prompt_tokens - s.cached_tokens;
+  tm.generated_tokens = s.generated_tokens;
+  tm.decode_steps = std::max<int64_t>(0, s.generated_tokens - 1);
+  tm.ttft_ms = s.ttft_ms;
+  tm.prompt_ms = s.ttft_ms;
+  tm.decode_ms = s.generated_tokens > 1 ? s.total_ms - s.ttft_ms : 0;
+  return tm;
+}
+
 void LlmEngine::reset() {
   if (generator_) generator_->reset();
   if (core_) core_->clear_prefix_cache();
@@ -162,43 +174,16 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
   p.max_tokens = g.max_tokens;
   p.stop = g.stop;
   GenerationResult res;
-  bool done = false;
-  Status error;
-  FinishReason finish = FinishReason::kNone;
-  RequestStats stats;
   p.on_event = [&](const RequestEvent& ev) {
     res.tokens.insert(res.tokens.end(), ev.tokens.begin(), ev.tokens.end());
     if (!ev.text.empty()) {
       res.text += ev.text;
       if (on_piece) on_piece(ev.text);
     }
-    if (ev.finish != FinishReason::kNone) {
-      done = true;
-      finish = ev.finish;
-      error = ev.error;
-      stats = *ev.stats;
-    }
   };
-  RINFER_ASSIGN_OR_RETURN(const RequestId id, core_->submit(std::move(p)));
-  bool aborted = false;
-  while (!done) {
-    if (!aborted && cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      core_->abort(id);
-      aborted = true;
-    }
-    RINFER_ASSIGN_OR_RETURN(const StepStats st, core_->step());
-    (void)st;
-  }
-  if (finish == FinishReason::kError) return error;
-  res.stop_reason = stop_reason_of(finish);
-  GenerationTimings& tm = res.timings;
-  tm.reused_tokens = stats.cached_tokens;
-  tm.prompt_tokens = stats.prompt_tokens - stats.cached_tokens;
-  tm.generated_tokens = stats.generated_tokens;
-  tm.decode_steps = std::max<int64_t>(0, stats.generated_tokens - 1);
-  tm.ttft_ms = stats.ttft_ms;
-  tm.prompt_ms = stats.ttft_ms;
-  tm.decode_ms = stats.generated_tokens > 1 ? stats.total_ms - stats.ttft_ms : 0;
+  RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(*core_, std::move(p), cancel));
+  res.stop_reason = stop_reason_of(out.finish);
+  res.timings = generation_timings(out.stats);
   return res;
 }
 

@@ -31,6 +31,10 @@ struct LlmEngineOptions {
   int64_t seats = 1;
 };
 
+// A finished request's figures as the generator's timings: computed prompt tokens, the cached
+// ones, generated tokens, time to first token (the prefill) and the decode after it.
+GenerationTimings generation_timings(const RequestStats& s);
+
 class LlmEngine {
  public:
   // Validates the strategies for the device, checks that the device exists (a CUDA device this

@@ -55,11 +55,6 @@ Result<int64_t> KvManager::attach(SeqId seq, std::span<const int32_t> tokens, ui
     auto cached = [&](int32_t g, int64_t k) {
       return pools_[static_cast<size_t>(g)].lookup(key(k)).has_value();
     };
-    // The first block a token at position p can see in group g.
-    auto first_visible = [&](int32_t g, int64_t p) -> int64_t {
-      const int64_t w = spec_.groups[static_cast<size_t>(g)].window;
-      return w == 0 ? 0 : std::max<int64_t>(0, p - w + 1) / bs;
-    };
     // Full groups: the longest run from the start; sliding groups: the blocks in the window
     // of the hit's end.
     int64_t full = k_max;
@@ -73,13 +68,14 @@ Result<int64_t> KvManager::attach(SeqId seq, std::span<const int32_t> tokens, ui
       bool ok = true;
       for (int32_t g = 0; g < n_groups && ok; ++g) {
         if (spec_.groups[static_cast<size_t>(g)].window == 0) continue;
-        for (int64_t k = first_visible(g, hit * bs); k < hit && ok; ++k) ok = cached(g, k);
+        for (int64_t k = spec_.first_visible_block(g, hit * bs); k < hit && ok; ++k)
+          ok = cached(g, k);
       }
       if (ok) break;
     }
     for (int32_t g = 0; g < n_groups; ++g) {
       std::vector<BlockId>& t = s.tables[static_cast<size_t>(g)];
-      const int64_t first = first_visible(g, hit * bs);
+      const int64_t first = spec_.first_visible_block(g, hit * bs);
       for (int64_t k = 0; k < hit; ++k) {
         if (k < first) {
           t.push_back(kNoBlock);
@@ -140,12 +136,10 @@ void KvManager::register_full_blocks(Seq& s, std::span<const int32_t> tokens, in
 }
 
 void KvManager::release_out_of_window(Seq& s, int64_t n_computed) {
-  const int64_t bs = spec_.block_size;
   for (size_t g = 0; g < s.tables.size(); ++g) {
-    const int64_t w = spec_.groups[g].window;
-    if (w == 0) continue;
-    // The token at position n_computed (and every later one) sees positions > n_computed - w.
-    const int64_t first = std::max<int64_t>(0, n_computed - w + 1) / bs;
+    if (spec_.groups[g].window == 0) continue;
+    // The token at position n_computed and every later one see nothing before this block.
+    const int64_t first = spec_.first_visible_block(static_cast<int32_t>(g), n_computed);
     std::vector<BlockId>& t = s.tables[g];
     for (int64_t k = std::min<int64_t>(first, static_cast<int64_t>(t.size())) - 1; k >= 0; --k) {
       BlockId& b = t[static_cast<size_t>(k)];

@@ -58,6 +58,12 @@ struct KvSpec {
   }
   // Blocks that cover n positions.
   int64_t blocks_for(int64_t n) const { return (n + block_size - 1) / block_size; }
+  // The first block of group g that the token at position p (or any later one) can see: 0 for
+  // full attention, the block of p - window + 1 for a sliding window.
+  int64_t first_visible_block(int32_t g, int64_t p) const {
+    const int64_t w = groups[static_cast<size_t>(g)].window;
+    return w == 0 ? 0 : (p - w + 1 > 0 ? p - w + 1 : 0) / block_size;
+  }
   // Bytes of one block of group g: every layer's K and V.
   uint64_t block_bytes(int32_t g) const;
   // The most blocks of group g one sequence holds at once: every block of n_ctx for a full

@@ -300,28 +300,11 @@ Result<GenerationTimings> bench_core_run(EngineCore& core, const std::vector<int
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   p.sampling = bench_sampling();
-  RequestStats stats;
-  Status error;
-  bool done = false;
   p.on_event = [&](const RequestEvent& ev) {
     for (size_t i = 0; i < ev.tokens.size(); ++i) on_token();
-    if (ev.finish != FinishReason::kNone) {
-      done = true;
-      stats = *ev.stats;
-      error = ev.error;
-    }
   };
-  RINFER_RETURN_IF_ERROR(core.submit(std::move(p)).status());
-  while (!done) RINFER_RETURN_IF_ERROR(core.step().status());
-  if (!error.ok()) return error;
-  GenerationTimings tm;
-  tm.prompt_tokens = stats.prompt_tokens - stats.cached_tokens;
-  tm.generated_tokens = stats.generated_tokens;
-  tm.decode_steps = std::max<int64_t>(0, stats.generated_tokens - 1);
-  tm.ttft_ms = stats.ttft_ms;
-  tm.prompt_ms = stats.ttft_ms;
-  tm.decode_ms = stats.total_ms - stats.ttft_ms;
-  return tm;
+  RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(core, std::move(p)));
+  return generation_timings(out.stats);
 }
 
 struct RunSample {
