@@ -45,6 +45,7 @@
 #include "core/cuda_info.h"
 #include "kv/kv_cache.h"
 #include "models/llama/cuda/llama_cuda_model.h"
+#include "models/llama/shapes.h"
 #include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 
@@ -57,34 +58,7 @@ double seconds_since(Clock::time_point t0) {
 }
 
 DecoderHParams shape(const std::string& name) {
-  DecoderHParams hp;
-  hp.architecture = "llama";
-  hp.rope.mode = cpu::RopeMode::kNeox;
-  hp.norm_eps = 1e-5f;
-  if (name == "llama3-8b") {
-    hp.n_vocab = 32000;
-    hp.n_embd = 4096;
-    hp.n_layer = 32;
-    hp.n_head = 32;
-    hp.n_head_kv = 8;
-    hp.head_dim = 128;
-    hp.n_ff = 14336;
-    hp.n_ctx_train = 8192;
-    hp.rope.freq_base = 500000.0f;
-  } else {  // smollm2
-    hp.n_vocab = 49152;
-    hp.n_embd = 576;
-    hp.n_layer = 30;
-    hp.n_head = 9;
-    hp.n_head_kv = 3;
-    hp.head_dim = 64;
-    hp.n_ff = 1536;
-    hp.n_ctx_train = 8192;
-    hp.rope.freq_base = 100000.0f;
-    hp.tied_output = true;
-  }
-  hp.rope.n_rot = hp.head_dim;
-  return hp;
+  return llama::named_shape(name == "llama3-8b" ? "llama3-8b" : "smollm2").value();
 }
 
 struct Limits {

@@ -277,7 +277,10 @@ Status EngineCore::build_batch(const SchedulerOutput& s) {
 
 void EngineCore::sample_and_stream(Request& r, std::span<float> row, StepStats& st) {
   if (r.params.want_logits) r.logits.assign(row.begin(), row.end());
-  Result<int32_t> tok = r.sampler->sample(row, r.tokens);
+  stream_token(r, r.sampler->sample(row, r.tokens), st);
+}
+
+void EngineCore::stream_token(Request& r, Result<int32_t> tok, StepStats& st) {
   if (!tok.ok()) {
     const Status& e = tok.status();
     finish(r, FinishReason::kError,
@@ -372,8 +375,46 @@ Result<StepStats> EngineCore::step() {
       q.req->stats.queue_ms = ms_between(q.req->submitted, t0);
     }
   }
-  Status fwd = runner_->forward(b, *arena_, logits_.data());
+  // The rows are sampled on the runner's device when it takes every row's settings and no
+  // request wants its logits; each draw comes from the request's own RNG, as on the host.
+  bool on_device = !logit_rows_.empty();
+  for (const ScheduledSeq& q : s.seqs) {
+    const Request& r = *q.req;
+    if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
+    on_device = on_device && !r.params.want_logits &&
+                runner_->samples_on_device(r.sampler->params());
+  }
+  Status fwd;
+  std::vector<std::mt19937_64> rng_before;
+  if (on_device) {
+    row_sampling_.clear();
+    for (const ScheduledSeq& q : s.seqs) {
+      Request& r = *q.req;
+      if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
+      rng_before.push_back(r.sampler->rng());
+      DecoderRunner::RowSampling rs;
+      rs.sampling = &r.sampler->params();
+      rs.history = r.tokens;
+      if (rs.sampling->temperature > 0.0f) {
+        rs.uniform = static_cast<float>(r.sampler->next_uniform());
+      }
+      row_sampling_.push_back(rs);
+    }
+    sampled_.resize(row_sampling_.size());
+    fwd = runner_->forward_sampled(b, *arena_, row_sampling_, sampled_.data());
+  } else {
+    fwd = runner_->forward(b, *arena_, logits_.data());
+  }
   st.forward_ms = ms_between(t0, Clock::now());
+  if (on_device && !fwd.ok()) {
+    // The draws go back: the step runs again (cancelled) or its requests fail.
+    size_t i = 0;
+    for (const ScheduledSeq& q : s.seqs) {
+      Request& r = *q.req;
+      if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
+      r.sampler->set_rng(rng_before[i++]);
+    }
+  }
   if (fwd.code() == StatusCode::kCancelled) {
     interrupt_.store(false);
     return st;  // nothing advanced; the requests run again next step
@@ -393,10 +434,19 @@ Result<StepStats> EngineCore::step() {
     r.computed += q.n_new;
     kv_->commit(r.id, r.tokens, r.computed);
     if (r.computed == static_cast<int64_t>(r.tokens.size())) {
-      sample_and_stream(r,
-                        std::span<float>(logits_.data() + static_cast<int64_t>(out) * n_vocab,
-                                         static_cast<size_t>(n_vocab)),
-                        st);
+      if (on_device) {
+        const int32_t id = sampled_[out];
+        if (id < 0) {
+          stream_token(r, data_loss("the logits row holds NaN or +inf, or no finite value"), st);
+        } else {
+          stream_token(r, id, st);
+        }
+      } else {
+        sample_and_stream(r,
+                          std::span<float>(logits_.data() + static_cast<int64_t>(out) * n_vocab,
+                                           static_cast<size_t>(n_vocab)),
+                          st);
+      }
       ++out;
     }
   }

@@ -125,6 +125,9 @@ class EngineCore {
   // Samples the request's next token from logits row `row` and streams it (finishing the
   // request when it is done).
   void sample_and_stream(Request& r, std::span<float> row, StepStats& st);
+  // The request's next token (or the error that ends it): appended, streamed, finished when
+  // it stops the request.
+  void stream_token(Request& r, Result<int32_t> tok, StepStats& st);
 
   const DecoderModel& model_;
   EngineCoreOptions opts_;
@@ -150,6 +153,8 @@ class EngineCore {
   std::vector<int32_t> tokens_, positions_, query_start_, kv_len_, tables_, logit_rows_;
   int32_t table_stride_ = 0;   // blocks per table row of tables_
   std::vector<float> logits_;  // [max_seqs, n_vocab]
+  std::vector<DecoderRunner::RowSampling> row_sampling_;  // device sampling: per logit row
+  std::vector<int32_t> sampled_;                          // ... and the ids it chose
 };
 
 // How a request run by run_request ended.

@@ -106,7 +106,11 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   g.sampling.seed = e->seed_;
   e->gen_options_ = g;
 
-  if (options.engine_core && r.strategies.kv_cache && opts.device.is_cpu()) {
+  // CUDA serves many requests through the engine core; one request at a time (rinfer run and
+  // bench) stays on the single-sequence path, whose decode graphs the runner does not have yet.
+  const bool use_core = options.engine_core && r.strategies.kv_cache &&
+                    (opts.device.is_cpu() || options.seats != 1);
+  if (use_core) {
     EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
     co.memory_hint = kv_memory_hint(r, opts, hp, ctx_from_model);
     if (options.seats > 0) {

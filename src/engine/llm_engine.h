@@ -3,11 +3,12 @@
 // cache, kernels, threads, fusion, quantization, CUDA graphs, allocator, batching), its
 // device, its context length and its sampling settings. Owns everything a conversation needs,
 // created once: the thread pool, and either
-//   the engine core (engine/engine_core.h) with its paged KV arena, where the device has a
-//   multi-sequence runner (the CPU) and the KV cache is on: `rinfer run` and `rinfer bench`
-//   are its clients, one request at a time; or
-//   the single-sequence generator over a contiguous KvCache (CUDA until its runner lands, the
-//   kv_cache-off baseline, and the tools that drive the model directly: perplexity, parity).
+//   the engine core (engine/engine_core.h) with its paged KV arena when the KV cache is on: on
+//   the CPU always (`rinfer run` and `rinfer bench` are its clients, one request at a time), on
+//   CUDA for many seats (`rinfer bench-serve`); or
+//   the single-sequence generator over a contiguous KvCache (CUDA at one seat, whose decode
+//   graphs the runner lacks; the kv_cache-off baseline; and the tools that drive the model
+//   directly: perplexity, parity).
 #pragma once
 
 #include <memory>

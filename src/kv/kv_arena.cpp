@@ -14,6 +14,11 @@ uint64_t KvArena::bytes() const {
   return b;
 }
 
+Status KvArena::pull_blocks(const KvArena& src, std::span<const BlockCopy> /*copies*/) {
+  return unsupported("kv arena: copies from {} into {} are not supported",
+                     src.device().to_string(), device().to_string());
+}
+
 Status KvArena::check_copies(const KvArena& dst, std::span<const BlockCopy> copies) const {
   if (dst.spec_.n_layer != spec_.n_layer || dst.spec_.kv_dim != spec_.kv_dim ||
       dst.spec_.block_size != spec_.block_size || dst.spec_.dtype != spec_.dtype ||
@@ -60,10 +65,7 @@ Result<std::unique_ptr<HostKvArena>> HostKvArena::create(const KvSpec& spec,
 
 Status HostKvArena::copy_blocks(KvArena& dst, std::span<const BlockCopy> copies) const {
   RINFER_RETURN_IF_ERROR(check_copies(dst, copies));
-  if (!dst.device().is_cpu()) {
-    return unsupported("kv arena: host to {} copies belong to the device arena",
-                       dst.device().to_string());
-  }
+  if (!dst.device().is_cpu()) return dst.pull_blocks(*this, copies);
   const uint64_t block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
                          dtype_traits(spec_.dtype).block_bytes;
   for (const BlockCopy& c : copies) {

@@ -36,9 +36,15 @@ class KvArena {
   // Copies whole blocks (every layer of the block's group, K and V) from this arena into
   // `dst` (same spec): the swap of a preempted sequence. Errors name the bad block.
   virtual Status copy_blocks(KvArena& dst, std::span<const BlockCopy> copies) const = 0;
+  // The other direction, for an arena on a device: copies from `src` (host memory) into this
+  // one. A host arena's copy_blocks into a device arena calls it.
+  virtual Status pull_blocks(const KvArena& src, std::span<const BlockCopy> copies);
+
+ public:
+  // Errors unless dst has this spec and every copy is in range of both arenas.
+  Status check_copies(const KvArena& dst, std::span<const BlockCopy> copies) const;
 
  protected:
-  Status check_copies(const KvArena& dst, std::span<const BlockCopy> copies) const;
   KvSpec spec_;
   std::vector<int32_t> n_blocks_;  // [n_groups]
   std::vector<void*> k_, v_;       // [n_layer]

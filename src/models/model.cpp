@@ -68,6 +68,11 @@ Result<kv::KvSpec> DecoderModel::kv_spec(int64_t n_ctx, int64_t block_size) cons
   return kv::KvSpec::make(windows, hp.kv_dim(), DType::kF32, block_size, n_ctx);
 }
 
+Status DecoderRunner::forward_sampled(const ForwardBatch& /*batch*/, kv::KvArena& /*kv*/,
+                                      std::span<const RowSampling> /*rows*/, int32_t* /*ids*/) {
+  return unsupported("forward_sampled: this runner samples on the host only");
+}
+
 Result<std::unique_ptr<DecoderRunner>> DecoderModel::create_runner(
     const RunnerOptions& /*opts*/) const {
   return unsupported("{}: this backend has no multi-sequence runner yet", architecture());

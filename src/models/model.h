@@ -180,6 +180,20 @@ class DecoderRunner {
   // batch.cancel reads true between layers (the new tokens' blocks then hold partial values,
   // which the engine treats as not computed).
   virtual Status forward(const ForwardBatch& batch, kv::KvArena& kv, float* logits) = 0;
+
+  // Sampling on the runner's device, so that no logits row crosses to the host: whether these
+  // settings are taken (the CPU runner takes none: its rows are already in host memory).
+  virtual bool samples_on_device(const SamplingParams& /*sampling*/) const { return false; }
+  // forward, then logit row r sampled with rows[r] (one per batch.logit_rows entry): ids[r] the
+  // chosen id, or -1 when the row held NaN or +inf or no finite value. The same chain and draws
+  // as the host Sampler with that uniform. Errors as forward.
+  struct RowSampling {
+    const SamplingParams* sampling = nullptr;
+    std::span<const int32_t> history;  // every token so far (the penalties read its tail)
+    float uniform = 0.0f;              // the draw (temperature > 0)
+  };
+  virtual Status forward_sampled(const ForwardBatch& batch, kv::KvArena& kv,
+                                 std::span<const RowSampling> rows, int32_t* ids);
   // An arena for `spec` on the runner's device, zero-filled: n_blocks[g] blocks of group g.
   virtual Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
                                                             std::span<const int32_t> n_blocks) = 0;

@@ -29,6 +29,11 @@
 #include "engine/engine_core.h"
 #include "engine/llm_engine.h"
 #include "engine/strategy_options.h"
+#include "models/llama/shapes.h"
+#include "strategies/registry.h"
+#if defined(RINFER_WITH_CUDA)
+#include "models/llama/cuda/llama_cuda_model.h"
+#endif
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
 #include "tools/output.h"
@@ -55,6 +60,58 @@ struct ServeArgs {
   std::string json;
   std::string readme;  // a README.md whose bench block for this machine gets the table
 };
+
+// The model of the load: the recipe's (loaded as `rinfer run` does) or, for `model:
+// random:<shape>:<dtype>` (shapes of models/llama/shapes.h; dtype bf16, f16, q8_0, q4_0, q4_1 or
+// q4_k), random weights of that shape made on the recipe's CUDA device.
+struct ServedModel {
+  std::unique_ptr<LlmEngine> engine;
+  std::unique_ptr<DecoderModel> random;
+  DecoderModel* model = nullptr;
+  std::string name;
+};
+
+Result<ServedModel> load_served(const RecipeConfig& r) {
+  ServedModel m;
+  constexpr std::string_view kRandom = "random:";
+  if (r.model.rfind(kRandom, 0) != 0) {
+    LlmEngineOptions eo;
+    eo.engine_core = false;
+    RINFER_ASSIGN_OR_RETURN(m.engine, LlmEngine::create(r, eo));
+    m.model = &m.engine->decoder();
+    m.name = m.engine->model_path();
+    return m;
+  }
+  const std::string rest = r.model.substr(kRandom.size());
+  const size_t colon = rest.find(':');
+  const std::string shape = rest.substr(0, colon);
+  const std::string dname = colon == std::string::npos ? "bf16" : rest.substr(colon + 1);
+  const std::optional<DType> dtype = dtype_from_name(dname);
+  if (!dtype) {
+    return invalid_argument("{}: model {}: unknown weight type '{}'", r.origins().where("model"),
+                            r.model, dname);
+  }
+  auto hp = llama::named_shape(shape);
+  if (!hp.ok()) return hp.status().with_context(r.origins().where("model"));
+  if (!r.device.is_cuda()) {
+    return unsupported("{}: random-weight models are made on a CUDA device, not {}",
+                       r.origins().where("model"), r.device.to_string());
+  }
+  LoadOptions opts;
+  GeneratorOptions g;
+  RINFER_RETURN_IF_ERROR(apply_strategies(r, opts, g));
+  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
+  opts.max_batch = 512;
+#if defined(RINFER_WITH_CUDA)
+  RINFER_ASSIGN_OR_RETURN(m.random, llama::make_random_cuda_model(*hp, *dtype, 1234, opts));
+#else
+  (void)m;
+  return unsupported("{}: this build has no CUDA", r.origins().where("device"));
+#endif
+  m.model = m.random.get();
+  m.name = r.model;
+  return m;
+}
 
 struct Job {
   std::vector<int32_t> prompt;
@@ -354,22 +411,17 @@ int run_bench_serve(const ServeArgs& a) {
     if (!checked.ok()) return report_error(checked.status().message());
   }
 
-  LlmEngineOptions eo;
-  eo.engine_core = true;
-  eo.seats = 0;  // the recipe's batching.max_seqs
-  auto engine = LlmEngine::create(r, eo);
-  if (!engine.ok()) return report_error(engine.status().message());
-  EngineCore* core = (*engine)->core();
-  if (core == nullptr) {
+  auto served = load_served(r);
+  if (!served.ok()) return report_error(served.status().message());
+  DecoderModel& model = *served->model;
+  EngineCoreOptions opts = engine_core_options(r.strategies, r.context_length);
+  if (!r.strategies.kv_cache) {
     return report_error(fmt::format(
-        "{}: bench-serve runs the engine core, which needs the KV cache on and a device with a "
-        "multi-sequence runner (the CPU today; the CUDA runner is not built yet)",
-        a.recipe));
+        "{}: bench-serve runs the engine core, which needs the KV cache on", a.recipe));
   }
-  const EngineCoreOptions opts = core->options();
   const int64_t concurrency = a.concurrency > 0 ? a.concurrency : opts.scheduler.max_seqs;
   const std::vector<Job> jobs =
-      make_jobs(a, (*engine)->decoder().hparams().n_vocab, r.context_length);
+      make_jobs(a, model.hparams().n_vocab, r.context_length);
   report["settings"] = {{"requests", a.requests},
                         {"input_len", a.input_len},
                         {"shared_prefix", a.shared_prefix},
@@ -379,7 +431,7 @@ int run_bench_serve(const ServeArgs& a) {
                         {"rate", a.rate},
                         {"seed", a.seed},
                         {"strategies", r.strategies_summary()},
-                        {"model", (*engine)->model_path()}};
+                        {"model", served->name}};
   std::fprintf(stderr, "%s: %lld requests, %s %lld/%lld tokens, %s\n", a.recipe.c_str(),
                static_cast<long long>(a.requests), a.mix.c_str(),
                static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
@@ -396,7 +448,7 @@ int run_bench_serve(const ServeArgs& a) {
     base.swap_blocks = 0;
     base.kv_blocks = 0;
     base.scheduler.policy = BatchingPolicy::kStatic;
-    auto bcore = EngineCore::create((*engine)->decoder(), base, nullptr);
+    auto bcore = EngineCore::create(model, base, nullptr);
     if (!bcore.ok()) return report_error(bcore.status().message());
     auto o = serve(**bcore, jobs, a, concurrency, "baseline");
     if (!o.ok()) return report_error(o.status().message());
@@ -404,7 +456,11 @@ int run_bench_serve(const ServeArgs& a) {
     runs.emplace_back("baseline (static, contiguous)", std::move(*o));
   }
   {
-    auto o = serve(*core, jobs, a, concurrency, "optimized");
+    // Each core (its runner and KV arena) is made for its run and freed after it.
+    auto core = EngineCore::create(model, opts, nullptr);
+    if (!core.ok()) return report_error(core.status().with_context(a.recipe).message());
+    opts = (*core)->options();
+    auto o = serve(**core, jobs, a, concurrency, "optimized");
     if (!o.ok()) return report_error(o.status().message());
     variants.push_back(outcome_json("recipe", opts, *o));
     runs.emplace_back(fmt::format("recipe ({}, {})", batching_policy_name(opts.scheduler.policy),

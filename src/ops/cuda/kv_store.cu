@@ -42,3 +42,35 @@ cudaError_t launch_kv_store(const float* k, const float* v, int64_t n_tokens, in
 }
 
 }  // namespace rinfer::cuda::kern
+
+namespace rinfer::cuda::kern {
+namespace {
+
+// Paged: token t's row goes to arena row slots[t].
+__global__ void kv_store_slots_kernel(const float* __restrict__ k, const float* __restrict__ v,
+                                      int64_t n_tokens, int64_t kv_dim, int64_t src_stride,
+                                      bool cache_bf16, void* k_cache, void* v_cache,
+                                      const int32_t* __restrict__ slots) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_tokens * kv_dim) return;
+  const int64_t t = i / kv_dim, e = i % kv_dim;
+  const int64_t dst = static_cast<int64_t>(slots[t]) * kv_dim + e;
+  store_act(k_cache, dst, k[t * src_stride + e], cache_bf16);
+  store_act(v_cache, dst, v[t * src_stride + e], cache_bf16);
+}
+
+}  // namespace
+
+cudaError_t launch_kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
+                                  int64_t src_stride, bool cache_bf16, void* k_cache,
+                                  void* v_cache, const int32_t* slots, cudaStream_t stream) {
+  const int64_t n = n_tokens * kv_dim;
+  const int threads = 256;
+  if (n <= 0) return cudaGetLastError();
+  return launch_pdl(kv_store_slots_kernel, dim3(static_cast<unsigned>((n + threads - 1) / threads)),
+                    dim3(threads), 0, stream, k, v, n_tokens, kv_dim, src_stride, cache_bf16,
+                    k_cache, v_cache, slots);
+}
+
+}  // namespace rinfer::cuda::kern

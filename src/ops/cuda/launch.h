@@ -204,6 +204,35 @@ cudaError_t launch_attn_prefill(const AttnArgs& a, const float* q, const uint16_
 cudaError_t launch_rows_f32_to_bf16(const float* src, int64_t n_rows, int64_t width, int64_t stride,
                                     uint16_t* dst, cudaStream_t stream);
 
+// Paged attention over block tables (attention_paged.cu): a multi-sequence batch, each
+// sequence's new tokens the last of its kv_len positions. The grid is n_work items (int2 {seq,
+// first token of the item within the sequence}; seq < 0: padding) x n_head_kv x n_splits; an
+// item holds attn_paged_rows() / G tokens (G = n_head / n_head_kv query heads per KV head).
+// q f32 rows q_stride floats apart ([n_head, head_dim] first); k, v bf16 [n_blocks,
+// block_size, kv_row_stride]; out bf16 rows out_stride apart. With n_splits > 1 the workspace
+// holds part_o f32 [n_splits, n_tokens, n_head, head_dim] and part_ml f32 [n_splits, n_tokens,
+// n_head, 2], merged by a second kernel.
+struct PagedAttnArgs {
+  int64_t n_tokens, n_head, n_head_kv, head_dim, kv_row_stride, q_stride, out_stride;
+  int block_size, table_stride, window, n_work, n_splits;
+  bool causal;
+  float scale;
+  const int2* work;          // device [n_work]
+  const int* query_start;    // device [n_seq + 1]
+  const int* kv_len;         // device [n_seq]
+  const int* tables;         // device [n_seq, table_stride]
+};
+int attn_paged_tile(int64_t head_dim);  // KV positions per tile
+int attn_paged_rows();                  // query rows per item
+cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
+                              const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
+                              cudaStream_t stream);
+// Writes the new tokens' keys and values into their arena rows: k, v [n_tokens, kv_dim] f32 (rows
+// src_stride floats apart) to rows slots[t] (device int32) of caches with rows kv_dim apart.
+cudaError_t launch_kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
+                                  int64_t src_stride, bool cache_bf16, void* k_cache,
+                                  void* v_cache, const int32_t* slots, cudaStream_t stream);
+
 // Sampling. argmax: lowest id on ties, NaN ignored.
 cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);
 struct SampleArgs {
@@ -238,6 +267,21 @@ struct DecodeSampleIo {
   int32_t* n_kv;                 // ... and the KV length (+1)
 };
 cudaError_t launch_decode_sample(float* logits, const DecodeSampleIo& io, cudaStream_t stream);
+
+// Many rows sampled at once, one block per row, each with its own settings (device
+// RowSampleArgs [n_rows]): penalties over hist[hist_off, hist_off + hist_len) (each distinct id
+// once), then argmax (temperature <= 0) or the top-k draw with `uniform`. out[r]: the id, or -1
+// when the row held NaN or +inf or no finite value. Logits [n_rows, n_vocab], penalized in place.
+struct RowSampleArgs {
+  int top_k;  // 1..kMaxTopK when temperature > 0
+  float temperature, top_p, min_p;
+  float repeat_penalty, presence_penalty;
+  int hist_off, hist_len;  // hist_len <= kMaxDecodeHistory
+  float uniform;
+};
+cudaError_t launch_sample_rows(float* logits, int64_t n_rows, int64_t n_vocab,
+                               const RowSampleArgs* args, const int32_t* hist, int32_t* out,
+                               cudaStream_t stream);
 
 // Random data (tests and benchmarks). kind: 0 f32, 1 f16, 2 bf16; values uniform in [lo, hi),
 // never 0. q4k_headers: sane f16 d/dmin in every 144-byte block.

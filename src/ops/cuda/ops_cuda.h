@@ -32,12 +32,14 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/cuda/cublas_lt.h"
 #include "core/cuda/device_allocator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/cpu/ops.h"  // RopeParams, RopeMode
+#include "ops/cuda/launch.h"  // RowSampleArgs
 #include "rinfer/status.h"
 
 namespace rinfer::cuda {
@@ -270,6 +272,49 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
                          const void* v_cache, DType out_dtype, void* out, void* workspace,
                          size_t workspace_bytes, cudaStream_t stream);
 
+// Paged attention for a serving batch (many sequences, each with its new tokens last among its
+// kv_len positions; a decode row, a prefill chunk attending to its cached prefix, or a whole
+// prompt), over K/V arenas bf16 [n_blocks, block_size, n_head_kv * head_dim] found through each
+// sequence's block table. Causal (with an optional sliding window) or bidirectional. q: f32
+// token rows q_stride floats apart, heads first (the raw qkv rows after RoPE); out: bf16 rows
+// out_stride apart. Tensor cores: q, K, V and the probabilities rounded to bf16, f32
+// accumulation (as attention_prefill). head_dim 64, 128 or 256; at most 64 query heads per KV
+// head. The device arrays (query_start [n_seq + 1], kv_len [n_seq], tables [n_seq,
+// table_stride], work [n_work, 2]) come from the host each step; block ids are not checked on
+// the device (the caller checks them against the arena).
+struct PagedAttentionParams {
+  int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t q_stride = 0, out_stride = 0;
+  int32_t block_size = 16, table_stride = 0;
+  int64_t window = 0;  // > 0: position p sees (p - window, p] (causal only)
+  bool causal = true;
+  float scale = 1.0f;
+  int32_t n_work = 0, n_splits = 1;
+  const int32_t* work = nullptr;
+  const int32_t* query_start = nullptr;
+  const int32_t* kv_len = nullptr;
+  const int32_t* tables = nullptr;
+};
+// The work items of a batch, longest first: {sequence, first token} pairs, one per
+// paged_attention_rows(...) tokens of a sequence. Host-side.
+int64_t paged_attention_tokens_per_item(int64_t n_head, int64_t n_head_kv);
+void paged_attention_work(std::span<const int32_t> query_start, std::span<const int32_t> kv_len,
+                          int64_t n_head, int64_t n_head_kv, std::vector<int32_t>& work);
+// Splits of each item's KV tiles so that the grid fills the device (1 when it already does),
+// at most max_splits.
+int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv_len,
+                               int64_t head_dim, int32_t max_splits);
+size_t paged_attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim,
+                                       int32_t n_splits);
+Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const void* v_cache,
+                       const float* q, uint16_t* out, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
+// Keys and values of n_tokens rows (f32, src_stride floats apart, kv_dim each) into arena rows
+// slots[t] (device int32) of K and V arenas with rows kv_dim apart, f32 or bf16.
+Status kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
+                      int64_t src_stride, DType cache_dtype, void* k_cache, void* v_cache,
+                      const int32_t* slots, cudaStream_t stream);
+
 // Greedy: out_id[0] = argmax(logits[n]) (lowest id on ties; NaN never wins). Device int32.
 Status argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);
 
@@ -305,6 +350,18 @@ inline constexpr int32_t kMaxDecodeHistory = 1024;
 // OK when the device takes these settings (else kUnsupported or kInvalidArgument, naming the
 // setting: top_k 0 or over kMaxDeviceTopK with temperature > 0, last_n over kMaxDecodeHistory).
 Status decode_sampling_supported(const DecodeSampling& s, int64_t n_vocab);
+
+// Rows of a batch sampled on the device, each with its own settings: the penalties of
+// ops/cpu/sampler.h over its history window, then the chain with its uniform draw (the same
+// draws as the host Sampler's). `args` and `hist` live on the device; out[r] is the id or -1
+// when row r held NaN or +inf or no finite value.
+using RowSample = kern::RowSampleArgs;
+// The row's settings for the device (unsupported: settings it does not take, as
+// decode_sampling_supported).
+Result<RowSample> row_sample(const DecodeSampling& s, int64_t n_vocab, int32_t hist_off,
+                             int32_t hist_len, float uniform);
+Status sample_rows(float* logits, int64_t n_rows, int64_t n_vocab, const RowSample* args,
+                   const int32_t* hist, int32_t* out, cudaStream_t stream);
 
 class DecodeSampler {
  public:

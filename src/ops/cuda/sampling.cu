@@ -356,6 +356,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Row blockIdx.x of a batch: the penalties over its history window (each distinct id once,
+// as decode_sample_kernel), then argmax or the top-k draw with its uniform.
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(float* __restrict__ logits, int64_t n_vocab,
+                       const RowSampleArgs* __restrict__ args, const int32_t* __restrict__ hist,
+                       int32_t* __restrict__ out) {
+  __shared__ int s_win[kMaxDecodeHistory];
+  pdl_begin();
+  const RowSampleArgs a = args[blockIdx.x];
+  float* x = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  const int tid = threadIdx.x;
+  const bool pen = a.hist_len > 0 && (a.repeat_penalty != 1.0f || a.presence_penalty != 0.0f);
+  if (pen) {
+    const int w = min(a.hist_len, kMaxDecodeHistory);
+    if (tid < w) s_win[tid] = hist[a.hist_off + tid];
+    __syncthreads();
+    if (tid < w) {
+      const int id = s_win[tid];
+      bool first = id >= 0 && id < n_vocab;
+      for (int j = 0; j < tid && first; ++j) first = s_win[j] != id;
+      if (first && isfinite(x[id])) {
+        float l = x[id];
+        if (a.repeat_penalty != 1.0f) l = l > 0.0f ? l / a.repeat_penalty : l * a.repeat_penalty;
+        x[id] = fminf(fmaxf(l - a.presence_penalty, -FLT_MAX), FLT_MAX);
+      }
+    }
+    __syncthreads();
+  }
+  int id;
+  bool non_finite;
+  if (a.temperature <= 0.0f) {
+    id = block_argmax(x, n_vocab, &non_finite);
+  } else {
+    const SampleArgs sa{n_vocab, a.top_k, a.temperature, a.top_p, a.min_p};
+    id = block_sample(x, sa, a.uniform, &non_finite);
+  }
+  if (tid == 0) out[blockIdx.x] = non_finite || id < 0 || id >= n_vocab ? -1 : id;
+}
+
 }  // namespace
 
 cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream) {
@@ -371,6 +410,14 @@ cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const 
                                 int32_t* out_id, cudaStream_t stream) {
   sample_top_k_kernel<<<1, kThreads, 0, stream>>>(logits, a, uniform, out_id);
   return cudaGetLastError();
+}
+
+cudaError_t launch_sample_rows(float* logits, int64_t n_rows, int64_t n_vocab,
+                               const RowSampleArgs* args, const int32_t* hist, int32_t* out,
+                               cudaStream_t stream) {
+  if (n_rows <= 0) return cudaGetLastError();
+  return launch_pdl(sample_rows_kernel, dim3(static_cast<unsigned>(n_rows)), dim3(kThreads), 0,
+                    stream, logits, n_vocab, args, hist, out);
 }
 
 }  // namespace rinfer::cuda::kern

@@ -135,8 +135,13 @@ class LlamaCudaModel final : public DecoderModel {
   }
   Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d) override;
   uint64_t device_bytes_peak() const override { return peak_bytes_; }
+  // The paged KV cache in the model's KV dtype, and the multi-sequence runner
+  // (llama_cuda_runner.cpp).
+  Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override;
+  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const override;
 
  private:
+  friend class LlamaCudaRunner;
   LlamaCudaModel() = default;
 
   // The activations of one forward chunk, allocated per call from the recipe's allocator (the

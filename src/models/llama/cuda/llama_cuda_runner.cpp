@@ -1,0 +1,575 @@
+// The CUDA runner of the Llama-family sample: multi-sequence forward batches over a paged KV
+// arena in device memory (bf16 blocks), with the batch's logit rows sampled on the device.
+//
+// One pass, every row of the batch together:
+//   x = embeddings of the tokens (f32 [nt, n_embd])
+//   per layer: hb = rms_norm(x) (bf16) -> qkv GEMM -> (q/k norms) -> RoPE at each row's position
+//              -> K/V rows into their arena slots -> paged attention over each sequence's block
+//              table (bf16 out) -> Wo GEMM -> (post norm) -> residual + norm -> gate|up GEMM ->
+//              GLU (bf16) -> down GEMM -> (post norm)
+//   the logit rows gathered, normed, projected (GEMM) -> logits f32 [n_out, n_vocab] on the
+//   device -> copied to the host (forward) or sampled there (forward_sampled).
+// The GEMMs are cuBLASLt bf16 at every token count (bf16 weights read once per pass; quantized
+// weights dequantized per call, see ops_cuda.h). The host inputs of a pass (tokens, positions,
+// tables, slots, attention work items, sampling rows) go up in one copy from pinned memory.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kv/kv_arena.h"
+#include "models/llama/cuda/llama_cuda_model_internal.h"
+#include "ops/cpu/sampler.h"
+
+namespace rinfer::llama {
+
+namespace {
+
+// At most this many (token x split) rows of split attention partials (bounds the workspace).
+constexpr int64_t kSplitRows = 4096;
+constexpr int32_t kMaxSplits = 16;
+
+// K and V per layer on the device: [n_blocks(group), block_size, kv_dim] of the spec's dtype.
+class DeviceKvArena final : public kv::KvArena {
+ public:
+  static Result<std::unique_ptr<DeviceKvArena>> create(const kv::KvSpec& spec,
+                                                       std::span<const int32_t> n_blocks,
+                                                       int device, cudaStream_t compute) {
+    if (n_blocks.size() != static_cast<size_t>(spec.n_groups())) {
+      return invalid_argument("kv arena: {} block counts for {} groups", n_blocks.size(),
+                              spec.n_groups());
+    }
+    std::unique_ptr<DeviceKvArena> a(new DeviceKvArena());
+    a->spec_ = spec;
+    a->n_blocks_.assign(n_blocks.begin(), n_blocks.end());
+    a->device_ = device;
+    a->compute_ = compute;
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceAllocator * alloc, cuda::plain_device_allocator(device));
+    RINFER_ASSIGN_OR_RETURN(a->copy_, cuda::Stream::create(device));
+    RINFER_ASSIGN_OR_RETURN(a->ready_, cuda::Event::create(device));
+    RINFER_ASSIGN_OR_RETURN(a->copied_, cuda::Event::create(device));
+    const uint64_t elem = dtype_traits(spec.dtype).block_bytes;
+    for (int64_t l = 0; l < spec.n_layer; ++l) {
+      const int32_t nb = n_blocks[static_cast<size_t>(spec.group_of_layer[static_cast<size_t>(l)])];
+      const auto bytes = static_cast<size_t>(static_cast<uint64_t>(nb) *
+                                             static_cast<uint64_t>(spec.block_size * spec.kv_dim) *
+                                             elem);
+      for (int kv = 0; kv < 2; ++kv) {
+        auto b = cuda::DeviceBuffer::create(std::max<size_t>(bytes, 16), device, compute, alloc);
+        if (!b.ok()) {
+          return b.status().with_context(
+              fmt::format("allocating the KV cache on cuda:{} ({} in all, layer {})", device,
+                          spec.describe(), l));
+        }
+        RINFER_CUDA_RETURN(cudaMemsetAsync(b->data(), 0, b->bytes(), compute));
+        a->storage_.push_back(std::move(*b));
+      }
+      a->k_.push_back(a->storage_[a->storage_.size() - 2].data());
+      a->v_.push_back(a->storage_.back().data());
+    }
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(compute));
+    return a;
+  }
+
+  Device device() const override { return Device::cuda(device_); }
+
+  // Device -> host (a swap out) or device -> device: on the copy stream, after the compute
+  // stream's work so far, and the compute stream waits for them before its next pass.
+  Status copy_blocks(kv::KvArena& dst, std::span<const kv::BlockCopy> copies) const override {
+    RINFER_RETURN_IF_ERROR(check_copies(dst, copies));
+    return copy(*this, dst, copies);
+  }
+  // Host -> device (a swap in).
+  Status pull_blocks(const kv::KvArena& src, std::span<const kv::BlockCopy> copies) override {
+    RINFER_RETURN_IF_ERROR(src.check_copies(*this, copies));
+    return copy(src, *this, copies);
+  }
+
+ private:
+  DeviceKvArena() = default;
+
+  Status copy(const kv::KvArena& from, kv::KvArena& to,
+              std::span<const kv::BlockCopy> copies) const {
+    if (copies.empty()) return ok_status();
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
+    cudaStream_t cs = copy_.get();
+    RINFER_CUDA_RETURN(cudaEventRecord(ready_.get(), compute_));
+    RINFER_CUDA_RETURN(cudaStreamWaitEvent(cs, ready_.get(), 0));
+    const uint64_t block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
+                           dtype_traits(spec_.dtype).block_bytes;
+    for (const kv::BlockCopy& c : copies) {
+      for (int32_t l : spec_.groups[static_cast<size_t>(c.group)].layers) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const auto* s = static_cast<const uint8_t*>(kv == 0 ? from.k(l) : from.v(l));
+          auto* d = static_cast<uint8_t*>(kv == 0 ? to.k(l) : to.v(l));
+          RINFER_CUDA_RETURN(cudaMemcpyAsync(d + static_cast<uint64_t>(c.dst) * block,
+                                             s + static_cast<uint64_t>(c.src) * block, block,
+                                             cudaMemcpyDefault, cs));
+        }
+      }
+    }
+    RINFER_CUDA_RETURN(cudaEventRecord(copied_.get(), cs));
+    RINFER_CUDA_RETURN(cudaStreamWaitEvent(compute_, copied_.get(), 0));
+    // The host side of a swap out is read by the next swap in (same stream) or freed with the
+    // arena; a pageable host buffer makes the copy synchronous anyway.
+    return ok_status();
+  }
+
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr;
+  cuda::Stream copy_;
+  cuda::Event ready_, copied_;
+  std::vector<cuda::DeviceBuffer> storage_;
+};
+
+}  // namespace
+
+class LlamaCudaRunner final : public DecoderRunner {
+ public:
+  static Result<std::unique_ptr<LlamaCudaRunner>> create(const LlamaCudaModel& m,
+                                                         const RunnerOptions& o) {
+    std::unique_ptr<LlamaCudaRunner> r(new LlamaCudaRunner(m, o));
+    RINFER_RETURN_IF_ERROR(r->init());
+    return r;
+  }
+  ~LlamaCudaRunner() override {
+    if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, pinned_bytes_);
+    if (pinned_ids_ != nullptr) {
+      cuda::pinned_host_allocator().deallocate(pinned_ids_, pinned_ids_bytes_);
+    }
+  }
+
+  const RunnerOptions& options() const override { return opts_; }
+  Device device() const override { return Device::cuda(m_.device_); }
+
+  Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
+                                                    std::span<const int32_t> n_blocks) override {
+    RINFER_RETURN_IF_ERROR(check_spec(spec));
+    RINFER_ASSIGN_OR_RETURN(auto a,
+                            DeviceKvArena::create(spec, n_blocks, m_.device_, stream_.get()));
+    return std::unique_ptr<kv::KvArena>(std::move(a));
+  }
+
+  Status forward(const ForwardBatch& b, kv::KvArena& arena, float* logits) override {
+    RINFER_RETURN_IF_ERROR(run(b, arena, {}));
+    if (b.logit_rows.empty()) return ok_status();
+    const size_t n = b.logit_rows.size() * static_cast<size_t>(m_.hp_.n_vocab);
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(logits, logits_.data(), n * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_.get()));
+    return cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
+  }
+
+  bool samples_on_device(const SamplingParams& sp) const override {
+    return cuda::decode_sampling_supported(decode_sampling(sp), m_.hp_.n_vocab).ok();
+  }
+
+  Status forward_sampled(const ForwardBatch& b, kv::KvArena& arena,
+                         std::span<const RowSampling> rows, int32_t* ids) override {
+    if (rows.size() != b.logit_rows.size()) {
+      return invalid_argument("forward_sampled: {} sampling rows for {} logit rows", rows.size(),
+                              b.logit_rows.size());
+    }
+    RINFER_RETURN_IF_ERROR(run(b, arena, rows));
+    if (rows.empty()) return ok_status();
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_ids_, ids_dev_, rows.size() * sizeof(int32_t),
+                                       cudaMemcpyDeviceToHost, stream_.get()));
+    RINFER_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_.get()), "forward_sampled"));
+    std::memcpy(ids, pinned_ids_, rows.size() * sizeof(int32_t));
+    return ok_status();
+  }
+
+ private:
+  LlamaCudaRunner(const LlamaCudaModel& m, RunnerOptions o) : m_(m), opts_(o) {}
+
+  static cuda::DecodeSampling decode_sampling(const SamplingParams& sp) {
+    cuda::DecodeSampling d;
+    d.chain = {sp.temperature, sp.top_k, sp.top_p, sp.min_p};
+    d.repeat_penalty = sp.repeat_penalty;
+    d.presence_penalty = sp.presence_penalty;
+    d.last_n = sp.repeat_last_n;
+    return d;
+  }
+
+  Status init() {
+    const DecoderHParams& hp = m_.hp_;
+    if (opts_.max_tokens <= 0 || opts_.max_seqs <= 0) {
+      return invalid_argument("create_runner: max_tokens {} and max_seqs {} must be positive",
+                              opts_.max_tokens, opts_.max_seqs);
+    }
+    if (m_.kv_dtype_ != DType::kBF16) {
+      return unsupported("the CUDA runner's paged attention reads a bf16 KV cache, not {}",
+                         dtype_name(m_.kv_dtype_));
+    }
+    if (cuda::paged_attention_tokens_per_item(hp.n_head, hp.n_head_kv) <= 0) {
+      return unsupported("the CUDA runner takes at most 64 query heads per KV head ({} / {})",
+                         hp.n_head, hp.n_head_kv);
+    }
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
+    RINFER_ASSIGN_OR_RETURN(stream_, cuda::Stream::create(m_.device_));
+    RINFER_ASSIGN_OR_RETURN(lt_, cuda::CublasLt::create(m_.device_));
+    const int64_t T = opts_.max_tokens, S = opts_.max_seqs;
+    const int64_t e = hp.n_embd, ff = hp.n_ff, R = std::max(T, S);
+    auto get = [&](DeviceBuffer& b, size_t bytes) -> Status {
+      RINFER_ASSIGN_OR_RETURN(
+          b, DeviceBuffer::create(std::max<size_t>(bytes, 16), m_.device_, stream_.get(),
+                                  m_.alloc_));
+      return ok_status();
+    };
+    const auto f = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+    const auto h = [](int64_t n) { return static_cast<size_t>(n) * 2; };
+    RINFER_RETURN_IF_ERROR(get(x_, f(T * e)));
+    RINFER_RETURN_IF_ERROR(get(hb_, h(R * e)));
+    RINFER_RETURN_IF_ERROR(get(qkv_, f(T * m_.qkv_dim_)));
+    RINFER_RETURN_IF_ERROR(get(attnb_, h(T * m_.q_dim_)));
+    RINFER_RETURN_IF_ERROR(get(o_, f(R * e)));
+    RINFER_RETURN_IF_ERROR(get(gu_, f(T * std::max(2 * ff, m_.qkv_dim_))));
+    RINFER_RETURN_IF_ERROR(get(actb_, h(T * ff)));
+    gemm_ws_bytes_ = m_.gemm_ws_bytes_;
+    if (gemm_ws_bytes_ > 0) RINFER_RETURN_IF_ERROR(get(gemm_ws_, gemm_ws_bytes_));
+    // Split partials for at most kSplitRows (token x split) rows.
+    attn_ws_bytes_ = static_cast<size_t>(kSplitRows * hp.n_head * (hp.head_dim + 2)) * 4;
+    RINFER_RETURN_IF_ERROR(get(attn_ws_, attn_ws_bytes_));
+    logit_cap_ = std::max(S, std::min<int64_t>(T, 256));
+    RINFER_RETURN_IF_ERROR(get(logits_, f(logit_cap_ * hp.n_vocab)));
+    RINFER_RETURN_IF_ERROR(get(ids_buf_, f(T)));
+    ids_dev_ = ids_buf_.as<int32_t>();
+    RINFER_ASSIGN_OR_RETURN(void* pi, cuda::pinned_host_allocator().allocate(f(T)));
+    pinned_ids_ = static_cast<int32_t*>(pi);
+    pinned_ids_bytes_ = f(T);
+    return ok_status();
+  }
+
+  Status check_spec(const kv::KvSpec& spec) const {
+    const DecoderHParams& hp = m_.hp_;
+    if (spec.dtype != DType::kBF16) {
+      return unsupported("the CUDA runner keeps its KV cache in bf16, not {}",
+                         dtype_name(spec.dtype));
+    }
+    if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim()) {
+      return invalid_argument("KV spec is [{} layers, kv_dim {}], the model needs [{}, {}]",
+                              spec.n_layer, spec.kv_dim, hp.n_layer, hp.kv_dim());
+    }
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      const int64_t w = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(l)].window;
+      if (spec.window_of_layer(l) != w) {
+        return invalid_argument("KV spec gives layer {} window {}, the model's is {}", l,
+                                spec.window_of_layer(l), w);
+      }
+    }
+    return ok_status();
+  }
+
+  // Offsets (in int32 units) of the host inputs inside the staging buffers.
+  struct Layout {
+    size_t tokens, positions, query_start, kv_len, tables, slots, work, rows, samples, hist, total;
+  };
+
+  // Checks the batch and its blocks, lays out and uploads the pass's inputs.
+  Status stage(const ForwardBatch& b, const kv::KvArena& arena,
+               std::span<const RowSampling> samples) {
+    const kv::KvSpec& spec = arena.spec();
+    const DecoderHParams& hp = m_.hp_;
+    const int64_t nt = b.n_tokens(), bs = spec.block_size;
+    const int32_t n_seq = b.n_seq(), G = spec.n_groups();
+    const auto stride = static_cast<size_t>(b.table_stride);
+    cuda::paged_attention_work(b.query_start, b.kv_len, hp.n_head, hp.n_head_kv, work_);
+    // Every block a pass reads or writes is in the arena.
+    for (int32_t g = 0; g < G; ++g) {
+      for (int32_t s = 0; s < n_seq; ++s) {
+        const int32_t nq = b.query_start[static_cast<size_t>(s) + 1] - b.query_start[s];
+        const int32_t len = b.kv_len[static_cast<size_t>(s)];
+        const int64_t first = spec.first_visible_block(g, len - nq);
+        const int32_t* t = b.table(g, s);
+        for (int64_t i = first; i < spec.blocks_for(len); ++i) {
+          if (t[i] < 0 || t[i] >= arena.n_blocks(g)) {
+            return invalid_argument(
+                "forward: sequence {} reads block {} (entry {}) of group {}, which has {} blocks",
+                s, t[i], i, g, arena.n_blocks(g));
+          }
+        }
+      }
+    }
+    // Sampling rows and their history windows.
+    hist_.clear();
+    rows_.clear();
+    for (const RowSampling& r : samples) {
+      const SamplingParams& sp = *r.sampling;
+      const bool pen = sp.repeat_last_n > 0 &&
+                       (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f);
+      const size_t w = pen ? std::min(r.history.size(), static_cast<size_t>(sp.repeat_last_n)) : 0;
+      RINFER_ASSIGN_OR_RETURN(
+          cuda::RowSample rs,
+          cuda::row_sample(decode_sampling(sp), hp.n_vocab, static_cast<int32_t>(hist_.size()),
+                           static_cast<int32_t>(w), r.uniform));
+      hist_.insert(hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w), r.history.end());
+      rows_.push_back(rs);
+    }
+    auto align4 = [](size_t n) { return (n + 3) / 4 * 4; };  // 16-byte starts
+    Layout& L = layout_;
+    size_t at = 0;
+    auto take = [&](size_t n) {
+      const size_t off = at;
+      at += align4(n);
+      return off;
+    };
+    L.tokens = take(static_cast<size_t>(nt));
+    L.positions = take(static_cast<size_t>(nt));
+    L.query_start = take(static_cast<size_t>(n_seq) + 1);
+    L.kv_len = take(static_cast<size_t>(n_seq));
+    L.tables = take(static_cast<size_t>(G) * n_seq * stride);
+    L.slots = take(static_cast<size_t>(G) * static_cast<size_t>(nt));
+    L.work = take(work_.size());
+    L.rows = take(b.logit_rows.size());
+    static_assert(sizeof(cuda::RowSample) % 4 == 0);
+    L.samples = take(rows_.size() * sizeof(cuda::RowSample) / 4);
+    L.hist = take(hist_.size());
+    L.total = at;
+    RINFER_RETURN_IF_ERROR(reserve(L.total));
+    int32_t* p = pinned_;
+    std::copy(b.tokens.begin(), b.tokens.end(), p + L.tokens);
+    std::copy(b.positions.begin(), b.positions.end(), p + L.positions);
+    std::copy(b.query_start.begin(), b.query_start.end(), p + L.query_start);
+    std::copy(b.kv_len.begin(), b.kv_len.end(), p + L.kv_len);
+    std::copy(b.block_tables.begin(), b.block_tables.end(), p + L.tables);
+    for (int32_t g = 0; g < G; ++g) {
+      int32_t* slot = p + L.slots + static_cast<size_t>(g) * nt;
+      for (int32_t s = 0; s < n_seq; ++s) {
+        const int32_t* t = b.table(g, s);
+        for (int32_t r = b.query_start[static_cast<size_t>(s)];
+             r < b.query_start[static_cast<size_t>(s) + 1]; ++r) {
+          const int32_t pos = b.positions[static_cast<size_t>(r)];
+          slot[r] = static_cast<int32_t>(t[pos / bs] * bs + pos % bs);
+        }
+      }
+    }
+    std::copy(work_.begin(), work_.end(), p + L.work);
+    std::copy(b.logit_rows.begin(), b.logit_rows.end(), p + L.rows);
+    std::memcpy(p + L.samples, rows_.data(), rows_.size() * sizeof(cuda::RowSample));
+    std::copy(hist_.begin(), hist_.end(), p + L.hist);
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_in_.data(), p, L.total * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+    return ok_status();
+  }
+
+  // Pinned and device staging of at least n int32 (after the previous pass's copy is done:
+  // every pass ends with a synchronization).
+  Status reserve(size_t n) {
+    if (n <= staged_cap_) return ok_status();
+    const size_t cap = std::max(n, 2 * staged_cap_);
+    if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, pinned_bytes_);
+    pinned_ = nullptr;
+    RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(cap * 4));
+    pinned_ = static_cast<int32_t*>(p);
+    pinned_bytes_ = cap * 4;
+    RINFER_ASSIGN_OR_RETURN(
+        dev_in_, DeviceBuffer::create(cap * 4, m_.device_, stream_.get(), m_.alloc_));
+    staged_cap_ = cap;
+    return ok_status();
+  }
+
+  const int32_t* dev(size_t off) const { return dev_in_.as<int32_t>() + off; }
+
+  Status gemm(const DeviceWeight& w, const uint16_t* x, int64_t nt, float* y) {
+    return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
+                      stream_.get());
+  }
+
+  Status run(const ForwardBatch& b, kv::KvArena& arena, std::span<const RowSampling> samples) {
+    const DecoderHParams& hp = m_.hp_;
+    const kv::KvSpec& spec = arena.spec();
+    RINFER_RETURN_IF_ERROR(check_spec(spec));
+    if (arena.device() != device()) {
+      return invalid_argument("forward: the KV arena lives on {}; this runner is {}'s",
+                              arena.device().to_string(), device().to_string());
+    }
+    RINFER_RETURN_IF_ERROR(check_forward_batch(b, spec, hp.n_embd, opts_.max_tokens,
+                                               logits_.as<float>()));
+    if (b.n_seq() > opts_.max_seqs) {
+      return invalid_argument("forward: {} sequences, the runner takes at most {}", b.n_seq(),
+                              opts_.max_seqs);
+    }
+    if (static_cast<int64_t>(b.logit_rows.size()) > logit_cap_) {
+      return invalid_argument("forward: {} logit rows, the runner holds {}", b.logit_rows.size(),
+                              logit_cap_);
+    }
+    if (!b.embeddings.empty()) {
+      return unsupported("forward: input embeddings on the CUDA runner");
+    }
+    for (int64_t i = 0; i < b.n_tokens(); ++i) {
+      const int32_t t = b.tokens[static_cast<size_t>(i)];
+      if (t < 0 || t >= hp.n_vocab) {
+        return invalid_argument("forward: token {} at row {} is outside the vocabulary [0, {})",
+                                t, i, hp.n_vocab);
+      }
+    }
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
+    RINFER_RETURN_IF_ERROR(stage(b, arena, samples));
+    cudaStream_t st = stream_.get();
+    const Layout& L = layout_;
+    const int64_t nt = b.n_tokens(), e = hp.n_embd, ff = hp.n_ff, hd = hp.head_dim;
+    const int64_t qkv_dim = m_.qkv_dim_, q_dim = m_.q_dim_, kv_dim = m_.kv_dim_;
+    auto* x = x_.as<float>();
+    auto* hb = hb_.as<uint16_t>();
+    auto* qkv = qkv_.as<float>();
+    auto* attnb = attnb_.as<uint16_t>();
+    auto* o = o_.as<float>();
+    auto* gu = gu_.as<float>();
+    auto* actb = actb_.as<uint16_t>();
+
+    RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
+    if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
+
+    // Attention over the batch's sequences (the tables of group g per layer).
+    int64_t max_len = 0;
+    for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
+    const auto n_work = static_cast<int32_t>(work_.size() / 2);
+    const int32_t split_cap = static_cast<int32_t>(std::max<int64_t>(1, kSplitRows / nt));
+    int32_t n_splits = cuda::paged_attention_splits(n_work, hp.n_head_kv, max_len, hd,
+                                                    std::min(kMaxSplits, split_cap));
+    if (cuda::paged_attention_workspace_bytes(nt, hp.n_head, hd, n_splits) > attn_ws_bytes_) {
+      n_splits = 1;
+    }
+    cuda::PagedAttentionParams ap;
+    ap.n_tokens = nt;
+    ap.n_head = hp.n_head;
+    ap.n_head_kv = hp.n_head_kv;
+    ap.head_dim = hd;
+    ap.q_stride = qkv_dim;
+    ap.out_stride = q_dim;
+    ap.block_size = static_cast<int32_t>(spec.block_size);
+    ap.table_stride = b.table_stride;
+    ap.causal = b.mask == MaskKind::kCausal;
+    ap.scale = m_.hp_.attn_scale > 0 ? m_.hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.n_work = n_work;
+    ap.n_splits = n_splits;
+    ap.work = dev(L.work);
+    ap.query_start = dev(L.query_start);
+    ap.kv_len = dev(L.kv_len);
+
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      if (b.cancel != nullptr && b.cancel->load()) {
+        return Status(StatusCode::kCancelled, "forward: interrupted");
+      }
+      const DeviceLayer& d = m_.layers_[static_cast<size_t>(il)];
+      if (il == 0) {
+        RINFER_RETURN_IF_ERROR(
+            cuda::rms_norm(x, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+      } else {
+        RINFER_RETURN_IF_ERROR(
+            cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+      }
+      if (d.merged_qkv()) {
+        RINFER_RETURN_IF_ERROR(gemm(d.wqkv, hb, nt, qkv));
+      } else {
+        const std::pair<const DeviceWeight*, int64_t> parts[] = {
+            {&d.wq, 0}, {&d.wk, q_dim}, {&d.wv, q_dim + kv_dim}};
+        for (auto [w, off] : parts) {
+          RINFER_RETURN_IF_ERROR(gemm(*w, hb, nt, gu));
+          RINFER_CUDA_RETURN(cudaMemcpy2DAsync(qkv + off, qkv_dim * 4, gu, w->n_out * 4,
+                                               w->n_out * 4, nt, cudaMemcpyDeviceToDevice, st));
+        }
+      }
+      if (d.bqkv != nullptr) {
+        RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(qkv, d.bqkv, nt, qkv_dim, qkv_dim, st));
+      }
+      float* k = qkv + q_dim;
+      float* v = qkv + q_dim + kv_dim;
+      if (hp.qk_norm) {
+        RINFER_RETURN_IF_ERROR(
+            cuda::rms_norm_heads(qkv, d.q_norm, nt, hp.n_head, hd, qkv_dim, hp.norm_eps, st));
+        RINFER_RETURN_IF_ERROR(
+            cuda::rms_norm_heads(k, d.k_norm, nt, hp.n_head_kv, hd, qkv_dim, hp.norm_eps, st));
+      }
+      cpu::RopeParams rope = hp.rope;
+      if (!hp.layer_attn.empty()) {
+        const DecoderHParams::LayerAttn& la = hp.layer_attn[static_cast<size_t>(il)];
+        rope.freq_base = la.rope_base;
+        rope.freq_scale = la.rope_scale;
+      }
+      RINFER_RETURN_IF_ERROR(cuda::rope(qkv, nt, hp.n_head + hp.n_head_kv, hd, qkv_dim,
+                                        dev(L.positions), rope, st));
+      const int32_t grp = spec.group_of_layer[static_cast<size_t>(il)];
+      RINFER_RETURN_IF_ERROR(cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype,
+                                                  arena.k(il), arena.v(il),
+                                                  dev(L.slots + static_cast<size_t>(grp) * nt), st));
+      ap.window = spec.groups[static_cast<size_t>(grp)].window;
+      ap.tables = dev(L.tables + static_cast<size_t>(grp) * b.n_seq() * b.table_stride);
+      RINFER_RETURN_IF_ERROR(cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb,
+                                                   attn_ws_.data(), attn_ws_bytes_, st));
+      RINFER_RETURN_IF_ERROR(gemm(d.wo, attnb, nt, o));
+      if (d.post_attn_norm != nullptr) {
+        RINFER_RETURN_IF_ERROR(
+            cuda::rms_norm(o, d.post_attn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
+      }
+      RINFER_RETURN_IF_ERROR(
+          cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+      const float* gate = gu;
+      const float* up = gu + ff;
+      int64_t in_stride = 2 * ff;
+      if (d.merged_gu()) {
+        RINFER_RETURN_IF_ERROR(gemm(d.wgu, hb, nt, gu));
+      } else {
+        RINFER_RETURN_IF_ERROR(gemm(d.w_gate, hb, nt, gu));
+        RINFER_RETURN_IF_ERROR(gemm(d.w_up, hb, nt, gu + nt * ff));
+        up = gu + nt * ff;
+        in_stride = ff;
+      }
+      if (hp.gelu_ffn) {
+        RINFER_RETURN_IF_ERROR(
+            cuda::geglu_tanh(gate, up, nt, ff, in_stride, DType::kBF16, actb, st));
+      } else {
+        RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, up, nt, ff, in_stride, DType::kBF16, actb, st));
+      }
+      RINFER_RETURN_IF_ERROR(gemm(d.w_down, actb, nt, o));
+      if (d.post_ffn_norm != nullptr) {
+        RINFER_RETURN_IF_ERROR(
+            cuda::rms_norm(o, d.post_ffn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
+      }
+    }
+    RINFER_RETURN_IF_ERROR(cuda::add(x, o, nt * e, x, st));
+    const auto n_out = static_cast<int64_t>(b.logit_rows.size());
+    if (n_out == 0) return cuda_status(cudaStreamSynchronize(st), "forward");
+    // The logit rows: gathered into o, normed to bf16, projected.
+    RINFER_RETURN_IF_ERROR(cuda::gather_rows(x, e, dev(L.rows), n_out, e, o, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps, DType::kBF16, hb, st));
+    RINFER_RETURN_IF_ERROR(gemm(m_.output_weight(), hb, n_out, logits_.as<float>()));
+    if (samples.empty()) return ok_status();
+    return cuda::sample_rows(logits_.as<float>(), n_out, hp.n_vocab,
+                             reinterpret_cast<const cuda::RowSample*>(dev(L.samples)),
+                             dev(L.hist), ids_dev_, st);
+  }
+
+  const LlamaCudaModel& m_;
+  RunnerOptions opts_;
+  cuda::Stream stream_;
+  cuda::CublasLt lt_;
+  DeviceBuffer x_, hb_, qkv_, attnb_, o_, gu_, actb_, gemm_ws_, attn_ws_, logits_, ids_buf_;
+  size_t gemm_ws_bytes_ = 0, attn_ws_bytes_ = 0;
+  int64_t logit_cap_ = 0;
+  int32_t* ids_dev_ = nullptr;
+  int32_t* pinned_ids_ = nullptr;
+  size_t pinned_ids_bytes_ = 0;
+  // The pass's host inputs: pinned staging and its device copy.
+  int32_t* pinned_ = nullptr;
+  size_t pinned_bytes_ = 0;
+  DeviceBuffer dev_in_;
+  size_t staged_cap_ = 0;
+  Layout layout_{};
+  std::vector<int32_t> work_, hist_;
+  std::vector<cuda::RowSample> rows_;
+};
+
+Result<kv::KvSpec> LlamaCudaModel::kv_spec(int64_t n_ctx, int64_t block_size) const {
+  RINFER_ASSIGN_OR_RETURN(kv::KvSpec s, DecoderModel::kv_spec(n_ctx, block_size));
+  s.dtype = kv_dtype_;
+  return s;
+}
+
+Result<std::unique_ptr<DecoderRunner>> LlamaCudaModel::create_runner(
+    const RunnerOptions& opts) const {
+  RINFER_ASSIGN_OR_RETURN(auto r, LlamaCudaRunner::create(*this, opts));
+  return std::unique_ptr<DecoderRunner>(std::move(r));
+}
+
+}  // namespace rinfer::llama

@@ -1,0 +1,18 @@
+// Hyper-parameters of real model shapes, for random-weight models (benchmarks of a shape
+// without its files: llm_cuda_bench, `rinfer bench-serve` with `model: random:<shape>:<dtype>`).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/model.h"
+
+namespace rinfer::llama {
+
+// "llama3-8b" (hidden 4096, FFN 14336, 32 layers, 32 heads over 8 KV heads of 128, vocabulary
+// 32000) or "smollm2" (SmolLM2-135M: 576, 1536, 30 layers, 9 heads over 3 of 64, 49152, tied).
+Result<DecoderHParams> named_shape(std::string_view name);
+std::vector<std::string> shape_names();
+
+}  // namespace rinfer::llama

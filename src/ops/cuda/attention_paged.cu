@@ -1,0 +1,346 @@
+// Paged attention over block tables for a multi-sequence batch (decode rows, prefill chunks and
+// whole prompts in one launch): the FlashAttention-2 tiling of attention_prefill.cu with the
+// query heads of one KV head packed into the tile's rows and K/V rows found through each
+// sequence's block table.
+//
+// A block works on one work item (a sequence and its tokens [t0, t0 + T), T = 64 / G for G query
+// heads per KV head), one KV head hk and one split of the item's KV tiles. Its 64 rows are
+// (token t0 + r / G, query head hk * G + r % G), so each K/V tile is loaded once for all the
+// heads that read it: a decode row fills G rows, a prefill chunk all 64. Rows past the item's
+// tokens are computed as fully masked and never stored; a warp whose 16 rows are all such skips
+// the math. K and V tiles of kBc positions come through cp.async, double-buffered; position p of
+// sequence s is row table[s][p / block_size] * block_size + p % block_size of the arena.
+// S = Q K^T and O += P V run on the tensor cores (bf16 inputs, f32 accumulators).
+//
+// Splits (grid.z > 1): split z takes its share of the item's tiles and writes its unnormalized
+// output and (max, sum) per row to the workspace; attn_paged_combine merges them.
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
+
+namespace rinfer::cuda::kern {
+namespace {
+
+constexpr int kBr = 64;
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kD>
+struct PgCfg {
+  static constexpr int kBc = kD <= 128 ? 64 : 32;
+  static constexpr bool kQInRegs = kD <= 128;
+  static constexpr int kStride = kD + 8;
+  static constexpr int kQElems = kBr * kStride;
+  static constexpr int kTileElems = kBc * kStride;
+  static constexpr size_t kSmemBytes = (kQElems + 4 * kTileElems) * sizeof(uint16_t);
+};
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    attn_paged_kernel(PagedAttnArgs a, const float* __restrict__ q, const uint16_t* __restrict__ k,
+                      const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
+                      float* __restrict__ part_o, float* __restrict__ part_ml) {
+  using C = PgCfg<kD>;
+  constexpr int S = C::kStride;
+  constexpr int kBc = C::kBc;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* sQ = smem;
+  uint16_t* sK = smem + C::kQElems;
+  uint16_t* sV = sK + 2 * C::kTileElems;
+
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int gid = lane / 4, tig = lane % 4;
+  const int2 item = a.work[blockIdx.x];
+  const int seq = item.x;
+  if (seq < 0) return;  // padding of a fixed-size grid
+  const int t0 = item.y;
+  const int hk = blockIdx.y;
+  const int split = blockIdx.z, n_splits = gridDim.z;
+  const int G = a.n_head / a.n_head_kv;
+  const int T = kBr / G;  // tokens per item
+  const int qs = a.query_start[seq];
+  const int nq = a.query_start[seq + 1] - qs;
+  const int L = a.kv_len[seq];
+  const int pos0 = L - nq;
+  const int n_tok = min(T, nq - t0);  // tokens of this item
+  const int n_rows = n_tok * G;       // valid rows: [0, n_rows)
+  const int* __restrict__ table = a.tables + static_cast<int64_t>(seq) * a.table_stride;
+
+  // KV positions any row of the item sees.
+  const int kv_end = a.causal ? min(L, pos0 + t0 + n_tok) : L;
+  const int kv_lo = a.window > 0 ? max(0, pos0 + t0 - a.window + 1) : 0;
+  const int tile_lo0 = kv_lo / kBc;
+  const int tile_end0 = (kv_end + kBc - 1) / kBc;
+  const int per = (tile_end0 - tile_lo0 + n_splits - 1) / n_splits;
+  const int tile_lo = tile_lo0 + split * per;
+  const int tile_end = min(tile_end0, tile_lo + per);
+
+  auto row_token = [&](int r) { return t0 + r / G; };  // within the sequence
+  auto row_head = [&](int r) { return hk * G + r % G; };
+
+  if (tile_lo >= tile_end) {
+    // An empty split (short sequences in a split launch): nothing seen.
+    if (n_splits > 1) {
+      for (int r = tid; r < n_rows; r += kThreads) {
+        const int64_t row = static_cast<int64_t>(qs + row_token(r)) * a.n_head + row_head(r);
+        const int64_t pi = static_cast<int64_t>(split) * a.n_tokens * a.n_head + row;
+        part_ml[2 * pi] = -INFINITY;
+        part_ml[2 * pi + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  auto load_kv = [&](int tile, int buf) {
+    constexpr int kChunks = kBc * kD / 8;
+    const int kv0 = tile * kBc;
+    for (int i = tid; i < kChunks; i += kThreads) {
+      const int r = i / (kD / 8), c = i % (kD / 8);
+      const int pos = kv0 + r;
+      const bool ok = pos < kv_end && pos >= kv_lo;
+      int64_t row = 0;
+      if (ok) row = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+      const int64_t src = row * a.kv_row_stride + static_cast<int64_t>(hk) * kD + c * 8;
+      const int dst = buf * C::kTileElems + r * S + c * 8;
+      cp_async16(smem_u32(sK + dst), k + src, ok);
+      cp_async16(smem_u32(sV + dst), v + src, ok);
+    }
+    cp_async_commit();
+  };
+
+  load_kv(tile_lo, 0);
+  for (int i = tid; i < kBr * kD / 4; i += kThreads) {
+    const int r = i / (kD / 4), c = i % (kD / 4);
+    float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < n_rows) {
+      f = ld_f4(q + static_cast<int64_t>(qs + row_token(r)) * a.q_stride +
+                static_cast<int64_t>(row_head(r)) * kD + c * 4);
+    }
+    uint2 p;
+    p.x = pack_bf16x2(f.x, f.y);
+    p.y = pack_bf16x2(f.z, f.w);
+    *reinterpret_cast<uint2*>(sQ + r * S + c * 4) = p;
+  }
+  __syncthreads();
+  const uint32_t q_frag_addr = smem_u32(sQ + (warp * 16 + (lane % 16)) * S + (lane / 16) * 8);
+  constexpr int kQRegs = C::kQInRegs ? kD / 16 : 1;
+  uint32_t qf[kQRegs][4];
+  if constexpr (C::kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) ldmatrix_x4(qf[ks], q_frag_addr + ks * 32);
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const float sl2 = a.scale * kLog2e;
+  const int rows_of[2] = {warp * 16 + gid, warp * 16 + gid + 8};
+  const bool row_ok[2] = {rows_of[0] < n_rows, rows_of[1] < n_rows};
+  const int row_pos[2] = {pos0 + row_token(rows_of[0]), pos0 + row_token(rows_of[1])};
+  const bool warp_live = warp * 16 < n_rows;
+  const bool warp_partial = warp * 16 + 15 >= n_rows;
+  const int warp_min_pos = pos0 + row_token(warp * 16);
+  const int warp_max_pos = pos0 + row_token(warp * 16 + 15);
+
+  for (int tile = tile_lo; tile < tile_end; ++tile) {
+    const int buf = (tile - tile_lo) & 1;
+    if (tile + 1 < tile_end) {
+      load_kv(tile + 1, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (warp_live) {
+      const uint16_t* tk = sK + buf * C::kTileElems;
+      const uint16_t* tv = sV + buf * C::kTileElems;
+      const int kv0 = tile * kBc;
+      float s[kBc / 8][4];
+#pragma unroll
+      for (int i = 0; i < kBc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t qa[4];
+        if constexpr (C::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[i] = qf[ks][i];
+        } else {
+          ldmatrix_x4(qa, q_frag_addr + ks * 32);
+        }
+#pragma unroll
+        for (int np = 0; np < kBc / 16; ++np) {
+          const int mi = lane / 8;
+          const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
+          const int col = ks * 16 + (mi % 2) * 8;
+          uint32_t b[4];
+          ldmatrix_x4(b, smem_u32(tk + key * S + col));
+          mma_bf16(s[2 * np], qa, b[0], b[1]);
+          mma_bf16(s[2 * np + 1], qa, b[2], b[3]);
+        }
+      }
+      const bool need_mask = warp_partial || kv0 + kBc > kv_end || kv0 < kv_lo ||
+                             (a.causal && kv0 + kBc - 1 > warp_min_pos) ||
+                             (a.window > 0 && kv0 <= warp_max_pos - a.window);
+#pragma unroll
+      for (int nt = 0; nt < kBc / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[nt][e] * sl2;
+          if (need_mask) {
+            const int key = kv0 + nt * 8 + tig * 2 + (e & 1);
+            const int rp = row_pos[e / 2];
+            if (!row_ok[e / 2] || key >= L || (a.causal && key > rp) ||
+                (a.window > 0 && key <= rp - a.window)) {
+              x = -INFINITY;
+            }
+          }
+          s[nt][e] = x;
+        }
+      }
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m_run[r];
+#pragma unroll
+        for (int nt = 0; nt < kBc / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        corr[r] = exp2f(m_run[r] - base);
+        m_run[r] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kBc / 8; ++nt) {
+          s[nt][2 * r] = exp2f(s[nt][2 * r] - base);
+          s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - base);
+          sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        }
+        l_run[r] = l_run[r] * corr[r] + sum;
+      }
+#pragma unroll
+      for (int i = 0; i < kD / 8; ++i) {
+        o[i][0] *= corr[0];
+        o[i][1] *= corr[0];
+        o[i][2] *= corr[1];
+        o[i][3] *= corr[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < kD / 16; ++dp) {
+          const int mi = lane / 8;
+          const int key = kk * 16 + (lane % 8) + (mi % 2) * 8;
+          const int col = dp * 16 + (mi / 2) * 8;
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, smem_u32(tv + key * S + col));
+          mma_bf16(o[2 * dp], pa, b[0], b[1]);
+          mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (!warp_live) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (!row_ok[r]) continue;
+    const int64_t row =
+        static_cast<int64_t>(qs + row_token(rows_of[r])) * a.n_head + row_head(rows_of[r]);
+    if (n_splits == 1) {
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      uint16_t* dst = out + static_cast<int64_t>(qs + row_token(rows_of[r])) * a.out_stride +
+                      static_cast<int64_t>(row_head(rows_of[r])) * kD;
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) {
+        const int d = nt * 8 + tig * 2;
+        *reinterpret_cast<uint32_t*>(dst + d) =
+            pack_bf16x2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+      }
+    } else {
+      const int64_t pi = static_cast<int64_t>(split) * a.n_tokens * a.n_head + row;
+      float* dst = part_o + pi * kD;
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) {
+        const int d = nt * 8 + tig * 2;
+        *reinterpret_cast<float2*>(dst + d) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+      }
+      if (tig == 0) {
+        part_ml[2 * pi] = m_run[r];
+        part_ml[2 * pi + 1] = l;
+      }
+    }
+  }
+}
+
+// One block per (token, head) row: out = sum_z o_z 2^(m_z - M) / sum_z l_z 2^(m_z - M).
+__global__ void attn_paged_combine_kernel(int64_t n_rows, int n_splits, int head_dim,
+                                          int64_t n_head, int64_t out_stride,
+                                          const float* __restrict__ part_o,
+                                          const float* __restrict__ part_ml,
+                                          uint16_t* __restrict__ out) {
+  const int64_t row = blockIdx.x;
+  if (row >= n_rows) return;
+  float mx = -INFINITY;
+  for (int z = 0; z < n_splits; ++z) mx = fmaxf(mx, part_ml[2 * (z * n_rows + row)]);
+  float l = 0.0f;
+  for (int z = 0; z < n_splits; ++z) {
+    const float m = part_ml[2 * (z * n_rows + row)];
+    if (m != -INFINITY) l += part_ml[2 * (z * n_rows + row) + 1] * exp2f(m - mx);
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const int64_t t = row / n_head, h = row % n_head;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int z = 0; z < n_splits; ++z) {
+      const float m = part_ml[2 * (z * n_rows + row)];
+      if (m != -INFINITY) acc += part_o[(z * n_rows + row) * head_dim + d] * exp2f(m - mx);
+    }
+    out[t * out_stride + h * head_dim + d] = f32_to_bf16_bits(acc * inv);
+  }
+}
+
+template <int kD>
+cudaError_t launch_d(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
+                     uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
+  constexpr size_t smem = PgCfg<kD>::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(
+      attn_paged_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(a.n_work), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(a.n_splits));
+  attn_paged_kernel<kD><<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int attn_paged_tile(int64_t head_dim) { return head_dim <= 128 ? 64 : 32; }
+int attn_paged_rows() { return kBr; }
+
+cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
+                              const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
+                              cudaStream_t stream) {
+  if (a.n_work <= 0 || a.n_tokens <= 0) return cudaSuccess;
+  cudaError_t err = cudaErrorInvalidValue;
+  if (a.head_dim == 64) err = launch_d<64>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 128) err = launch_d<128>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 256) err = launch_d<256>(a, q, k, v, out, part_o, part_ml, stream);
+  if (err != cudaSuccess || a.n_splits == 1) return err;
+  const int64_t n_rows = a.n_tokens * a.n_head;
+  attn_paged_combine_kernel<<<static_cast<unsigned>(n_rows), 64, 0, stream>>>(
+      n_rows, a.n_splits, static_cast<int>(a.head_dim), a.n_head, a.out_stride, part_o, part_ml,
+      out);
+  return cudaGetLastError();
+}
+
+}  // namespace rinfer::cuda::kern
