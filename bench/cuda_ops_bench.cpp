@@ -426,8 +426,113 @@ void bench_attention_heads(Ctx& c, json& rows, const char* model, int64_t n_head
   }
 }
 
+// Paged attention (the serving runner's) over batches of many sequences on shuffled 16-position
+// blocks, Llama-3-8B heads, with both KV tiles: decode batches (bytes of K and V over the copy
+// bandwidth) and prefill batches (FLOPs over the GEMM peak).
+void bench_paged_attention(Ctx& c, json& rows) {
+  struct Batch {
+    const char* kind;
+    int64_t n_seq, n_new, n_kv;
+  };
+  const Batch batches[] = {{"decode", 256, 1, 192},    {"decode", 64, 1, 1000},
+                           {"decode", 16, 1, 4000},    {"decode", 4, 1, 16000},
+                           {"prefill", 4, 2048, 2048}, {"chunk", 8, 512, 2048}};
+  const int64_t n_head = 32, n_head_kv = 8, d = 128, bs = 16, kv_dim = n_head_kv * d;
+  std::printf(
+      "\n== paged attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), bf16 KV in "
+      "blocks of %ld\n",
+      static_cast<long>(bs));
+  std::printf("%-8s %5s %6s %6s %5s %10s %10s %16s %7s\n", "kind", "seqs", "new", "n_kv", "tile",
+              "us", "limit us", "rate", "of lim");
+  for (const Batch& b : batches) {
+    const int64_t per_seq = (b.n_kv + bs - 1) / bs, n_blocks = b.n_seq * per_seq;
+    std::vector<int32_t> tables(static_cast<size_t>(n_blocks));
+    for (int64_t i = 0; i < n_blocks; ++i) {  // a fixed scatter of the blocks
+      tables[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % n_blocks);
+    }
+    std::vector<int32_t> qstart{0}, kv_len;
+    for (int64_t s = 0; s < b.n_seq; ++s) {
+      qstart.push_back(qstart.back() + static_cast<int32_t>(b.n_new));
+      kv_len.push_back(static_cast<int32_t>(b.n_kv));
+    }
+    const int64_t nt = qstart.back();
+    std::vector<int32_t> work;
+    rinfer::cuda::paged_attention_work(qstart, kv_len, n_head, n_head_kv, work);
+    const int64_t arena = n_blocks * bs * kv_dim;
+    DeviceBuffer kv =
+        take(DeviceBuffer::create(static_cast<size_t>(2 * arena * 2), 0, c.s), "alloc");
+    DeviceBuffer q =
+        take(DeviceBuffer::create(static_cast<size_t>(nt * n_head * d * 4), 0, c.s), "alloc");
+    DeviceBuffer o =
+        take(DeviceBuffer::create(static_cast<size_t>(nt * n_head * d * 2), 0, c.s), "alloc");
+    check(rinfer::cuda::fill_random(kv.data(), DType::kBF16, 2 * arena, -1, 1, 3, c.s), "fill");
+    check(rinfer::cuda::fill_random(q.data(), DType::kF32, nt * n_head * d, -1, 1, 4, c.s), "fill");
+    std::vector<int32_t> ints = qstart;
+    ints.insert(ints.end(), kv_len.begin(), kv_len.end());
+    ints.insert(ints.end(), tables.begin(), tables.end());
+    ints.resize((ints.size() + 3) / 4 * 4, 0);  // the work items' pairs 8-byte aligned
+    const size_t work_at = ints.size();
+    ints.insert(ints.end(), work.begin(), work.end());
+    DeviceBuffer di = take(DeviceBuffer::create(ints.size() * 4, 0, c.s), "alloc");
+    check_cuda(
+        cudaMemcpyAsync(di.data(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, c.s),
+        "copy");
+    check_cuda(cudaStreamSynchronize(c.s), "sync");
+    const int32_t* base = di.as<int32_t>();
+    for (int tile : {64, 32}) {
+      rinfer::cuda::set_paged_attention_tile(tile);
+      rinfer::cuda::PagedAttentionParams p;
+      p.n_tokens = nt;
+      p.n_head = n_head;
+      p.n_head_kv = n_head_kv;
+      p.head_dim = d;
+      p.q_stride = n_head * d;
+      p.out_stride = n_head * d;
+      p.block_size = static_cast<int32_t>(bs);
+      p.table_stride = static_cast<int32_t>(per_seq);
+      p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      p.n_work = static_cast<int32_t>(work.size() / 2);
+      p.n_splits = rinfer::cuda::paged_attention_splits(p.n_work, n_head_kv, b.n_kv, d, 16);
+      p.query_start = base;
+      p.kv_len = base + qstart.size();
+      p.tables = p.kv_len + kv_len.size();
+      p.work = base + work_at;
+      const size_t wsb = rinfer::cuda::paged_attention_workspace_bytes(nt, n_head, d, p.n_splits);
+      DeviceBuffer ws = take(DeviceBuffer::create(wsb + 256, 0, c.s), "alloc");
+      const double us = time_graph(c.s, c.reps, [&] {
+        check(rinfer::cuda::paged_attention(p, kv.data(), kv.as<uint16_t>() + arena, q.as<float>(),
+                                            o.as<uint16_t>(), ws.data(), ws.bytes(), c.s),
+              "paged attention");
+      });
+      const bool decode = b.n_new == 1;
+      const double bytes = 4.0 * static_cast<double>(b.n_seq * b.n_kv * kv_dim);
+      // Causal pairs of each sequence's new tokens (its last n_new positions).
+      double pairs = 0.0;
+      for (int64_t t = 0; t < b.n_new; ++t) pairs += static_cast<double>(b.n_kv - b.n_new + t + 1);
+      const double flops = 4.0 * static_cast<double>(d * n_head * b.n_seq) * pairs;
+      const double limit = decode ? bytes / (c.copy_gbs * 1e3) : flops / (c.peak_tflops * 1e6);
+      std::printf("%-8s %5ld %6ld %6ld %5d %10.2f %10.2f %9.0f %s %5.1f%%\n", b.kind,
+                  static_cast<long>(b.n_seq), static_cast<long>(b.n_new), static_cast<long>(b.n_kv),
+                  tile, us, limit, decode ? bytes / us / 1e3 : flops / us / 1e6,
+                  decode ? "GB/s   " : "TFLOP/s", 100.0 * limit / us);
+      rows.push_back({{"model", "Llama-3-8B"},
+                      {"kind", std::string("paged_") + b.kind},
+                      {"n_seq", b.n_seq},
+                      {"n_new", b.n_new},
+                      {"n_kv", b.n_kv},
+                      {"tile", tile},
+                      {"splits", p.n_splits},
+                      {"us", us},
+                      {"limit_us", limit},
+                      {"fraction", limit / us}});
+    }
+    rinfer::cuda::set_paged_attention_tile(64);
+  }
+}
+
 json bench_attention(Ctx& c) {
   json rows = json::array();
+  bench_paged_attention(c, rows);
   bench_attention_heads(c, rows, "Llama-3-8B", 32, 8, 128, 0, {4096, 32768}, {512, 2048});
   // Gemma 3 270M: global layers (full causal) and local layers (512-position window).
   bench_attention_heads(c, rows, "Gemma-3-270M", 4, 1, 256, 0, {4096, 32768}, {512, 2048});

@@ -381,8 +381,8 @@ Result<StepStats> EngineCore::step() {
   for (const ScheduledSeq& q : s.seqs) {
     const Request& r = *q.req;
     if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
-    on_device = on_device && !r.params.want_logits &&
-                runner_->samples_on_device(r.sampler->params());
+    on_device =
+        on_device && !r.params.want_logits && runner_->samples_on_device(r.sampler->params());
   }
   Status fwd;
   std::vector<std::mt19937_64> rng_before;

@@ -53,10 +53,12 @@ struct ServeArgs {
   int64_t output_len = 128;
   std::string mix = "fixed";
   int64_t shared_prefix = 0;  // the first tokens of every prompt are the same (a system prompt)
-  int64_t concurrency = 0;  // 0: the recipe's seats
-  double rate = 0;          // > 0: Poisson arrivals instead of a fixed concurrency
+  int64_t concurrency = 0;    // 0: the recipe's seats
+  double rate = 0;            // > 0: Poisson arrivals instead of a fixed concurrency
   uint64_t seed = 1;
   bool no_baseline = false;
+  int64_t max_seqs = 0;            // > 0: overrides batching.max_seqs
+  int64_t max_batched_tokens = 0;  // > 0: overrides batching.max_batched_tokens
   std::string json;
   std::string readme;  // a README.md whose bench block for this machine gets the table
 };
@@ -176,6 +178,7 @@ struct Outcome {
   kv::KvUsage kv;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  double forward_s = 0;  // inside the runner's passes (device work and its wait)
   uint64_t kv_bytes = 0;
   int64_t failed = 0;
   std::string first_error;
@@ -242,6 +245,7 @@ Result<Outcome> serve(EngineCore& core, const std::vector<Job>& jobs, const Serv
       const double used = core.kv_manager().usage().used_fraction();
       used_sum += used;
       o.kv_used_peak = std::max(o.kv_used_peak, used);
+      o.forward_s += st.forward_ms / 1000.0;
       ++o.steps;
     }
     bar.update(static_cast<int64_t>(finished),
@@ -294,6 +298,7 @@ ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts
   j["kv_bytes"] = o.kv_bytes;
   j["wall_s"] = o.wall_s;
   j["steps"] = o.steps;
+  j["forward_s"] = o.forward_s;
   j["output_tokens_per_s"] = s.out_tps;
   j["total_tokens_per_s"] = s.total_tps;
   j["ttft_ms_p50"] = s.ttft_p50;
@@ -370,6 +375,16 @@ std::string table(const std::vector<std::pair<std::string, Outcome>>& runs) {
       "preemptions", [&](size_t i) { return static_cast<double>(runs[i].second.preemptions); },
       "{:.0f}", false);
   row(
+      "steps", [&](size_t i) { return static_cast<double>(runs[i].second.steps); }, "{:.0f}",
+      false);
+  row(
+      "time in forward passes",
+      [&](size_t i) {
+        return runs[i].second.wall_s > 0 ? 100 * runs[i].second.forward_s / runs[i].second.wall_s
+                                         : 0.0;
+      },
+      "{:.0f}%", false);
+  row(
       "wall time (s)", [&](size_t i) { return runs[i].second.wall_s; }, "{:.2f}", false);
   return t;
 }
@@ -415,13 +430,18 @@ int run_bench_serve(const ServeArgs& a) {
   if (!served.ok()) return report_error(served.status().message());
   DecoderModel& model = *served->model;
   EngineCoreOptions opts = engine_core_options(r.strategies, r.context_length);
+  if (a.max_seqs > 0) opts.scheduler.max_seqs = a.max_seqs;
+  if (a.max_batched_tokens > 0) opts.scheduler.max_batched_tokens = a.max_batched_tokens;
+  if (opts.scheduler.max_batched_tokens < opts.scheduler.max_seqs) {
+    return report_error(fmt::format("batching.max_batched_tokens {} is below max_seqs {}",
+                                    opts.scheduler.max_batched_tokens, opts.scheduler.max_seqs));
+  }
   if (!r.strategies.kv_cache) {
-    return report_error(fmt::format(
-        "{}: bench-serve runs the engine core, which needs the KV cache on", a.recipe));
+    return report_error(
+        fmt::format("{}: bench-serve runs the engine core, which needs the KV cache on", a.recipe));
   }
   const int64_t concurrency = a.concurrency > 0 ? a.concurrency : opts.scheduler.max_seqs;
-  const std::vector<Job> jobs =
-      make_jobs(a, model.hparams().n_vocab, r.context_length);
+  const std::vector<Job> jobs = make_jobs(a, model.hparams().n_vocab, r.context_length);
   report["settings"] = {{"requests", a.requests},
                         {"input_len", a.input_len},
                         {"shared_prefix", a.shared_prefix},
@@ -438,6 +458,22 @@ int run_bench_serve(const ServeArgs& a) {
                a.rate > 0 ? fmt::format("{} requests/s", a.rate).c_str()
                           : fmt::format("concurrency {}", concurrency).c_str());
 
+  if (r.device.is_cuda()) {
+    // Warm-up, not measured, on a core of its own: the CUDA runner's first passes of each batch
+    // size tune their GEMMs (process-wide, so both measured runs start tuned). Prompts of the same
+    // lengths but other tokens (no prefix hits later), at most 32 output tokens.
+    ServeArgs w = a;
+    w.seed = a.seed + 7919;
+    w.requests = std::min<int64_t>(a.requests, 2 * concurrency);
+    w.output_len = std::min<int64_t>(a.output_len, 32);
+    w.rate = 0;
+    std::vector<Job> warm = make_jobs(w, model.hparams().n_vocab, r.context_length);
+    auto wcore = EngineCore::create(model, opts, nullptr);
+    if (!wcore.ok()) return report_error(wcore.status().with_context(a.recipe).message());
+    auto o = serve(**wcore, warm, w, concurrency, "warm-up");
+    if (!o.ok()) return report_error(o.status().message());
+    report["settings"]["warmup_requests"] = w.requests;
+  }
   std::vector<std::pair<std::string, Outcome>> runs;
   ordered_json variants = ordered_json::array();
   if (!a.no_baseline) {
@@ -488,7 +524,8 @@ int run_bench_serve(const ServeArgs& a) {
     const std::string block =
         out + fmt::format("\nMeasured by `rinfer bench-serve` at {} ({}), {}.\n",
                           report["git_sha"].get<std::string>().substr(0, 7),
-                          report["date"].get<std::string>(), report["device"]["name"].get<std::string>());
+                          report["date"].get<std::string>(),
+                          report["device"]["name"].get<std::string>());
     if (Status st = bench::replace_readme_table(a.readme, block, machine); !st.ok()) {
       return report_error(st.message());
     }
@@ -523,6 +560,12 @@ void add_bench_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--shared-prefix", a->shared_prefix,
                   "Tokens every prompt starts with (a system prompt; default 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--max-seqs", a->max_seqs,
+                  "Seats: overrides the recipe's batching.max_seqs (sweeps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--max-batched-tokens", a->max_batched_tokens,
+                  "Token budget of a step: overrides batching.max_batched_tokens (sweeps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the static, contiguous baseline");
   cmd->add_option("--json", a->json, "Write the report as JSON");
   cmd->add_option("--readme", a->readme,

@@ -61,7 +61,8 @@ std::vector<Reply> serve(EngineCore& e, const std::vector<std::vector<int32_t>>&
 }
 
 // Teacher-forced top-1 agreement of `forced` (served with alone's tokens forced) with alone.
-double agreement(const std::vector<Reply>& alone, const std::vector<Reply>& forced, int* n = nullptr) {
+double agreement(const std::vector<Reply>& alone, const std::vector<Reply>& forced,
+                 int* n = nullptr) {
   int agree = 0, total = 0;
   for (size_t i = 0; i < alone.size(); ++i) {
     EXPECT_EQ(forced[i].tokens, alone[i].tokens);
@@ -139,9 +140,10 @@ TEST_F(CudaEngineCore, SixtyFourRequestsTogetherMatchEachAlone) {
     identical += batched[i].tokens == alone[i].tokens ? 1 : 0;
   }
   const double a = agreement(alone, forced, &total);
-  std::printf("random smollm2-shape model, 6 layers: identical greedy replies %d of 64; "
-              "teacher-forced top-1 agreement %.4f of %d\n",
-              identical, a, total);
+  std::printf(
+      "random smollm2-shape model, 6 layers: identical greedy replies %d of 64; "
+      "teacher-forced top-1 agreement %.4f of %d\n",
+      identical, a, total);
   EXPECT_GE(a, 0.995);
 }
 
@@ -265,9 +267,10 @@ TEST(CudaEngineCoreSmolLM2, SixtyFourPromptsTogetherMatchEachAlone) {
   int identical = 0, total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) identical += batched[i].tokens == alone[i].tokens;
   const double a = agreement(alone, forced, &total);
-  std::printf("SmolLM2 on CUDA: identical greedy replies %d of 64; teacher-forced top-1 "
-              "agreement %.4f of %d\n",
-              identical, a, total);
+  std::printf(
+      "SmolLM2 on CUDA: identical greedy replies %d of 64; teacher-forced top-1 "
+      "agreement %.4f of %d\n",
+      identical, a, total);
   EXPECT_GE(identical, 60);
   EXPECT_GE(a, 0.995);
 }

@@ -34,8 +34,8 @@ struct Case {
 };
 
 std::string name(const Case& c) {
-  std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
-                  " d " + std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
+  std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d " +
+                  std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
                   " window " + std::to_string(c.window) + (c.causal ? " causal" : " bidir") +
                   " splits " + std::to_string(c.splits) + " seqs";
   for (const Seq& q : c.seqs) s += " " + std::to_string(q.n_new) + "/" + std::to_string(q.n_kv);
@@ -116,8 +116,7 @@ class CudaPaged : public test::CudaTest {
     const int64_t max_len = *std::max_element(kv_len.begin(), kv_len.end());
     const int32_t n_work = static_cast<int32_t>(work.size() / 2);
     const int32_t splits =
-        c.splits > 0 ? c.splits
-                     : cuda::paged_attention_splits(n_work, c.n_head_kv, max_len, D, 16);
+        c.splits > 0 ? c.splits : cuda::paged_attention_splits(n_work, c.n_head_kv, max_len, D, 16);
     cuda::DeviceBuffer dk = upload(kb), dv = upload(vb), dq = upload(qkv);
     cuda::DeviceBuffer dwork = upload(work), dqs = upload(qstart), dlen = upload(kv_len),
                        dtab = upload(tables);
@@ -164,8 +163,8 @@ void run_cases(CudaPaged* t, const std::vector<Case>& cases, uint64_t seed) {
 }
 
 // Decode rows, chunks over a cached prefix and whole prompts of one batch.
-const std::vector<Seq> kMixed = {{1, 1}, {1, 77}, {1, 300}, {40, 40}, {17, 130}, {1, 16},
-                                 {64, 200}, {3, 3}, {1, 1025}};
+const std::vector<Seq> kMixed = {{1, 1},  {1, 77},   {1, 300}, {40, 40}, {17, 130},
+                                 {1, 16}, {64, 200}, {3, 3},   {1, 1025}};
 
 TEST_F(CudaPaged, MatchesTheReferenceForEveryGqaRatioAndHeadDim) {
   run_cases(this,
@@ -215,17 +214,20 @@ TEST_F(CudaPaged, RejectsBadArguments) {
   p.head_dim = 64;
   p.table_stride = 1;
   p.n_work = 1;
-  EXPECT_EQ(cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
+      StatusCode::kInvalidArgument);
   p.n_head_kv = 8;
   p.head_dim = 96;
-  EXPECT_EQ(cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
-            StatusCode::kUnsupported);
+  EXPECT_EQ(
+      cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
+      StatusCode::kUnsupported);
   p.head_dim = 64;
   p.window = 4;
   p.causal = false;
-  EXPECT_EQ(cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::paged_attention(p, nullptr, nullptr, nullptr, nullptr, nullptr, 0, stream()).code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
@@ -271,8 +273,8 @@ TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
 // Every row with its own settings gives the host Sampler's id with the same uniform.
 TEST_F(CudaPaged, SampleRowsMatchesTheHostSamplerRowByRow) {
   const int64_t n_vocab = 5000, n_rows = 24;
-  std::vector<float> logits = test::random_floats(static_cast<size_t>(n_rows * n_vocab), 11,
-                                                  -8.0f, 8.0f);
+  std::vector<float> logits =
+      test::random_floats(static_cast<size_t>(n_rows * n_vocab), 11, -8.0f, 8.0f);
   std::vector<int32_t> hist;
   std::vector<cuda::RowSample> rows;
   std::vector<SamplingParams> params;

@@ -34,6 +34,7 @@ CublasLt& CublasLt::operator=(CublasLt&& o) noexcept {
     std::swap(device_, o.device_);
     workspace_ = std::move(o.workspace_);
     algos_ = std::move(o.algos_);
+    std::swap(autotune_, o.autotune_);
   }
   return *this;
 }

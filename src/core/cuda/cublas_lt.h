@@ -36,9 +36,16 @@ class CublasLt {
   using AlgoKey = std::array<int64_t, 10>;
   std::map<AlgoKey, cublasLtMatmulAlgo_t>& algos() { return algos_; }
 
+  // Autotuning (off: the heuristic's first algorithm): the first GEMM of a shape times the
+  // heuristic's best few algorithms and keeps the fastest, for its whole bucket of token counts
+  // (ops/cuda/gemm.cpp), process-wide. For the serving runner, whose batches vary step by step.
+  void set_autotune(bool on) { autotune_ = on; }
+  bool autotune() const { return autotune_; }
+
   void reset();
 
  private:
+  bool autotune_ = false;
   cublasLtHandle_t handle_ = nullptr;
   int device_ = 0;
   DeviceBuffer workspace_;

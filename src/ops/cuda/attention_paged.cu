@@ -3,14 +3,14 @@
 // query heads of one KV head packed into the tile's rows and K/V rows found through each
 // sequence's block table.
 //
-// A block works on one work item (a sequence and its tokens [t0, t0 + T), T = 64 / G for G query
-// heads per KV head), one KV head hk and one split of the item's KV tiles. Its 64 rows are
-// (token t0 + r / G, query head hk * G + r % G), so each K/V tile is loaded once for all the
-// heads that read it: a decode row fills G rows, a prefill chunk all 64. Rows past the item's
-// tokens are computed as fully masked and never stored; a warp whose 16 rows are all such skips
-// the math. K and V tiles of kBc positions come through cp.async, double-buffered; position p of
-// sequence s is row table[s][p / block_size] * block_size + p % block_size of the arena.
-// S = Q K^T and O += P V run on the tensor cores (bf16 inputs, f32 accumulators).
+// A block (grid: KV heads x items x splits) works on one work item (a sequence and its tokens [t0,
+// t0 + T), T = 64 / G for G query heads per KV head), one KV head hk and one split of the item's KV
+// tiles. Its 64 rows are (token t0 + r / G, query head hk * G + r % G), so each K/V tile is loaded
+// once for all the heads that read it: a decode row fills G rows, a prefill chunk all 64. Rows past
+// the item's tokens are computed as fully masked and never stored; a warp whose 16 rows are all
+// such skips the math. K and V tiles of kBc positions come through cp.async, double-buffered;
+// position p of sequence s is row table[s][p / block_size] * block_size + p % block_size of the
+// arena. S = Q K^T and O += P V run on the tensor cores (bf16 inputs, f32 accumulators).
 //
 // Splits (grid.z > 1): split z takes its share of the item's tiles and writes its unnormalized
 // output and (max, sum) per row to the workspace; attn_paged_combine merges them.
@@ -25,9 +25,9 @@ constexpr int kBr = 64;
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kD>
+template <int kD, int kTile>
 struct PgCfg {
-  static constexpr int kBc = kD <= 128 ? 64 : 32;
+  static constexpr int kBc = kTile;
   static constexpr bool kQInRegs = kD <= 128;
   static constexpr int kStride = kD + 8;
   static constexpr int kQElems = kBr * kStride;
@@ -35,12 +35,12 @@ struct PgCfg {
   static constexpr size_t kSmemBytes = (kQElems + 4 * kTileElems) * sizeof(uint16_t);
 };
 
-template <int kD>
+template <int kD, int kTile>
 __global__ void __launch_bounds__(kThreads)
     attn_paged_kernel(PagedAttnArgs a, const float* __restrict__ q, const uint16_t* __restrict__ k,
                       const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
                       float* __restrict__ part_o, float* __restrict__ part_ml) {
-  using C = PgCfg<kD>;
+  using C = PgCfg<kD, kTile>;
   constexpr int S = C::kStride;
   constexpr int kBc = C::kBc;
   extern __shared__ __align__(16) uint16_t smem[];
@@ -50,11 +50,11 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int gid = lane / 4, tig = lane % 4;
-  const int2 item = a.work[blockIdx.x];
+  const int2 item = a.work[blockIdx.y];
   const int seq = item.x;
   if (seq < 0) return;  // padding of a fixed-size grid
   const int t0 = item.y;
-  const int hk = blockIdx.y;
+  const int hk = blockIdx.x;  // heads fastest: a sequence's heads read its rows together
   const int split = blockIdx.z, n_splits = gridDim.z;
   const int G = a.n_head / a.n_head_kv;
   const int T = kBr / G;  // tokens per item
@@ -91,15 +91,29 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  auto load_kv = [&](int tile, int buf) {
-    constexpr int kChunks = kBc * kD / 8;
+  // A tile's rows through the table, in two steps so the table reads never stall a copy: the
+  // block ids of a thread's rows of tile t + 2 are read (plain loads, used one iteration later)
+  // while tile t + 1 is copied with the ids read one iteration before.
+  constexpr int kChunks = kBc * kD / 8;
+  constexpr int kPer = kChunks / kThreads;
+  static_assert(kChunks % kThreads == 0);
+  auto lookup = [&](int tile, int (&blk)[kPer]) {
     const int kv0 = tile * kBc;
-    for (int i = tid; i < kChunks; i += kThreads) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int pos = kv0 + (tid + j * kThreads) / (kD / 8);
+      blk[j] = tile < tile_end && pos < kv_end && pos >= kv_lo ? table[pos / a.block_size] : -1;
+    }
+  };
+  auto load_kv = [&](int tile, int buf, const int (&blk)[kPer]) {
+    const int kv0 = tile * kBc;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = tid + j * kThreads;
       const int r = i / (kD / 8), c = i % (kD / 8);
       const int pos = kv0 + r;
-      const bool ok = pos < kv_end && pos >= kv_lo;
-      int64_t row = 0;
-      if (ok) row = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+      const bool ok = blk[j] >= 0;
+      const int64_t row = ok ? static_cast<int64_t>(blk[j]) * a.block_size + pos % a.block_size : 0;
       const int64_t src = row * a.kv_row_stride + static_cast<int64_t>(hk) * kD + c * 8;
       const int dst = buf * C::kTileElems + r * S + c * 8;
       cp_async16(smem_u32(sK + dst), k + src, ok);
@@ -108,7 +122,10 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
   };
 
-  load_kv(tile_lo, 0);
+  int blk_next[kPer];
+  lookup(tile_lo, blk_next);
+  load_kv(tile_lo, 0, blk_next);
+  lookup(tile_lo + 1, blk_next);
   for (int i = tid; i < kBr * kD / 4; i += kThreads) {
     const int r = i / (kD / 4), c = i % (kD / 4);
     float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -146,7 +163,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int tile = tile_lo; tile < tile_end; ++tile) {
     const int buf = (tile - tile_lo) & 1;
     if (tile + 1 < tile_end) {
-      load_kv(tile + 1, buf ^ 1);
+      load_kv(tile + 1, buf ^ 1, blk_next);
+      lookup(tile + 2, blk_next);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -309,22 +327,26 @@ __global__ void attn_paged_combine_kernel(int64_t n_rows, int n_splits, int head
   }
 }
 
-template <int kD>
+template <int kD, int kTile>
 cudaError_t launch_d(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
                      uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
-  constexpr size_t smem = PgCfg<kD>::kSmemBytes;
-  cudaError_t err = cudaFuncSetAttribute(
-      attn_paged_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  constexpr size_t smem = PgCfg<kD, kTile>::kSmemBytes;
+  cudaError_t err =
+      cudaFuncSetAttribute(attn_paged_kernel<kD, kTile>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(a.n_work), static_cast<unsigned>(a.n_head_kv),
+  const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(a.n_work),
                   static_cast<unsigned>(a.n_splits));
-  attn_paged_kernel<kD><<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
+  attn_paged_kernel<kD, kTile><<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
   return cudaGetLastError();
 }
 
+int g_tile_64 = 64;  // the KV tile of head dims 64 and 128 (set_attn_paged_tile)
+
 }  // namespace
 
-int attn_paged_tile(int64_t head_dim) { return head_dim <= 128 ? 64 : 32; }
+int attn_paged_tile(int64_t head_dim) { return head_dim <= 128 ? g_tile_64 : 32; }
+void set_attn_paged_tile(int tile) { g_tile_64 = tile == 32 ? 32 : 64; }
 int attn_paged_rows() { return kBr; }
 
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
@@ -332,9 +354,16 @@ cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint
                               cudaStream_t stream) {
   if (a.n_work <= 0 || a.n_tokens <= 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  if (a.head_dim == 64) err = launch_d<64>(a, q, k, v, out, part_o, part_ml, stream);
-  if (a.head_dim == 128) err = launch_d<128>(a, q, k, v, out, part_o, part_ml, stream);
-  if (a.head_dim == 256) err = launch_d<256>(a, q, k, v, out, part_o, part_ml, stream);
+  const bool t32 = g_tile_64 == 32;
+  if (a.head_dim == 64) {
+    err = t32 ? launch_d<64, 32>(a, q, k, v, out, part_o, part_ml, stream)
+              : launch_d<64, 64>(a, q, k, v, out, part_o, part_ml, stream);
+  }
+  if (a.head_dim == 128) {
+    err = t32 ? launch_d<128, 32>(a, q, k, v, out, part_o, part_ml, stream)
+              : launch_d<128, 64>(a, q, k, v, out, part_o, part_ml, stream);
+  }
+  if (a.head_dim == 256) err = launch_d<256, 32>(a, q, k, v, out, part_o, part_ml, stream);
   if (err != cudaSuccess || a.n_splits == 1) return err;
   const int64_t n_rows = a.n_tokens * a.n_head;
   attn_paged_combine_kernel<<<static_cast<unsigned>(n_rows), 64, 0, stream>>>(

@@ -5,8 +5,14 @@
 // lda = ld_w, used transposed (op(A) = A^T, m = n_out); row-major x [n_tokens, ld_x] is the
 // column-major k x n matrix B (n = n_tokens); the column-major m x n result with ldc = n_out is
 // row-major y [n_tokens, n_out]. The heuristic's first algorithm is cached per problem
-// (shape, types, beta, pointer alignment) in the CublasLt handle.
+// (shape, types, beta, pointer alignment) in the CublasLt handle; with autotuning on, the
+// fastest of the heuristic's best eight, timed on the first problem of each bucket of token
+// counts, serves the bucket.
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
@@ -43,6 +49,69 @@ Result<LayoutPtr> make_layout(cudaDataType_t t, int64_t rows, int64_t cols, int6
   RINFER_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
                                                   static_cast<uint64_t>(cols), ld));
   return LayoutPtr(l);
+}
+
+// Token counts that share a tuned algorithm: up to 32 by eights, up to 1024 by 64, then powers
+// of two.
+int64_t token_bucket(int64_t n) {
+  if (n <= 32) return (n + 7) / 8 * 8;
+  if (n <= 1024) return (n + 63) / 64 * 64;
+  int64_t b = 2048;
+  while (b < n) b *= 2;
+  return b;
+}
+
+// The tuned algorithms of every handle, by device and bucketed problem.
+struct TunedAlgos {
+  std::mutex mu;
+  std::map<std::pair<int, CublasLt::AlgoKey>, cublasLtMatmulAlgo_t> algos;
+};
+TunedAlgos& tuned_algos() {
+  static TunedAlgos* t = new TunedAlgos();  // never destroyed: used until exit
+  return *t;
+}
+
+// Times the heuristic's best candidates on this problem (y is overwritten; beta must be 0) and
+// returns the fastest; nullopt when none ran.
+Result<std::optional<cublasLtMatmulAlgo_t>> tune(CublasLt& lt, cublasLtMatmulDesc_t desc,
+                                                 cublasLtMatrixLayout_t la,
+                                                 cublasLtMatrixLayout_t lb,
+                                                 cublasLtMatrixLayout_t lc,
+                                                 cublasLtMatmulPreference_t pref, const void* w,
+                                                 const void* x, void* y, cudaStream_t stream) {
+  constexpr int kCandidates = 8, kReps = 3;
+  cublasLtMatmulHeuristicResult_t res[kCandidates] = {};
+  int n_res = 0;
+  RINFER_CUBLAS_RETURN(cublasLtMatmulAlgoGetHeuristic(lt.handle(), desc, la, lb, lc, lc, pref,
+                                                      kCandidates, res, &n_res));
+  RINFER_ASSIGN_OR_RETURN(Event e0, Event::create(lt.device()));
+  RINFER_ASSIGN_OR_RETURN(Event e1, Event::create(lt.device()));
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
+  const float alpha = 1.0f, beta = 0.0f;
+  std::optional<cublasLtMatmulAlgo_t> best;
+  float best_ms = 0.0f;
+  for (int i = 0; i < n_res; ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > lt.workspace_bytes()) {
+      continue;
+    }
+    auto run = [&] {
+      return cublasLtMatmul(lt.handle(), desc, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
+                            &res[i].algo, lt.workspace(), lt.workspace_bytes(), stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    RINFER_CUDA_RETURN(cudaEventRecord(e0.get(), stream));
+    bool ok = true;
+    for (int r = 0; r < kReps && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
+    RINFER_CUDA_RETURN(cudaEventRecord(e1.get(), stream));
+    RINFER_CUDA_RETURN(cudaEventSynchronize(e1.get()));
+    float ms = 0.0f;
+    RINFER_CUDA_RETURN(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+    if (ok && (!best || ms < best_ms)) {
+      best = res[i].algo;
+      best_ms = ms;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -110,16 +179,41 @@ Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, cons
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac)));
     RINFER_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac)));
-    cublasLtMatmulHeuristicResult_t res{};
-    int n_res = 0;
-    RINFER_CUBLAS_RETURN(cublasLtMatmulAlgoGetHeuristic(lt.handle(), desc.get(), la.get(), lb.get(),
-                                                        lc.get(), lc.get(), pref.get(), 1, &res,
-                                                        &n_res));
-    if (n_res == 0) {
-      return unsupported("gemm: cuBLASLt has no algorithm for {}x{}x{} ({} -> {})", n_tokens, n_out,
-                         n_in, dtype_name(ab_dtype), dtype_name(y_dtype));
+    std::optional<cublasLtMatmulAlgo_t> chosen;
+    if (lt.autotune() && beta == 0.0f) {
+      CublasLt::AlgoKey bkey = key;
+      bkey[0] = token_bucket(n_tokens);
+      const std::pair<int, CublasLt::AlgoKey> tkey{lt.device(), bkey};
+      TunedAlgos& t = tuned_algos();
+      std::unique_lock<std::mutex> lock(t.mu);
+      auto tit = t.algos.find(tkey);
+      if (tit != t.algos.end()) {
+        // The bucket's algorithm, if it takes this exact problem.
+        cublasLtMatmulHeuristicResult_t check{};
+        if (cublasLtMatmulAlgoCheck(lt.handle(), desc.get(), la.get(), lb.get(), lc.get(), lc.get(),
+                                    &tit->second, &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= lt.workspace_bytes()) {
+          chosen = tit->second;
+        }
+      } else {
+        RINFER_ASSIGN_OR_RETURN(chosen, tune(lt, desc.get(), la.get(), lb.get(), lc.get(),
+                                             pref.get(), w, x, y, stream));
+        if (chosen) t.algos.emplace(tkey, *chosen);
+      }
     }
-    it = lt.algos().emplace(key, res.algo).first;
+    if (!chosen) {
+      cublasLtMatmulHeuristicResult_t res{};
+      int n_res = 0;
+      RINFER_CUBLAS_RETURN(cublasLtMatmulAlgoGetHeuristic(lt.handle(), desc.get(), la.get(),
+                                                          lb.get(), lc.get(), lc.get(), pref.get(),
+                                                          1, &res, &n_res));
+      if (n_res == 0) {
+        return unsupported("gemm: cuBLASLt has no algorithm for {}x{}x{} ({} -> {})", n_tokens,
+                           n_out, n_in, dtype_name(ab_dtype), dtype_name(y_dtype));
+      }
+      chosen = res.algo;
+    }
+    it = lt.algos().emplace(key, *chosen).first;
   }
   const float alpha = 1.0f;
   RINFER_CUBLAS_RETURN(cublasLtMatmul(lt.handle(), desc.get(), &alpha, w, la.get(), x, lb.get(),

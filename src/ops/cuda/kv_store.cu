@@ -63,8 +63,8 @@ __global__ void kv_store_slots_kernel(const float* __restrict__ k, const float* 
 }  // namespace
 
 cudaError_t launch_kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
-                                  int64_t src_stride, bool cache_bf16, void* k_cache,
-                                  void* v_cache, const int32_t* slots, cudaStream_t stream) {
+                                  int64_t src_stride, bool cache_bf16, void* k_cache, void* v_cache,
+                                  const int32_t* slots, cudaStream_t stream) {
   const int64_t n = n_tokens * kv_dim;
   const int threads = 256;
   if (n <= 0) return cudaGetLastError();

@@ -206,7 +206,8 @@ cudaError_t launch_rows_f32_to_bf16(const float* src, int64_t n_rows, int64_t wi
 
 // Paged attention over block tables (attention_paged.cu): a multi-sequence batch, each
 // sequence's new tokens the last of its kv_len positions. The grid is n_work items (int2 {seq,
-// first token of the item within the sequence}; seq < 0: padding) x n_head_kv x n_splits; an
+// first token of the item within the sequence}; seq < 0: padding) x n_head_kv x n_splits
+// (launched as n_head_kv x n_work x n_splits blocks: n_work at most 65535); an
 // item holds attn_paged_rows() / G tokens (G = n_head / n_head_kv query heads per KV head).
 // q f32 rows q_stride floats apart ([n_head, head_dim] first); k, v bf16 [n_blocks,
 // block_size, kv_row_stride]; out bf16 rows out_stride apart. With n_splits > 1 the workspace
@@ -217,21 +218,23 @@ struct PagedAttnArgs {
   int block_size, table_stride, window, n_work, n_splits;
   bool causal;
   float scale;
-  const int2* work;          // device [n_work]
-  const int* query_start;    // device [n_seq + 1]
-  const int* kv_len;         // device [n_seq]
-  const int* tables;         // device [n_seq, table_stride]
+  const int2* work;        // device [n_work]
+  const int* query_start;  // device [n_seq + 1]
+  const int* kv_len;       // device [n_seq]
+  const int* tables;       // device [n_seq, table_stride]
 };
 int attn_paged_tile(int64_t head_dim);  // KV positions per tile
-int attn_paged_rows();                  // query rows per item
+// The tile of head dims 64 and 128: 64 (the default) or 32 (measurements; process-wide).
+void set_attn_paged_tile(int tile);
+int attn_paged_rows();  // query rows per item
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
                               const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
                               cudaStream_t stream);
 // Writes the new tokens' keys and values into their arena rows: k, v [n_tokens, kv_dim] f32 (rows
 // src_stride floats apart) to rows slots[t] (device int32) of caches with rows kv_dim apart.
 cudaError_t launch_kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
-                                  int64_t src_stride, bool cache_bf16, void* k_cache,
-                                  void* v_cache, const int32_t* slots, cudaStream_t stream);
+                                  int64_t src_stride, bool cache_bf16, void* k_cache, void* v_cache,
+                                  const int32_t* slots, cudaStream_t stream);
 
 // Sampling. argmax: lowest id on ties, NaN ignored.
 cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream);

@@ -38,7 +38,7 @@
 #include "core/cuda/device_allocator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "ops/cpu/ops.h"  // RopeParams, RopeMode
+#include "ops/cpu/ops.h"      // RopeParams, RopeMode
 #include "ops/cuda/launch.h"  // RowSampleArgs
 #include "rinfer/status.h"
 
@@ -280,8 +280,8 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
 // out_stride apart. Tensor cores: q, K, V and the probabilities rounded to bf16, f32
 // accumulation (as attention_prefill). head_dim 64, 128 or 256; at most 64 query heads per KV
 // head. The device arrays (query_start [n_seq + 1], kv_len [n_seq], tables [n_seq,
-// table_stride], work [n_work, 2]) come from the host each step; block ids are not checked on
-// the device (the caller checks them against the arena).
+// table_stride], work [n_work, 2], 8-byte aligned) come from the host each step; block ids are not
+// checked on the device (the caller checks them against the arena).
 struct PagedAttentionParams {
   int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   int64_t q_stride = 0, out_stride = 0;
@@ -304,6 +304,8 @@ void paged_attention_work(std::span<const int32_t> query_start, std::span<const 
 // at most max_splits.
 int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv_len,
                                int64_t head_dim, int32_t max_splits);
+// The KV tile of head dims 64 and 128, process-wide: 64 (the default) or 32 (benchmarks).
+void set_paged_attention_tile(int tile);
 size_t paged_attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim,
                                        int32_t n_splits);
 Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const void* v_cache,

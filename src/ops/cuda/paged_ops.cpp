@@ -58,13 +58,15 @@ int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv
   const int64_t blocks = n_work * n_head_kv;
   const int64_t want = 2 * static_cast<int64_t>(kern::sm_count());
   if (blocks <= 0 || blocks >= want || max_splits <= 1) return 1;
-  const int64_t tiles = (max_kv_len + kern::attn_paged_tile(head_dim) - 1) /
-                        kern::attn_paged_tile(head_dim);
+  const int64_t tiles =
+      (max_kv_len + kern::attn_paged_tile(head_dim) - 1) / kern::attn_paged_tile(head_dim);
   // At least two tiles a split: a split of one tile costs more in the merge than it gains.
   const int64_t by_len = std::max<int64_t>(1, tiles / 2);
   const int64_t by_grid = (want + blocks - 1) / blocks;
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(by_len, by_grid), 1, max_splits));
 }
+
+void set_paged_attention_tile(int tile) { kern::set_attn_paged_tile(tile); }
 
 size_t paged_attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim,
                                        int32_t n_splits) {
@@ -94,17 +96,23 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
     return invalid_argument("paged_attention: window {} ({})", p.window,
                             p.causal ? "causal" : "a sliding window needs a causal mask");
   }
+  if (p.n_work > 65535) {
+    return invalid_argument("paged_attention: {} work items (at most 65535 a launch)", p.n_work);
+  }
   if (p.n_tokens == 0 || p.n_work == 0) return ok_status();
   if (q == nullptr || out == nullptr || k_cache == nullptr || v_cache == nullptr ||
-      p.work == nullptr || p.query_start == nullptr || p.kv_len == nullptr ||
-      p.tables == nullptr) {
+      p.work == nullptr || p.query_start == nullptr || p.kv_len == nullptr || p.tables == nullptr) {
     return invalid_argument("paged_attention: null pointer");
   }
-  if (!aligned16(q) || p.q_stride % 4 != 0 || p.out_stride % 2 != 0 || p.q_stride < p.n_head * p.head_dim ||
-      p.out_stride < p.n_head * p.head_dim) {
-    return invalid_argument("paged_attention: q (stride {}) must be 16-byte aligned rows, out "
-                            "rows (stride {}) at least n_head * head_dim",
-                            p.q_stride, p.out_stride);
+  if (reinterpret_cast<uintptr_t>(p.work) % 8 != 0) {
+    return invalid_argument("paged_attention: the work items must be 8-byte aligned");
+  }
+  if (!aligned16(q) || p.q_stride % 4 != 0 || p.out_stride % 2 != 0 ||
+      p.q_stride < p.n_head * p.head_dim || p.out_stride < p.n_head * p.head_dim) {
+    return invalid_argument(
+        "paged_attention: q (stride {}) must be 16-byte aligned rows, out "
+        "rows (stride {}) at least n_head * head_dim",
+        p.q_stride, p.out_stride);
   }
   const size_t need = paged_attention_workspace_bytes(p.n_tokens, p.n_head, p.head_dim, p.n_splits);
   if (workspace_bytes < need || (need > 0 && (workspace == nullptr || !aligned16(workspace)))) {
@@ -134,10 +142,10 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
   float* part_ml =
       need > 0 ? part_o + static_cast<size_t>(p.n_splits) * p.n_tokens * p.n_head * p.head_dim
                : nullptr;
-  return launched(kern::launch_attn_paged(a, q, static_cast<const uint16_t*>(k_cache),
-                                          static_cast<const uint16_t*>(v_cache), out, part_o,
-                                          part_ml, stream),
-                  "paged_attention launch");
+  return launched(
+      kern::launch_attn_paged(a, q, static_cast<const uint16_t*>(k_cache),
+                              static_cast<const uint16_t*>(v_cache), out, part_o, part_ml, stream),
+      "paged_attention launch");
 }
 
 Status kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
@@ -156,10 +164,10 @@ Status kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t 
       slots == nullptr) {
     return invalid_argument("kv_store_slots: null pointer");
   }
-  return launched(kern::launch_kv_store_slots(k, v, n_tokens, kv_dim, src_stride,
-                                              cache_dtype == DType::kBF16, k_cache, v_cache,
-                                              slots, stream),
-                  "kv_store_slots launch");
+  return launched(
+      kern::launch_kv_store_slots(k, v, n_tokens, kv_dim, src_stride, cache_dtype == DType::kBF16,
+                                  k_cache, v_cache, slots, stream),
+      "kv_store_slots launch");
 }
 
 Result<RowSample> row_sample(const DecodeSampling& s, int64_t n_vocab, int32_t hist_off,

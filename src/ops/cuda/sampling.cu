@@ -54,8 +54,8 @@ __device__ int block_argmax(const float* __restrict__ x, int64_t n, bool* non_fi
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int i = static_cast<int>(4 * (b + u * kThreads + tid));
-      bad |= !(v[u].x < INFINITY) | !(v[u].y < INFINITY) | !(v[u].z < INFINITY) |
-             !(v[u].w < INFINITY);
+      bad |=
+          !(v[u].x < INFINITY) | !(v[u].y < INFINITY) | !(v[u].z < INFINITY) | !(v[u].w < INFINITY);
       if (v[u].x > bv) bv = v[u].x, bi = i;
       if (v[u].y > bv) bv = v[u].y, bi = i + 1;
       if (v[u].z > bv) bv = v[u].z, bi = i + 2;

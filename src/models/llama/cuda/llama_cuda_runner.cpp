@@ -10,8 +10,10 @@
 //   the logit rows gathered, normed, projected (GEMM) -> logits f32 [n_out, n_vocab] on the
 //   device -> copied to the host (forward) or sampled there (forward_sampled).
 // The GEMMs are cuBLASLt bf16 at every token count (bf16 weights read once per pass; quantized
-// weights dequantized per call, see ops_cuda.h). The host inputs of a pass (tokens, positions,
-// tables, slots, attention work items, sampling rows) go up in one copy from pinned memory.
+// weights dequantized per call, see ops_cuda.h), each bucket of token counts with the fastest
+// of cuBLASLt's candidates timed on its first pass (gemm.cpp). The host inputs of a pass (tokens,
+// positions, tables, slots, attention work items, sampling rows) go up in one copy from pinned
+// memory.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,9 +53,8 @@ class DeviceKvArena final : public kv::KvArena {
     const uint64_t elem = dtype_traits(spec.dtype).block_bytes;
     for (int64_t l = 0; l < spec.n_layer; ++l) {
       const int32_t nb = n_blocks[static_cast<size_t>(spec.group_of_layer[static_cast<size_t>(l)])];
-      const auto bytes = static_cast<size_t>(static_cast<uint64_t>(nb) *
-                                             static_cast<uint64_t>(spec.block_size * spec.kv_dim) *
-                                             elem);
+      const auto bytes = static_cast<size_t>(
+          static_cast<uint64_t>(nb) * static_cast<uint64_t>(spec.block_size * spec.kv_dim) * elem);
       for (int kv = 0; kv < 2; ++kv) {
         auto b = cuda::DeviceBuffer::create(std::max<size_t>(bytes, 16), device, compute, alloc);
         if (!b.ok()) {
@@ -207,12 +208,12 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
     RINFER_ASSIGN_OR_RETURN(stream_, cuda::Stream::create(m_.device_));
     RINFER_ASSIGN_OR_RETURN(lt_, cuda::CublasLt::create(m_.device_));
+    lt_.set_autotune(true);  // the batches' token counts vary step by step
     const int64_t T = opts_.max_tokens, S = opts_.max_seqs;
     const int64_t e = hp.n_embd, ff = hp.n_ff, R = std::max(T, S);
     auto get = [&](DeviceBuffer& b, size_t bytes) -> Status {
-      RINFER_ASSIGN_OR_RETURN(
-          b, DeviceBuffer::create(std::max<size_t>(bytes, 16), m_.device_, stream_.get(),
-                                  m_.alloc_));
+      RINFER_ASSIGN_OR_RETURN(b, DeviceBuffer::create(std::max<size_t>(bytes, 16), m_.device_,
+                                                      stream_.get(), m_.alloc_));
       return ok_status();
     };
     const auto f = [](int64_t n) { return static_cast<size_t>(n) * 4; };
@@ -294,8 +295,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     rows_.clear();
     for (const RowSampling& r : samples) {
       const SamplingParams& sp = *r.sampling;
-      const bool pen = sp.repeat_last_n > 0 &&
-                       (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f);
+      const bool pen =
+          sp.repeat_last_n > 0 && (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f);
       const size_t w = pen ? std::min(r.history.size(), static_cast<size_t>(sp.repeat_last_n)) : 0;
       RINFER_ASSIGN_OR_RETURN(
           cuda::RowSample rs,
@@ -361,8 +362,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(cap * 4));
     pinned_ = static_cast<int32_t*>(p);
     pinned_bytes_ = cap * 4;
-    RINFER_ASSIGN_OR_RETURN(
-        dev_in_, DeviceBuffer::create(cap * 4, m_.device_, stream_.get(), m_.alloc_));
+    RINFER_ASSIGN_OR_RETURN(dev_in_,
+                            DeviceBuffer::create(cap * 4, m_.device_, stream_.get(), m_.alloc_));
     staged_cap_ = cap;
     return ok_status();
   }
@@ -382,8 +383,8 @@ class LlamaCudaRunner final : public DecoderRunner {
       return invalid_argument("forward: the KV arena lives on {}; this runner is {}'s",
                               arena.device().to_string(), device().to_string());
     }
-    RINFER_RETURN_IF_ERROR(check_forward_batch(b, spec, hp.n_embd, opts_.max_tokens,
-                                               logits_.as<float>()));
+    RINFER_RETURN_IF_ERROR(
+        check_forward_batch(b, spec, hp.n_embd, opts_.max_tokens, logits_.as<float>()));
     if (b.n_seq() > opts_.max_seqs) {
       return invalid_argument("forward: {} sequences, the runner takes at most {}", b.n_seq(),
                               opts_.max_seqs);
@@ -398,8 +399,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     for (int64_t i = 0; i < b.n_tokens(); ++i) {
       const int32_t t = b.tokens[static_cast<size_t>(i)];
       if (t < 0 || t >= hp.n_vocab) {
-        return invalid_argument("forward: token {} at row {} is outside the vocabulary [0, {})",
-                                t, i, hp.n_vocab);
+        return invalid_argument("forward: token {} at row {} is outside the vocabulary [0, {})", t,
+                                i, hp.n_vocab);
       }
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
@@ -486,12 +487,12 @@ class LlamaCudaRunner final : public DecoderRunner {
         rope.freq_base = la.rope_base;
         rope.freq_scale = la.rope_scale;
       }
-      RINFER_RETURN_IF_ERROR(cuda::rope(qkv, nt, hp.n_head + hp.n_head_kv, hd, qkv_dim,
-                                        dev(L.positions), rope, st));
+      RINFER_RETURN_IF_ERROR(
+          cuda::rope(qkv, nt, hp.n_head + hp.n_head_kv, hd, qkv_dim, dev(L.positions), rope, st));
       const int32_t grp = spec.group_of_layer[static_cast<size_t>(il)];
-      RINFER_RETURN_IF_ERROR(cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype,
-                                                  arena.k(il), arena.v(il),
-                                                  dev(L.slots + static_cast<size_t>(grp) * nt), st));
+      RINFER_RETURN_IF_ERROR(
+          cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype, arena.k(il), arena.v(il),
+                               dev(L.slots + static_cast<size_t>(grp) * nt), st));
       ap.window = spec.groups[static_cast<size_t>(grp)].window;
       ap.tables = dev(L.tables + static_cast<size_t>(grp) * b.n_seq() * b.table_stride);
       RINFER_RETURN_IF_ERROR(cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb,
@@ -531,13 +532,13 @@ class LlamaCudaRunner final : public DecoderRunner {
     if (n_out == 0) return cuda_status(cudaStreamSynchronize(st), "forward");
     // The logit rows: gathered into o, normed to bf16, projected.
     RINFER_RETURN_IF_ERROR(cuda::gather_rows(x, e, dev(L.rows), n_out, e, o, st));
-    RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps, DType::kBF16, hb, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps,
+                                          DType::kBF16, hb, st));
     RINFER_RETURN_IF_ERROR(gemm(m_.output_weight(), hb, n_out, logits_.as<float>()));
     if (samples.empty()) return ok_status();
     return cuda::sample_rows(logits_.as<float>(), n_out, hp.n_vocab,
-                             reinterpret_cast<const cuda::RowSample*>(dev(L.samples)),
-                             dev(L.hist), ids_dev_, st);
+                             reinterpret_cast<const cuda::RowSample*>(dev(L.samples)), dev(L.hist),
+                             ids_dev_, st);
   }
 
   const LlamaCudaModel& m_;
