@@ -442,7 +442,7 @@ void bench_paged_attention(Ctx& c, json& rows) {
       "\n== paged attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), bf16 KV in "
       "blocks of %ld\n",
       static_cast<long>(bs));
-  std::printf("%-8s %5s %6s %6s %5s %10s %10s %16s %7s\n", "kind", "seqs", "new", "n_kv", "tile",
+  std::printf("%-8s %5s %6s %6s %5s %10s %10s %16s %7s\n", "kind", "seqs", "new", "n_kv", "cfg",
               "us", "limit us", "rate", "of lim");
   for (const Batch& b : batches) {
     const int64_t per_seq = (b.n_kv + bs - 1) / bs, n_blocks = b.n_seq * per_seq;
@@ -479,8 +479,8 @@ void bench_paged_attention(Ctx& c, json& rows) {
         "copy");
     check_cuda(cudaStreamSynchronize(c.s), "sync");
     const int32_t* base = di.as<int32_t>();
-    for (int tile : {64, 32}) {
-      rinfer::cuda::set_paged_attention_tile(tile);
+    for (int tile : {0, 1, 2}) {  // the configurations: 64 x 2 stages, 32 x 3, 32 x 4
+      rinfer::cuda::set_paged_attention_config(tile);
       rinfer::cuda::PagedAttentionParams p;
       p.n_tokens = nt;
       p.n_head = n_head;
@@ -526,7 +526,7 @@ void bench_paged_attention(Ctx& c, json& rows) {
                       {"limit_us", limit},
                       {"fraction", limit / us}});
     }
-    rinfer::cuda::set_paged_attention_tile(64);
+    rinfer::cuda::set_paged_attention_config(0);
   }
 }
 

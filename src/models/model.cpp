@@ -68,6 +68,26 @@ Result<kv::KvSpec> DecoderModel::kv_spec(int64_t n_ctx, int64_t block_size) cons
   return kv::KvSpec::make(windows, hp.kv_dim(), DType::kF32, block_size, n_ctx);
 }
 
+Status check_runner_spec(const kv::KvSpec& spec, const DecoderHParams& hp, DType dtype,
+                         const char* backend) {
+  if (spec.dtype != dtype) {
+    return unsupported("the {} keeps its KV cache in {} only, not {}", backend, dtype_name(dtype),
+                       dtype_name(spec.dtype));
+  }
+  if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim()) {
+    return invalid_argument("KV spec is [{} layers, kv_dim {}], the model needs [{}, {}]",
+                            spec.n_layer, spec.kv_dim, hp.n_layer, hp.kv_dim());
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const int64_t w = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(l)].window;
+    if (spec.window_of_layer(l) != w) {
+      return invalid_argument("KV spec gives layer {} window {}, the model's is {}", l,
+                              spec.window_of_layer(l), w);
+    }
+  }
+  return ok_status();
+}
+
 Status DecoderRunner::forward_sampled(const ForwardBatch& /*batch*/, kv::KvArena& /*kv*/,
                                       std::span<const RowSampling> /*rows*/, int32_t* /*ids*/) {
   return unsupported("forward_sampled: this runner samples on the host only");

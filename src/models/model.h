@@ -199,6 +199,11 @@ class DecoderRunner {
                                                             std::span<const int32_t> n_blocks) = 0;
 };
 
+// What every runner checks of the KV spec it is given: its element type is `dtype` (the
+// backend's), and its layers, kv_dim and windows are the model's (hp.layer_attn).
+Status check_runner_spec(const kv::KvSpec& spec, const DecoderHParams& hp, DType dtype,
+                         const char* backend);
+
 class DecoderModel : public ModelSample {
  public:
   ModelTask task() const override { return ModelTask::kTextGeneration; }

@@ -512,13 +512,13 @@ int run_bench_serve(const ServeArgs& a) {
   }
   std::string out = table(runs);
   out += fmt::format(
-      "\n{} requests, {} {}/{} tokens{}, {}; {}; random token ids, end of text ignored; output "
-      "tok/s = every output token over the whole run's time.\n",
+      "\n{} requests, {} {}/{} tokens{}, {}; {}; this run {} seats, {} tokens/step; random token "
+      "ids, end of text ignored; output tok/s = every output token over the whole run's time.\n",
       a.requests, a.mix, a.input_len, a.output_len,
       a.shared_prefix > 0 ? fmt::format(" (the first {} shared)", a.shared_prefix) : "",
       a.rate > 0 ? fmt::format("Poisson arrivals at {} requests/s", a.rate)
                  : fmt::format("concurrency {}", concurrency),
-      r.strategies_summary());
+      r.strategies_summary(), opts.scheduler.max_seqs, opts.scheduler.max_batched_tokens);
   if (!write_stdout(out)) return 1;
   if (!a.readme.empty()) {
     const std::string block =

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_prompts.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "models/text_generation.h"
@@ -19,25 +20,6 @@ namespace {
 
 constexpr const char* kModel = "smollm2-135m-instruct-q4_1";
 constexpr int64_t kReplyTokens = 24;
-
-std::vector<std::string> prompts() {
-  const char* topics[] = {"the moon",   "bread",        "rain",      "a violin",
-                          "chess",      "the ocean",    "volcanoes", "bees",
-                          "a library",  "winter",       "trains",    "coffee",
-                          "the desert", "a lighthouse", "music",     "mountains"};
-  const char* forms[] = {"What is {}?", "Write one sentence about {}.",
-                         "Explain {} to a child in two sentences.",
-                         "List three facts about {}, and say which one surprises people most."};
-  std::vector<std::string> out;
-  for (const char* f : forms) {
-    for (const char* t : topics) {
-      std::string s = f;
-      s.replace(s.find("{}"), 2, t);
-      out.push_back(s);
-    }
-  }
-  return out;
-}
 
 struct Reply {
   std::vector<int32_t> tokens;
@@ -78,7 +60,7 @@ TEST(EngineCoreSmolLM2, SixtyFourPromptsTogetherMatchEachAlone) {
   auto sample = TextGenerationSample::load_model(*path, lo, "");
   ASSERT_TRUE(sample.ok()) << sample.status().to_string();
   std::vector<std::vector<int32_t>> inputs;
-  for (const std::string& p : prompts()) {
+  for (const std::string& p : test::chat_prompts()) {
     const ChatMessage msg{"user", p};
     auto ids = (*sample)->preprocess(std::span<const ChatMessage>(&msg, 1));
     ASSERT_TRUE(ids.ok()) << ids.status().to_string();

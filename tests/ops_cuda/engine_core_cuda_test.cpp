@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_prompts.h"
 #include "cuda_test_util.h"
 #include "engine/engine_core.h"
 #include "models/llama/cuda/llama_cuda_model.h"
@@ -233,23 +234,12 @@ TEST(CudaEngineCoreSmolLM2, SixtyFourPromptsTogetherMatchEachAlone) {
   lo.device = Device::cuda(0);
   auto sample = TextGenerationSample::load_model(*path, lo, "");
   ASSERT_TRUE(sample.ok()) << sample.status().to_string();
-  const char* topics[] = {"the moon",   "bread",        "rain",      "a violin",
-                          "chess",      "the ocean",    "volcanoes", "bees",
-                          "a library",  "winter",       "trains",    "coffee",
-                          "the desert", "a lighthouse", "music",     "mountains"};
-  const char* forms[] = {"What is {}?", "Write one sentence about {}.",
-                         "Explain {} to a child in two sentences.",
-                         "List three facts about {}, and say which one surprises people most."};
   std::vector<std::vector<int32_t>> inputs;
-  for (const char* f : forms) {
-    for (const char* t : topics) {
-      std::string s = f;
-      s.replace(s.find("{}"), 2, t);
-      const ChatMessage msg{"user", s};
-      auto ids = (*sample)->preprocess(std::span<const ChatMessage>(&msg, 1));
-      ASSERT_TRUE(ids.ok()) << ids.status().to_string();
-      inputs.push_back(*ids);
-    }
+  for (const std::string& s : test::chat_prompts()) {
+    const ChatMessage msg{"user", s};
+    auto ids = (*sample)->preprocess(std::span<const ChatMessage>(&msg, 1));
+    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+    inputs.push_back(*ids);
   }
   EngineCoreOptions o;
   o.n_ctx = 256;

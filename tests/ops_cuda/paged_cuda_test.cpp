@@ -206,6 +206,19 @@ TEST_F(CudaPaged, SplitKvMatchesOneSplit) {
   run_cases(this, {a, b, c, w}, 300);
 }
 
+// The tile and pipeline configurations (32 positions in 3 or 4 stages) on the same batches.
+TEST_F(CudaPaged, EveryTileConfigurationMatchesTheReference) {
+  Case w{kMixed, 9, 3, 64};
+  w.window = 40;
+  Case sp{{{1, 3000}, {7, 700}, {1, 33}}, 32, 8, 128};
+  sp.splits = 0;
+  for (int c : {1, 2, 0}) {
+    SCOPED_TRACE("configuration " + std::to_string(c));
+    cuda::set_paged_attention_config(c);
+    run_cases(this, {{kMixed, 32, 8, 128}, {kMixed, 8, 8, 64}, w, sp}, 400 + 50 * c);
+  }
+}
+
 TEST_F(CudaPaged, RejectsBadArguments) {
   cuda::PagedAttentionParams p;
   p.n_tokens = 1;

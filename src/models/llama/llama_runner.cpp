@@ -115,22 +115,7 @@ class LlamaRunner final : public DecoderRunner {
 
  private:
   Status check_spec(const kv::KvSpec& spec) const {
-    const DecoderHParams& hp = m_.hparams();
-    if (spec.dtype != DType::kF32) {
-      return unsupported("the CPU keeps its KV cache in f32 only, not {}", dtype_name(spec.dtype));
-    }
-    if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim()) {
-      return invalid_argument("KV spec is [{} layers, kv_dim {}], the model needs [{}, {}]",
-                              spec.n_layer, spec.kv_dim, hp.n_layer, hp.kv_dim());
-    }
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      const int64_t w = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(l)].window;
-      if (spec.window_of_layer(l) != w) {
-        return invalid_argument("KV spec gives layer {} window {}, the model's is {}", l,
-                                spec.window_of_layer(l), w);
-      }
-    }
-    return ok_status();
+    return check_runner_spec(spec, m_.hparams(), DType::kF32, "CPU");
   }
 
   // Every row's arena row per group (checked against the arena), and each group's attention

@@ -15,6 +15,7 @@
 // Splits (grid.z > 1): split z takes its share of the item's tiles and writes its unnormalized
 // output and (max, sum) per row to the workspace; attn_paged_combine merges them.
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/flash_tile.cuh"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/mma.cuh"
 
@@ -25,28 +26,28 @@ constexpr int kBr = 64;
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kD, int kTile>
+template <int kD, int kTile, int kStages>
 struct PgCfg {
   static constexpr int kBc = kTile;
   static constexpr bool kQInRegs = kD <= 128;
   static constexpr int kStride = kD + 8;
   static constexpr int kQElems = kBr * kStride;
   static constexpr int kTileElems = kBc * kStride;
-  static constexpr size_t kSmemBytes = (kQElems + 4 * kTileElems) * sizeof(uint16_t);
+  static constexpr size_t kSmemBytes = (kQElems + 2 * kStages * kTileElems) * sizeof(uint16_t);
 };
 
-template <int kD, int kTile>
+template <int kD, int kTile, int kStages>
 __global__ void __launch_bounds__(kThreads)
     attn_paged_kernel(PagedAttnArgs a, const float* __restrict__ q, const uint16_t* __restrict__ k,
                       const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
                       float* __restrict__ part_o, float* __restrict__ part_ml) {
-  using C = PgCfg<kD, kTile>;
+  using C = PgCfg<kD, kTile, kStages>;
   constexpr int S = C::kStride;
   constexpr int kBc = C::kBc;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* sQ = smem;
   uint16_t* sK = smem + C::kQElems;
-  uint16_t* sV = sK + 2 * C::kTileElems;
+  uint16_t* sV = sK + kStages * C::kTileElems;
 
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int gid = lane / 4, tig = lane % 4;
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kChunks = kBc * kD / 8;
   constexpr int kPer = kChunks / kThreads;
   static_assert(kChunks % kThreads == 0);
-  auto lookup = [&](int tile, int (&blk)[kPer]) {
+  auto lookup = [&](int tile, int(&blk)[kPer]) {
     const int kv0 = tile * kBc;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
       blk[j] = tile < tile_end && pos < kv_end && pos >= kv_lo ? table[pos / a.block_size] : -1;
     }
   };
-  auto load_kv = [&](int tile, int buf, const int (&blk)[kPer]) {
+  auto load_kv = [&](int tile, int buf, const int(&blk)[kPer]) {
     const int kv0 = tile * kBc;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -122,10 +123,22 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
   };
 
+  // The first kStages - 1 tiles (an empty group past the end keeps the group count uniform).
+  {
+    int blk0[kStages - 1][kPer];
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) lookup(tile_lo + st, blk0[st]);
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (tile_lo + st < tile_end) {
+        load_kv(tile_lo + st, st, blk0[st]);
+      } else {
+        cp_async_commit();
+      }
+    }
+  }
   int blk_next[kPer];
-  lookup(tile_lo, blk_next);
-  load_kv(tile_lo, 0, blk_next);
-  lookup(tile_lo + 1, blk_next);
+  lookup(tile_lo + kStages - 1, blk_next);
   for (int i = tid; i < kBr * kD / 4; i += kThreads) {
     const int r = i / (kD / 4), c = i % (kD / 4);
     float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -161,42 +174,25 @@ __global__ void __launch_bounds__(kThreads)
   const int warp_max_pos = pos0 + row_token(warp * 16 + 15);
 
   for (int tile = tile_lo; tile < tile_end; ++tile) {
-    const int buf = (tile - tile_lo) & 1;
-    if (tile + 1 < tile_end) {
-      load_kv(tile + 1, buf ^ 1, blk_next);
-      lookup(tile + 2, blk_next);
-      cp_async_wait<1>();
+    const int it = tile - tile_lo;
+    const int buf = it % kStages;
+    // Tile it + kStages - 1 goes into the buffer computed last iteration (free after its
+    // closing barrier); then tile `it` is waited for.
+    const int pre = tile + kStages - 1;
+    if (pre < tile_end) {
+      load_kv(pre, (it + kStages - 1) % kStages, blk_next);
     } else {
-      cp_async_wait<0>();
+      cp_async_commit();
     }
+    lookup(pre + 1, blk_next);
+    cp_async_wait<kStages - 1>();
     __syncthreads();
     if (warp_live) {
       const uint16_t* tk = sK + buf * C::kTileElems;
       const uint16_t* tv = sV + buf * C::kTileElems;
       const int kv0 = tile * kBc;
       float s[kBc / 8][4];
-#pragma unroll
-      for (int i = 0; i < kBc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        uint32_t qa[4];
-        if constexpr (C::kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) qa[i] = qf[ks][i];
-        } else {
-          ldmatrix_x4(qa, q_frag_addr + ks * 32);
-        }
-#pragma unroll
-        for (int np = 0; np < kBc / 16; ++np) {
-          const int mi = lane / 8;
-          const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
-          const int col = ks * 16 + (mi % 2) * 8;
-          uint32_t b[4];
-          ldmatrix_x4(b, smem_u32(tk + key * S + col));
-          mma_bf16(s[2 * np], qa, b[0], b[1]);
-          mma_bf16(s[2 * np + 1], qa, b[2], b[3]);
-        }
-      }
+      flash_qk<kBc, kD, S, C::kQInRegs, kQRegs>(qf, q_frag_addr, tk, lane, s);
       const bool need_mask = warp_partial || kv0 + kBc > kv_end || kv0 < kv_lo ||
                              (a.causal && kv0 + kBc - 1 > warp_min_pos) ||
                              (a.window > 0 && kv0 <= warp_max_pos - a.window);
@@ -216,51 +212,8 @@ __global__ void __launch_bounds__(kThreads)
           s[nt][e] = x;
         }
       }
-      float corr[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = m_run[r];
-#pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == -INFINITY ? 0.0f : mx;
-        corr[r] = exp2f(m_run[r] - base);
-        m_run[r] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kBc / 8; ++nt) {
-          s[nt][2 * r] = exp2f(s[nt][2 * r] - base);
-          s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - base);
-          sum += s[nt][2 * r] + s[nt][2 * r + 1];
-        }
-        l_run[r] = l_run[r] * corr[r] + sum;
-      }
-#pragma unroll
-      for (int i = 0; i < kD / 8; ++i) {
-        o[i][0] *= corr[0];
-        o[i][1] *= corr[0];
-        o[i][2] *= corr[1];
-        o[i][3] *= corr[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk) {
-        uint32_t pa[4];
-        pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < kD / 16; ++dp) {
-          const int mi = lane / 8;
-          const int key = kk * 16 + (lane % 8) + (mi % 2) * 8;
-          const int col = dp * 16 + (mi / 2) * 8;
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, smem_u32(tv + key * S + col));
-          mma_bf16(o[2 * dp], pa, b[0], b[1]);
-          mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
-        }
-      }
+      flash_softmax<kBc, kD>(s, m_run, l_run, o);
+      flash_pv<kBc, kD, S>(s, tv, lane, o);
     }
     __syncthreads();
   }
@@ -327,26 +280,37 @@ __global__ void attn_paged_combine_kernel(int64_t n_rows, int n_splits, int head
   }
 }
 
-template <int kD, int kTile>
+template <int kD, int kTile, int kStages>
 cudaError_t launch_d(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
                      uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
-  constexpr size_t smem = PgCfg<kD, kTile>::kSmemBytes;
+  constexpr size_t smem = PgCfg<kD, kTile, kStages>::kSmemBytes;
   cudaError_t err =
-      cudaFuncSetAttribute(attn_paged_kernel<kD, kTile>,
+      cudaFuncSetAttribute(attn_paged_kernel<kD, kTile, kStages>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(a.n_work),
                   static_cast<unsigned>(a.n_splits));
-  attn_paged_kernel<kD, kTile><<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
+  attn_paged_kernel<kD, kTile, kStages>
+      <<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
   return cudaGetLastError();
 }
 
-int g_tile_64 = 64;  // the KV tile of head dims 64 and 128 (set_attn_paged_tile)
+// The tile and pipeline of head dims 64 and 128 (set_attn_paged_config): 0: 64 positions, 2
+// stages; 1: 32, 3; 2: 32, 4. Head dim 256: 32 positions, 2 stages.
+int g_config = 0;
+
+template <int kD>
+cudaError_t launch_cfg(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
+                       uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
+  if (g_config == 1) return launch_d<kD, 32, 3>(a, q, k, v, out, part_o, part_ml, stream);
+  if (g_config == 2) return launch_d<kD, 32, 4>(a, q, k, v, out, part_o, part_ml, stream);
+  return launch_d<kD, 64, 2>(a, q, k, v, out, part_o, part_ml, stream);
+}
 
 }  // namespace
 
-int attn_paged_tile(int64_t head_dim) { return head_dim <= 128 ? g_tile_64 : 32; }
-void set_attn_paged_tile(int tile) { g_tile_64 = tile == 32 ? 32 : 64; }
+int attn_paged_tile(int64_t head_dim) { return head_dim > 128 || g_config != 0 ? 32 : 64; }
+void set_attn_paged_config(int c) { g_config = c >= 0 && c <= 2 ? c : 0; }
 int attn_paged_rows() { return kBr; }
 
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
@@ -354,16 +318,9 @@ cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint
                               cudaStream_t stream) {
   if (a.n_work <= 0 || a.n_tokens <= 0) return cudaSuccess;
   cudaError_t err = cudaErrorInvalidValue;
-  const bool t32 = g_tile_64 == 32;
-  if (a.head_dim == 64) {
-    err = t32 ? launch_d<64, 32>(a, q, k, v, out, part_o, part_ml, stream)
-              : launch_d<64, 64>(a, q, k, v, out, part_o, part_ml, stream);
-  }
-  if (a.head_dim == 128) {
-    err = t32 ? launch_d<128, 32>(a, q, k, v, out, part_o, part_ml, stream)
-              : launch_d<128, 64>(a, q, k, v, out, part_o, part_ml, stream);
-  }
-  if (a.head_dim == 256) err = launch_d<256, 32>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 64) err = launch_cfg<64>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 128) err = launch_cfg<128>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 256) err = launch_d<256, 32, 2>(a, q, k, v, out, part_o, part_ml, stream);
   if (err != cudaSuccess || a.n_splits == 1) return err;
   const int64_t n_rows = a.n_tokens * a.n_head;
   attn_paged_combine_kernel<<<static_cast<unsigned>(n_rows), 64, 0, stream>>>(

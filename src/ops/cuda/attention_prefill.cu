@@ -17,6 +17,7 @@
 // visible position are skipped, the rest masked). Out f32 or bf16 [n_tokens, n_head, D]. Query
 // tiles are scheduled longest first (causal work grows with t).
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/flash_tile.cuh"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/mma.cuh"
 
@@ -128,28 +129,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // S = Q K^T: 16 rows x kBc keys per warp, n-tiles of 8 keys.
     float s[kBc / 8][4];
-#pragma unroll
-    for (int i = 0; i < kBc / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t qs[4];
-      if constexpr (C::kQInRegs) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) qs[i] = qf[ks][i];
-      } else {
-        ldmatrix_x4(qs, q_frag_addr + ks * 32);
-      }
-#pragma unroll
-      for (int np = 0; np < kBc / 16; ++np) {
-        const int mi = lane / 8;
-        const int key = np * 16 + (lane % 8) + (mi / 2) * 8;
-        const int col = ks * 16 + (mi % 2) * 8;
-        uint32_t b[4];
-        ldmatrix_x4(b, smem_u32(tk + key * S + col));
-        mma_bf16(s[2 * np], qs, b[0], b[1]);
-        mma_bf16(s[2 * np + 1], qs, b[2], b[3]);
-      }
-    }
+    flash_qk<kBc, kD, S, C::kQInRegs, kQRegs>(qf, q_frag_addr, tk, lane, s);
 
     // Mask (causal, window and past n_kv) only on tiles that reach past some row's range.
     const bool need_mask = kv0 + kBc - 1 > warp_min_pos || kv0 + kBc > a.n_kv ||
@@ -168,54 +148,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Online softmax per row (rows gid and gid + 8; a row lives in the 4 lanes of a quad).
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m_run[r];
-#pragma unroll
-      for (int nt = 0; nt < kBc / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;
-      corr[r] = exp2f(m_run[r] - base);
-      m_run[r] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kBc / 8; ++nt) {
-        s[nt][2 * r] = exp2f(s[nt][2 * r] - base);
-        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - base);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the quad is summed at the end
-    }
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[i][0] *= corr[0];
-      o[i][1] *= corr[0];
-      o[i][2] *= corr[1];
-      o[i][3] *= corr[1];
-    }
-
-    // O += P V: P from registers as A fragments, V through ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int dp = 0; dp < kD / 16; ++dp) {
-        const int mi = lane / 8;
-        const int key = kk * 16 + (lane % 8) + (mi % 2) * 8;
-        const int col = dp * 16 + (mi / 2) * 8;
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_u32(tv + key * S + col));
-        mma_bf16(o[2 * dp], pa, b[0], b[1]);
-        mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
-      }
-    }
+    // Online softmax per row, then O += P V.
+    flash_softmax<kBc, kD>(s, m_run, l_run, o);
+    flash_pv<kBc, kD, S>(s, tv, lane, o);
     __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }
 

@@ -224,8 +224,9 @@ struct PagedAttnArgs {
   const int* tables;       // device [n_seq, table_stride]
 };
 int attn_paged_tile(int64_t head_dim);  // KV positions per tile
-// The tile of head dims 64 and 128: 64 (the default) or 32 (measurements; process-wide).
-void set_attn_paged_tile(int tile);
+// The tile and pipeline depth of head dims 64 and 128 (process-wide): 0 (the default) 64
+// positions in 2 stages, 1: 32 in 3, 2: 32 in 4.
+void set_attn_paged_config(int c);
 int attn_paged_rows();  // query rows per item
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
                               const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,

@@ -304,8 +304,9 @@ void paged_attention_work(std::span<const int32_t> query_start, std::span<const 
 // at most max_splits.
 int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv_len,
                                int64_t head_dim, int32_t max_splits);
-// The KV tile of head dims 64 and 128, process-wide: 64 (the default) or 32 (benchmarks).
-void set_paged_attention_tile(int tile);
+// The KV tile and pipeline of head dims 64 and 128, process-wide: 0 (the default) 64 positions
+// in 2 stages, 1: 32 in 3, 2: 32 in 4.
+void set_paged_attention_config(int c);
 size_t paged_attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim,
                                        int32_t n_splits);
 Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const void* v_cache,

@@ -62,11 +62,11 @@ int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv
       (max_kv_len + kern::attn_paged_tile(head_dim) - 1) / kern::attn_paged_tile(head_dim);
   // At least two tiles a split: a split of one tile costs more in the merge than it gains.
   const int64_t by_len = std::max<int64_t>(1, tiles / 2);
-  const int64_t by_grid = (want + blocks - 1) / blocks;
+  const int64_t by_grid = want / blocks;  // within one wave of two blocks an SM
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(by_len, by_grid), 1, max_splits));
 }
 
-void set_paged_attention_tile(int tile) { kern::set_attn_paged_tile(tile); }
+void set_paged_attention_config(int c) { kern::set_attn_paged_config(c); }
 
 size_t paged_attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim,
                                        int32_t n_splits) {

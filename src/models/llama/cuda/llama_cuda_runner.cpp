@@ -183,12 +183,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   LlamaCudaRunner(const LlamaCudaModel& m, RunnerOptions o) : m_(m), opts_(o) {}
 
   static cuda::DecodeSampling decode_sampling(const SamplingParams& sp) {
-    cuda::DecodeSampling d;
-    d.chain = {sp.temperature, sp.top_k, sp.top_p, sp.min_p};
-    d.repeat_penalty = sp.repeat_penalty;
-    d.presence_penalty = sp.presence_penalty;
-    d.last_n = sp.repeat_last_n;
-    return d;
+    return LlamaCudaModel::decode_sampling(sp);
   }
 
   Status init() {
@@ -241,23 +236,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   }
 
   Status check_spec(const kv::KvSpec& spec) const {
-    const DecoderHParams& hp = m_.hp_;
-    if (spec.dtype != DType::kBF16) {
-      return unsupported("the CUDA runner keeps its KV cache in bf16, not {}",
-                         dtype_name(spec.dtype));
-    }
-    if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim()) {
-      return invalid_argument("KV spec is [{} layers, kv_dim {}], the model needs [{}, {}]",
-                              spec.n_layer, spec.kv_dim, hp.n_layer, hp.kv_dim());
-    }
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      const int64_t w = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(l)].window;
-      if (spec.window_of_layer(l) != w) {
-        return invalid_argument("KV spec gives layer {} window {}, the model's is {}", l,
-                                spec.window_of_layer(l), w);
-      }
-    }
-    return ok_status();
+    return check_runner_spec(spec, m_.hparams(), DType::kBF16, "CUDA runner");
   }
 
   // Offsets (in int32 units) of the host inputs inside the staging buffers.
