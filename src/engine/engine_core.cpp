@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "engine/memory_plan.h"
@@ -396,7 +397,9 @@ Result<StepStats> EngineCore::step() {
       rs.sampling = &r.sampler->params();
       rs.history = r.tokens;
       if (rs.sampling->temperature > 0.0f) {
-        rs.uniform = static_cast<float>(r.sampler->next_uniform());
+        // A double just under 1 must not round up to 1.0f.
+        rs.uniform = std::min(static_cast<float>(r.sampler->next_uniform()),
+                              std::nextafter(1.0f, 0.0f));
       }
       row_sampling_.push_back(rs);
     }

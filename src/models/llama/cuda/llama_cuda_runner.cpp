@@ -247,6 +247,9 @@ class LlamaCudaRunner final : public DecoderRunner {
   // Checks the batch and its blocks, lays out and uploads the pass's inputs.
   Status stage(const ForwardBatch& b, const kv::KvArena& arena,
                std::span<const RowSampling> samples) {
+    // A pass that stopped early (cancelled, or an error) may have left its input copy queued:
+    // the pinned staging is rewritten below.
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_.get()));
     const kv::KvSpec& spec = arena.spec();
     const DecoderHParams& hp = m_.hp_;
     const int64_t nt = b.n_tokens(), bs = spec.block_size;
