@@ -80,13 +80,18 @@ Status EngineCore::init() {
   }
   sc.reserve_max_length = opts_.reserve_max_length || contiguous;
   std::vector<int32_t> n_blocks(static_cast<size_t>(spec.n_groups()));
+  const bool grows = !contiguous && opts_.kv_blocks == 0 && opts_.prealloc == KvPrealloc::kAuto;
   for (int32_t g = 0; g < spec.n_groups(); ++g) {
+    const int64_t seat = spec.max_blocks_per_seq(g, sc.max_batched_tokens);
     const int64_t n = opts_.kv_blocks > 0 ? opts_.kv_blocks
-                      : contiguous
-                          ? sc.max_seqs
-                          : sc.max_seqs * spec.max_blocks_per_seq(g, sc.max_batched_tokens);
-    if (n > INT32_MAX / 2) return invalid_argument("engine: {} KV blocks are too many", n);
+                      : contiguous        ? sc.max_seqs
+                      : grows             ? seat
+                                          : sc.max_seqs * seat;
+    if (sc.max_seqs * seat > INT32_MAX / 2 || n > INT32_MAX / 2) {
+      return invalid_argument("engine: {} KV blocks are too many", sc.max_seqs * seat);
+    }
     n_blocks[static_cast<size_t>(g)] = static_cast<int32_t>(n);
+    if (grows) max_blocks_.push_back(static_cast<int32_t>(sc.max_seqs * seat));
   }
   uint64_t bytes = 0;
   for (int32_t g = 0; g < spec.n_groups(); ++g) {
@@ -227,6 +232,13 @@ void EngineCore::finish(Request& r, FinishReason why, Status error, std::string 
   r.stats.generated_tokens = r.n_generated();
   r.stats.total_ms = ms_between(r.submitted, Clock::now());
   ++stats_.finished;
+  if (why != FinishReason::kError && why != FinishReason::kAborted) {
+    const auto len = static_cast<double>(r.tokens.size());
+    ++n_lengths_;
+    const double d = len - len_mean_;
+    len_mean_ += d / static_cast<double>(n_lengths_);
+    len_m2_ += d * (len - len_mean_);
+  }
   RequestEvent ev;
   ev.id = r.id;
   ev.tokens = tokens;
@@ -337,9 +349,55 @@ void EngineCore::stream_token(Request& r, Result<int32_t> tok, StepStats& st) {
   if (r.params.on_event) r.params.on_event(ev);
 }
 
+Status EngineCore::maybe_grow() {
+  if (max_blocks_.empty()) return ok_status();
+  double mean = len_mean_, var = n_lengths_ > 1 ? len_m2_ / static_cast<double>(n_lengths_) : 0;
+  if (n_lengths_ == 0) {
+    // Nothing finished yet: the requests present, at the lengths they have reached.
+    if (requests_.empty()) return ok_status();
+    double sum = 0, sum2 = 0;
+    for (const auto& [id, r] : requests_) {
+      const auto len = static_cast<double>(r->tokens.size());
+      sum += len;
+      sum2 += len * len;
+    }
+    const auto n = static_cast<double>(requests_.size());
+    mean = sum / n;
+    var = std::max(0.0, sum2 / n - mean * mean);
+  }
+  const double per_seat = std::min(2.0 * mean + std::sqrt(var), static_cast<double>(opts_.n_ctx));
+  const kv::KvSpec& spec = kv_->spec();
+  const int64_t seats = opts_.scheduler.max_seqs;
+  std::vector<int32_t> want(max_blocks_.size());
+  bool grow = false;
+  uint64_t bytes = 0;
+  for (int32_t g = 0; g < spec.n_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    const int64_t seat = std::min(spec.blocks_for(static_cast<int64_t>(std::ceil(per_seat))) + 1,
+                                  spec.max_blocks_per_seq(g, opts_.scheduler.max_batched_tokens));
+    const int32_t have = arena_->n_blocks(g);
+    int64_t w = std::min<int64_t>(max_blocks_[gi], seats * seat);
+    // Grow by a quarter at least, so a slowly rising mean does not copy the arena every step.
+    if (w > have && w < have + have / 4) w = std::min<int64_t>(max_blocks_[gi], have + have / 4);
+    want[gi] = static_cast<int32_t>(std::max<int64_t>(w, have));
+    grow = grow || want[gi] > have;
+    bytes += spec.block_bytes(g) * static_cast<uint64_t>(want[gi] - have);
+  }
+  if (!grow) return ok_status();
+  // The new arena is made before the old one goes: both must fit.
+  if (auto avail = memory_available(runner_->device()); avail.ok()) {
+    if (bytes + arena_->bytes() > avail->bytes) return ok_status();  // stay; preemption copes
+  }
+  RINFER_RETURN_IF_ERROR(arena_->grow(want));
+  RINFER_RETURN_IF_ERROR(kv_->grow(want));
+  ++stats_.kv_grows;
+  return ok_status();
+}
+
 Result<StepStats> EngineCore::step() {
   StepStats st;
   admit_inbox();
+  RINFER_RETURN_IF_ERROR(maybe_grow());
   RINFER_ASSIGN_OR_RETURN(SchedulerOutput s, scheduler_->schedule());
   for (auto& [r, why] : s.failed) {
     finish(*r, FinishReason::kError, why);
@@ -398,8 +456,8 @@ Result<StepStats> EngineCore::step() {
       rs.history = r.tokens;
       if (rs.sampling->temperature > 0.0f) {
         // A double just under 1 must not round up to 1.0f.
-        rs.uniform = std::min(static_cast<float>(r.sampler->next_uniform()),
-                              std::nextafter(1.0f, 0.0f));
+        rs.uniform =
+            std::min(static_cast<float>(r.sampler->next_uniform()), std::nextafter(1.0f, 0.0f));
       }
       row_sampling_.push_back(rs);
     }

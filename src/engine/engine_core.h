@@ -46,6 +46,12 @@ struct EngineCoreOptions {
   bool reserve_max_length = false;
   // > 0: exactly this many blocks per layer group; 0: every seat at the context length.
   int32_t kv_blocks = 0;
+  // The pool's size when kv_blocks is 0 (paged): kMax holds every seat at the context length;
+  // kAuto starts with one seat's worth and grows (never shrinks) to seats x (mean x 2 + standard
+  // deviation) of the lengths the finished requests reached (before any finishes, of the
+  // requests present), capped by the context and the device's free memory; preemption covers
+  // the requests past it.
+  KvPrealloc prealloc = KvPrealloc::kMax;
   // Host blocks per group for preemption by swapping: 0 none, -1 as many as the device pool.
   int32_t swap_blocks = 0;
   SchedulerConfig scheduler;
@@ -70,6 +76,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;  // sampled
   int64_t preemptions = 0;
   int64_t finished = 0;
+  int64_t kv_grows = 0;  // prealloc auto: times the pool grew
   size_t running = 0;
   size_t waiting = 0;
   kv::KvUsage kv;
@@ -140,6 +147,12 @@ class EngineCore {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   EngineStats stats_;
 
+  // prealloc auto: grows the pool (arena and manager) when the lengths seen call for it.
+  Status maybe_grow();
+  std::vector<int32_t> max_blocks_;  // [n_groups] the pool at every seat's full length
+  int64_t n_lengths_ = 0;            // finished requests' lengths (Welford)
+  double len_mean_ = 0, len_m2_ = 0;
+
   // Submissions and aborts from other threads.
   mutable std::mutex inbox_mu_;
   mutable std::condition_variable inbox_cv_;
@@ -151,8 +164,8 @@ class EngineCore {
 
   // The forward batch, reused every step.
   std::vector<int32_t> tokens_, positions_, query_start_, kv_len_, tables_, logit_rows_;
-  int32_t table_stride_ = 0;   // blocks per table row of tables_
-  std::vector<float> logits_;  // [max_seqs, n_vocab]
+  int32_t table_stride_ = 0;                              // blocks per table row of tables_
+  std::vector<float> logits_;                             // [max_seqs, n_vocab]
   std::vector<DecoderRunner::RowSampling> row_sampling_;  // device sampling: per logit row
   std::vector<int32_t> sampled_;                          // ... and the ids it chose
 };

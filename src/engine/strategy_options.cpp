@@ -39,6 +39,7 @@ EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
   o.layout = s.kv_layout;
   o.block_size = s.kv_block_size;
   o.prefix_caching = s.prefix_caching && s.kv_layout == kv::Layout::kPaged;
+  o.prealloc = s.kv_prealloc;
   const BatchingConfig& b = s.batching;
   // Swap space: swap_blocks, or with preemption swap and none given, as much as the device pool.
   o.swap_blocks = b.swap_blocks > 0                       ? static_cast<int32_t>(b.swap_blocks)

@@ -42,6 +42,32 @@ BlockPool::BlockPool(int32_t n_blocks, int64_t block_size)
   for (BlockId b = 0; b < n_blocks; ++b) push_back(b);
 }
 
+void BlockPool::grow(int32_t n_blocks) {
+  const int32_t old = size();
+  if (n_blocks <= old) return;
+  // The free queue in order, relinked around the new sentinel; the new blocks go first (they
+  // hold no cached prefix).
+  std::vector<BlockId> order;
+  order.reserve(static_cast<size_t>(n_free_));
+  for (int32_t b = next_[static_cast<size_t>(old)]; b != old; b = next_[static_cast<size_t>(b)]) {
+    order.push_back(b);
+  }
+  const auto n = static_cast<size_t>(n_blocks);
+  ref_.resize(n, 0);
+  prev_.assign(n + 1, 0);
+  next_.assign(n + 1, 0);
+  in_free_.assign(n, 0);
+  cached_.resize(n, 0);
+  hash_.resize(n, 0);
+  parent_.resize(n, 0);
+  tokens_.resize(n * static_cast<size_t>(block_size_));
+  const int32_t s = n_blocks;
+  prev_[n] = next_[n] = s;
+  n_free_ = 0;
+  for (BlockId b = old; b < n_blocks; ++b) push_back(b);
+  for (BlockId b : order) push_back(b);
+}
+
 void BlockPool::unlink(BlockId id) {
   const auto i = static_cast<size_t>(id);
   next_[static_cast<size_t>(prev_[i])] = next_[i];

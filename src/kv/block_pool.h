@@ -13,7 +13,7 @@
 //                     tokens and parent hash on lookup, so a hash collision is a miss, never
 //                     wrong keys and values); a cached block stays findable while it is free and
 //                     is evicted when allocate() reuses it
-// Nothing is allocated after construction except the hash map's nodes.
+// Nothing is allocated after construction except the hash map's nodes (and by grow()).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +51,9 @@ class BlockPool {
   BlockPool(int32_t n_blocks, int64_t block_size);
 
   int32_t size() const { return static_cast<int32_t>(ref_.size()); }
+  // Grows the pool to n_blocks (no-op when not larger): the new blocks are free and come first
+  // in the free queue; the blocks that were there keep their ids, counts and cached keys.
+  void grow(int32_t n_blocks);
   int64_t block_size() const { return block_size_; }
   int32_t num_free() const { return n_free_; }
 

@@ -15,8 +15,22 @@ uint64_t KvArena::bytes() const {
 }
 
 Status KvArena::pull_blocks(const KvArena& src, std::span<const BlockCopy> /*copies*/) {
-  return unsupported("kv arena: copies from {} into {} are not supported",
-                     src.device().to_string(), device().to_string());
+  return unsupported("kv arena: copies from {} into {} are not supported", src.device().to_string(),
+                     device().to_string());
+}
+
+Status KvArena::check_grow(std::span<const int32_t> n_blocks) const {
+  if (n_blocks.size() != n_blocks_.size()) {
+    return invalid_argument("kv arena: {} block counts for {} groups", n_blocks.size(),
+                            n_blocks_.size());
+  }
+  for (size_t g = 0; g < n_blocks.size(); ++g) {
+    if (n_blocks[g] < n_blocks_[g]) {
+      return invalid_argument("kv arena: group {} cannot shrink from {} to {} blocks", g,
+                              n_blocks_[g], n_blocks[g]);
+    }
+  }
+  return ok_status();
 }
 
 Status KvArena::check_copies(const KvArena& dst, std::span<const BlockCopy> copies) const {
@@ -78,6 +92,35 @@ Status HostKvArena::copy_blocks(KvArena& dst, std::span<const BlockCopy> copies)
       }
     }
   }
+  return ok_status();
+}
+
+Status HostKvArena::grow(std::span<const int32_t> n_blocks) {
+  RINFER_RETURN_IF_ERROR(check_grow(n_blocks));
+  std::vector<Tensor> storage;
+  const uint64_t per_block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
+                             dtype_traits(spec_.dtype).block_bytes;
+  for (int64_t l = 0; l < spec_.n_layer; ++l) {
+    const auto g = static_cast<size_t>(spec_.group_of_layer[static_cast<size_t>(l)]);
+    for (int kv = 0; kv < 2; ++kv) {
+      auto t = Tensor::empty(Dims{n_blocks[g], spec_.block_size, spec_.kv_dim}, spec_.dtype);
+      if (!t.ok()) {
+        return t.status().with_context(
+            fmt::format("growing the KV cache to {} blocks", n_blocks[g]));
+      }
+      const uint64_t keep = per_block * static_cast<uint64_t>(n_blocks_[g]);
+      auto* dst = static_cast<uint8_t*>(t->mutable_data());
+      std::memcpy(dst, kv == 0 ? k(l) : v(l), keep);
+      std::memset(dst + keep, 0, t->nbytes() - keep);
+      storage.push_back(std::move(*t));
+    }
+  }
+  storage_ = std::move(storage);
+  for (int64_t l = 0; l < spec_.n_layer; ++l) {
+    k_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l)].mutable_data();
+    v_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l + 1)].mutable_data();
+  }
+  n_blocks_.assign(n_blocks.begin(), n_blocks.end());
   return ok_status();
 }
 

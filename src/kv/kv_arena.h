@@ -36,6 +36,9 @@ class KvArena {
   // Copies whole blocks (every layer of the block's group, K and V) from this arena into
   // `dst` (same spec): the swap of a preempted sequence. Errors name the bad block.
   virtual Status copy_blocks(KvArena& dst, std::span<const BlockCopy> copies) const = 0;
+  // Grows group g to n_blocks[g] blocks (never fewer than now): new storage, the old blocks
+  // copied to the same ids, the new ones zeroed. Pointers from k() / v() change.
+  virtual Status grow(std::span<const int32_t> n_blocks) = 0;
   // The other direction, for an arena on a device: copies from `src` (host memory) into this
   // one. A host arena's copy_blocks into a device arena calls it.
   virtual Status pull_blocks(const KvArena& src, std::span<const BlockCopy> copies);
@@ -45,6 +48,8 @@ class KvArena {
   Status check_copies(const KvArena& dst, std::span<const BlockCopy> copies) const;
 
  protected:
+  // grow()'s checks: one count per group, none below the current one.
+  Status check_grow(std::span<const int32_t> n_blocks) const;
   KvSpec spec_;
   std::vector<int32_t> n_blocks_;  // [n_groups]
   std::vector<void*> k_, v_;       // [n_layer]
@@ -57,6 +62,7 @@ class HostKvArena final : public KvArena {
                                                      std::span<const int32_t> n_blocks);
   Device device() const override { return Device::cpu(); }
   Status copy_blocks(KvArena& dst, std::span<const BlockCopy> copies) const override;
+  Status grow(std::span<const int32_t> n_blocks) override;
 
   float* kf(int64_t layer) { return static_cast<float*>(k(layer)); }
   float* vf(int64_t layer) { return static_cast<float*>(v(layer)); }

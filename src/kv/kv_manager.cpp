@@ -30,6 +30,24 @@ Result<KvManager> KvManager::create(KvSpec spec, KvManagerOptions opts) {
   return m;
 }
 
+Status KvManager::grow(std::span<const int32_t> n_blocks) {
+  if (n_blocks.size() != pools_.size()) {
+    return invalid_argument("kv manager: {} block counts for {} groups", n_blocks.size(),
+                            pools_.size());
+  }
+  for (size_t g = 0; g < pools_.size(); ++g) {
+    if (n_blocks[g] < pools_[g].size()) {
+      return invalid_argument("kv manager: group {} cannot shrink from {} to {} blocks", g,
+                              pools_[g].size(), n_blocks[g]);
+    }
+  }
+  for (size_t g = 0; g < pools_.size(); ++g) {
+    pools_[g].grow(n_blocks[g]);
+    opts_.n_blocks[g] = n_blocks[g];
+  }
+  return ok_status();
+}
+
 Result<int64_t> KvManager::attach(SeqId seq, std::span<const int32_t> tokens, uint64_t extra_key) {
   if (has(seq)) return invalid_argument("kv manager: sequence {} is already attached", seq);
   const int32_t n_groups = spec_.n_groups();

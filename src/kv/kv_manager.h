@@ -71,6 +71,9 @@ class KvManager {
   const KvSpec& spec() const { return spec_; }
   bool prefix_caching() const { return opts_.prefix_caching; }
   bool can_swap() const { return !host_.empty(); }
+  // More device blocks per group (n_blocks[g] >= the pool's size; the arena must have grown to
+  // match first): existing tables, counts and cached prefixes are kept.
+  Status grow(std::span<const int32_t> n_blocks);
 
   // Starts `seq` (an error if it exists). Returns the number of leading tokens served by the
   // prefix cache (a multiple of block_size, < tokens.size()), 0 without prefix caching.

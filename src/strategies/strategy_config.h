@@ -48,6 +48,8 @@ struct FusionOptions {
 enum class AllocatorKind : uint8_t { kCaching, kPlain };
 
 enum class BatchingPolicy : uint8_t { kStatic, kContinuous };
+// How much KV memory the engine core reserves (kv_cache.prealloc.policy).
+enum class KvPrealloc : uint8_t { kMax, kAuto };
 enum class PreemptionMode : uint8_t { kRecompute, kSwap };
 std::string_view batching_policy_name(BatchingPolicy p);
 std::string_view preemption_mode_name(PreemptionMode m);
@@ -88,6 +90,7 @@ struct StrategyConfig {
   kv::Layout kv_layout = kv::Layout::kPaged;  // strategies.kv_cache.layout
   int64_t kv_block_size = 16;                 // strategies.kv_cache.block_size
   bool prefix_caching = true;                 // strategies.kv_cache.prefix_caching
+  KvPrealloc kv_prealloc = KvPrealloc::kMax;  // strategies.kv_cache.prealloc.policy
   BatchingConfig batching;                    // strategies.batching.*
   cpu::Impl kernels = cpu::Impl::kFast;       // strategies.kernels.impl
   int threads = 0;                            // strategies.threads.count (0: all cores)

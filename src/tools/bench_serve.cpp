@@ -179,6 +179,7 @@ struct Outcome {
   int64_t preemptions = 0;
   int64_t steps = 0;
   double forward_s = 0;  // inside the runner's passes (device work and its wait)
+  int64_t kv_grows = 0;  // prealloc auto: times the pool grew
   uint64_t kv_bytes = 0;
   int64_t failed = 0;
   std::string first_error;
@@ -189,7 +190,6 @@ Result<Outcome> serve(EngineCore& core, const std::vector<Job>& jobs, const Serv
                       int64_t concurrency, const std::string& label) {
   Outcome o;
   o.done.resize(jobs.size());
-  o.kv_bytes = core.kv_arena().bytes();
   const auto t0 = Clock::now();
   auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   size_t next = 0, finished = 0;
@@ -257,6 +257,8 @@ Result<Outcome> serve(EngineCore& core, const std::vector<Job>& jobs, const Serv
   const EngineStats es = core.stats();
   o.kv = es.kv;
   o.preemptions = es.preemptions;
+  o.kv_grows = es.kv_grows;
+  o.kv_bytes = core.kv_arena().bytes();  // after any growth (kv_cache.prealloc auto)
   return o;
 }
 
@@ -299,6 +301,7 @@ ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts
   j["wall_s"] = o.wall_s;
   j["steps"] = o.steps;
   j["forward_s"] = o.forward_s;
+  j["kv_grows"] = o.kv_grows;
   j["output_tokens_per_s"] = s.out_tps;
   j["total_tokens_per_s"] = s.total_tps;
   j["ttft_ms_p50"] = s.ttft_p50;
@@ -365,7 +368,7 @@ std::string table(const std::vector<std::pair<std::string, Outcome>>& runs) {
       "KV blocks used, peak", [&](size_t i) { return 100 * runs[i].second.kv_used_peak; },
       "{:.0f}%", false);
   row(
-      "KV memory (MiB)",
+      "KV memory at the end (MiB)",
       [&](size_t i) { return static_cast<double>(runs[i].second.kv_bytes) / (1 << 20); }, "{:.1f}",
       false);
   row(

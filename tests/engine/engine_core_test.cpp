@@ -262,6 +262,61 @@ void expect_preemption_keeps_tokens(PreemptionMode mode) {
   }
 }
 
+// prealloc auto: the pool starts at one seat and grows from the lengths seen; the tokens are
+// those of the full pool, the arena ends smaller, and the host arena grows with its content.
+TEST(EngineCore, PreallocAutoGrowsThePoolAndKeepsTheTokens) {
+  auto m = load("llama/tiny_llama.gguf", cpu::Impl::kReference);
+  ASSERT_TRUE(m);
+  const std::vector<Job> jobs = random_jobs(40, m->hparams().n_vocab, 21, 30, 16);
+  EngineCoreOptions o = options();
+  o.scheduler.max_seqs = 16;
+  auto full = EngineCore::create(*m, o, nullptr);
+  ASSERT_TRUE(full.ok());
+  const std::vector<Outcome> want = run_all(**full, jobs);
+  o.prealloc = KvPrealloc::kAuto;
+  auto e = EngineCore::create(*m, o, nullptr);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const uint64_t start = (*e)->kv_arena().bytes();
+  EXPECT_LT(start, (*full)->kv_arena().bytes());
+  const std::vector<Outcome> got = run_all(**e, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(got[i].finish, FinishReason::kMaxTokens) << i << " " << got[i].error.to_string();
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "job " << i;
+  }
+  const EngineStats st = (*e)->stats();
+  EXPECT_GT(st.kv_grows, 0);
+  EXPECT_GT((*e)->kv_arena().bytes(), start);
+  EXPECT_LE((*e)->kv_arena().bytes(), (*full)->kv_arena().bytes());
+  EXPECT_EQ(st.kv.used_blocks, 0);
+  EXPECT_EQ(st.kv.total_blocks, (*e)->kv_arena().n_blocks(0));
+  EXPECT_TRUE((*e)->kv_manager().check_invariants().ok());
+}
+
+TEST(KvArena, HostArenaGrowsKeepingItsBlocks) {
+  auto spec = kv::KvSpec::make(std::vector<int64_t>{0, 0}, 8, DType::kF32, 4, 64);
+  ASSERT_TRUE(spec.ok());
+  auto a = kv::HostKvArena::create(*spec, std::vector<int32_t>{3});
+  ASSERT_TRUE(a.ok());
+  for (int64_t l = 0; l < 2; ++l) {
+    for (int i = 0; i < 3 * 4 * 8; ++i) {
+      (*a)->kf(l)[i] = static_cast<float>(l * 1000 + i);
+      (*a)->vf(l)[i] = static_cast<float>(-l * 1000 - i);
+    }
+  }
+  ASSERT_TRUE((*a)->grow(std::vector<int32_t>{7}).ok());
+  EXPECT_EQ((*a)->n_blocks(0), 7);
+  for (int64_t l = 0; l < 2; ++l) {
+    for (int i = 0; i < 7 * 4 * 8; ++i) {
+      const float k = i < 96 ? static_cast<float>(l * 1000 + i) : 0.0f;
+      const float v = i < 96 ? static_cast<float>(-l * 1000 - i) : 0.0f;
+      ASSERT_EQ((*a)->kf(l)[i], k) << l << " " << i;
+      ASSERT_EQ((*a)->vf(l)[i], v) << l << " " << i;
+    }
+  }
+  EXPECT_EQ((*a)->grow(std::vector<int32_t>{5}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*a)->grow(std::vector<int32_t>{8, 8}).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EngineCore, PreemptedByRecomputeResumesWithTheSameTokens) {
   expect_preemption_keeps_tokens(PreemptionMode::kRecompute);
 }

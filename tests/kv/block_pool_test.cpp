@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 namespace rinfer::kv {
@@ -28,6 +29,32 @@ TEST(BlockPool, AllocatesEveryBlockOnceThenRunsOut) {
   EXPECT_EQ(pool.num_free(), 0);
   for (BlockId b : got) pool.unref(b);
   EXPECT_EQ(pool.num_free(), 5);
+  EXPECT_TRUE(pool.check_invariants().ok());
+}
+
+TEST(BlockPool, GrowKeepsBlocksCountsAndCachedKeysAndHandsOutTheNewOnesFirst) {
+  BlockPool pool(4, 4);
+  const BlockId a = *pool.allocate(), b = *pool.allocate();
+  pool.ref(a);  // two holders
+  const std::vector<int32_t> t = toks(10, 4);
+  const BlockKey key{hash_block(0, 0, t), 0, t};
+  pool.register_block(b, key);
+  pool.unref(b);  // free, cached: evicted last
+  pool.grow(9);
+  ASSERT_TRUE(pool.check_invariants().ok());
+  EXPECT_EQ(pool.size(), 9);
+  EXPECT_EQ(pool.num_free(), 8);
+  EXPECT_EQ(pool.ref_count(a), 2);
+  EXPECT_EQ(pool.lookup(key), std::optional<BlockId>(b));
+  // The five new blocks come first, then the two old uncached ones, the cached block last.
+  std::vector<BlockId> order;
+  while (auto x = pool.allocate()) order.push_back(*x);
+  ASSERT_EQ(order.size(), 8u);
+  EXPECT_EQ(std::vector<BlockId>(order.begin(), order.begin() + 5),
+            (std::vector<BlockId>{4, 5, 6, 7, 8}));
+  EXPECT_EQ(order.back(), b);
+  pool.grow(3);  // never shrinks
+  EXPECT_EQ(pool.size(), 9);
   EXPECT_TRUE(pool.check_invariants().ok());
 }
 

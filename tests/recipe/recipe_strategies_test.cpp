@@ -85,10 +85,15 @@ std::string normalized_type(std::string t) {
   return compact;
 }
 
+// A key of a nested mapping is written dotted ("prealloc.policy": {prealloc: {policy: v}}).
 std::string with_key(const std::string& strategy, const std::string& key, const std::string& value,
                      const std::string& device = "cpu") {
-  return std::string(BASE "device: ") + device + "\nstrategies:\n  " + strategy + ": {" + key +
-         ": " + value + "}\n";
+  const size_t dot = key.find('.');
+  const std::string entry = dot == std::string::npos ? key + ": " + value
+                                                     : key.substr(0, dot) + ": {" +
+                                                           key.substr(dot + 1) + ": " + value + "}";
+  return std::string(BASE "device: ") + device + "\nstrategies:\n  " + strategy + ": {" + entry +
+         "}\n";
 }
 
 bool parses(const std::string& strategy, const std::string& key, const std::string& value) {
@@ -645,6 +650,16 @@ TEST(EngineCoreStrategiesTest, ConflictsNameBothKeys) {
         "strategies.batching.max_seqs: 600 seats need at least 600 tokens per step");
   fails(BASE "strategies: {kv_cache: {layout: contiguous, prefix_caching: true}}\n",
         "strategies.kv_cache.prefix_caching: true needs the paged layout");
+  fails(BASE "strategies: {kv_cache: {layout: contiguous, prealloc: {policy: auto}}}\n",
+        "strategies.kv_cache.prealloc.policy: auto sizes a pool of blocks");
+  {
+    auto r = parse_recipe(BASE "strategies: {kv_cache: {prealloc: {policy: auto}}}\n", "r.yaml");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->strategies.kv_prealloc, KvPrealloc::kAuto);
+    EXPECT_EQ(engine_core_options(r->strategies, 64).prealloc, KvPrealloc::kAuto);
+    auto typo = parse_recipe(BASE "strategies: {kv_cache: {prealloc: {polcy: auto}}}\n", "r.yaml");
+    EXPECT_FALSE(typo.ok());
+  }
   fails(BASE "strategies:\n  kv_cache: {layout: contiguous}\n  batching: {swap_blocks: 8}\n",
         "(conflicts with strategies.kv_cache.layout");
   auto bad = parse_recipe(BASE "strategies: {batching: {watermark: 0.9}}\n", "r.yaml");

@@ -17,7 +17,7 @@ namespace {
 
 Status parse(const YamlMap& m, StrategyConfig& s) {
   RINFER_RETURN_IF_ERROR(
-      m.check_keys({"enabled", "dtype", "layout", "block_size", "prefix_caching"}));
+      m.check_keys({"enabled", "dtype", "layout", "block_size", "prefix_caching", "prealloc"}));
   RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
   if (enabled) s.kv_cache = *enabled;
   RINFER_ASSIGN_OR_RETURN(auto dtype, m.get_enum("dtype", {"auto", "bf16", "f32"}));
@@ -32,6 +32,13 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
   if (block) s.kv_block_size = *block;
   RINFER_ASSIGN_OR_RETURN(auto prefix, m.get_bool("prefix_caching"));
   if (prefix) s.prefix_caching = *prefix;
+  RINFER_ASSIGN_OR_RETURN(auto prealloc, m.get_map("prealloc"));
+  if (prealloc) {
+    RINFER_RETURN_IF_ERROR(prealloc->check_keys({"policy"}));
+    RINFER_ASSIGN_OR_RETURN(auto policy, prealloc->get_enum("policy", {"max", "auto"}));
+    if (policy) s.kv_prealloc = *policy == 0 ? KvPrealloc::kMax : KvPrealloc::kAuto;
+    note_origin(*prealloc, "policy", s);
+  }
   for (const char* k : {"enabled", "dtype", "layout", "block_size", "prefix_caching"}) {
     note_origin(m, k, s);
   }
@@ -45,6 +52,12 @@ Status validate(const StrategyConfig& s, const Device& device) {
                         "strategies.kv_cache.layout",
                         "true needs the paged layout: a contiguous cache has one block per "
                         "sequence, never a full block to share");
+  }
+  if (s.kv_layout == kv::Layout::kContiguous && s.kv_prealloc == KvPrealloc::kAuto) {
+    return key_conflict(s.origins, "strategies.kv_cache.prealloc.policy",
+                        "strategies.kv_cache.layout",
+                        "auto sizes a pool of blocks: a contiguous cache holds one whole context "
+                        "per seat (use the paged layout)");
   }
   if (device.is_cpu() && s.kv_dtype && *s.kv_dtype != DType::kF32) {
     return key_conflict(s.origins, "strategies.kv_cache.dtype", "device",
@@ -63,6 +76,7 @@ std::string describe(const StrategyConfig& s, const Device&) {
   if (s.kv_cache && s.kv_layout == kv::Layout::kPaged && !s.prefix_caching) {
     notes.emplace_back("no prefix caching");
   }
+  if (s.kv_cache && s.kv_prealloc == KvPrealloc::kAuto) notes.emplace_back("prealloc auto");
   if (s.kv_dtype) notes.emplace_back(dtype_name(*s.kv_dtype));
   std::string d = fmt::format("kv_cache {}", on_off(s.kv_cache));
   if (notes.empty()) return d;
@@ -84,11 +98,15 @@ const StrategyInfo& kv_cache_strategy() {
         "of block_size positions, taken as a sequence grows"},
        {"block_size", "int in [1, 1024]", "16", "positions per block (paged)"},
        {"prefix_caching", "bool", "true",
-        "share the KV blocks of a prompt prefix already computed (paged)"}},
+        "share the KV blocks of a prompt prefix already computed (paged)"},
+       {"prealloc.policy", "max | auto", "max",
+        "max: a pool for every seat at the context length; auto (paged): one seat's worth, grown "
+        "to seats x (mean x 2 + std) of the lengths requests reach, capped by the context and "
+        "free memory, with preemption for the longer ones"}},
       "{enabled: false}",
       "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step); "
       "LoadOptions::kv_dtype (the cache's element type); EngineCoreOptions::layout, "
-      "block_size, prefix_caching",
+      "block_size, prefix_caching, prealloc",
       "cpu, cuda",
       "docs/strategies/kv_cache.md",
       parse,

@@ -80,6 +80,41 @@ class DeviceKvArena final : public kv::KvArena {
     RINFER_RETURN_IF_ERROR(check_copies(dst, copies));
     return copy(*this, dst, copies);
   }
+  // New buffers on the compute stream (after its work so far), the old blocks copied over.
+  Status grow(std::span<const int32_t> n_blocks) override {
+    RINFER_RETURN_IF_ERROR(check_grow(n_blocks));
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceAllocator * alloc, cuda::plain_device_allocator(device_));
+    const uint64_t per_block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
+                               dtype_traits(spec_.dtype).block_bytes;
+    std::vector<cuda::DeviceBuffer> storage;
+    for (int64_t l = 0; l < spec_.n_layer; ++l) {
+      const auto grp = static_cast<size_t>(spec_.group_of_layer[static_cast<size_t>(l)]);
+      const uint64_t keep = per_block * static_cast<uint64_t>(n_blocks_[grp]);
+      const uint64_t bytes = per_block * static_cast<uint64_t>(n_blocks[grp]);
+      for (int kv = 0; kv < 2; ++kv) {
+        auto b = cuda::DeviceBuffer::create(static_cast<size_t>(std::max<uint64_t>(bytes, 16)),
+                                            device_, compute_, alloc);
+        if (!b.ok()) {
+          return b.status().with_context(
+              fmt::format("growing the KV cache to {} blocks", n_blocks[grp]));
+        }
+        auto* dst = static_cast<uint8_t*>(b->data());
+        RINFER_CUDA_RETURN(
+            cudaMemcpyAsync(dst, kv == 0 ? k(l) : v(l), keep, cudaMemcpyDeviceToDevice, compute_));
+        RINFER_CUDA_RETURN(cudaMemsetAsync(dst + keep, 0, bytes - keep, compute_));
+        storage.push_back(std::move(*b));
+      }
+    }
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(compute_));
+    storage_ = std::move(storage);
+    for (int64_t l = 0; l < spec_.n_layer; ++l) {
+      k_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l)].data();
+      v_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l + 1)].data();
+    }
+    n_blocks_.assign(n_blocks.begin(), n_blocks.end());
+    return ok_status();
+  }
   // Host -> device (a swap in).
   Status pull_blocks(const kv::KvArena& src, std::span<const kv::BlockCopy> copies) override {
     RINFER_RETURN_IF_ERROR(src.check_copies(*this, copies));
