@@ -444,17 +444,17 @@ Result<StepStats> EngineCore::step() {
         on_device && !r.params.want_logits && runner_->samples_on_device(r.sampler->params());
   }
   Status fwd;
-  std::vector<std::mt19937_64> rng_before;
   if (on_device) {
     row_sampling_.clear();
+    rng_saved_.clear();
     for (const ScheduledSeq& q : s.seqs) {
       Request& r = *q.req;
       if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
-      rng_before.push_back(r.sampler->rng());
       DecoderRunner::RowSampling rs;
       rs.sampling = &r.sampler->params();
       rs.history = r.tokens;
-      if (rs.sampling->temperature > 0.0f) {
+      if (rs.sampling->temperature > 0.0f) {  // only a draw moves the RNG
+        rng_saved_.emplace_back(&r, r.sampler->rng());
         // A double just under 1 must not round up to 1.0f.
         rs.uniform =
             std::min(static_cast<float>(r.sampler->next_uniform()), std::nextafter(1.0f, 0.0f));
@@ -469,12 +469,7 @@ Result<StepStats> EngineCore::step() {
   st.forward_ms = ms_between(t0, Clock::now());
   if (on_device && !fwd.ok()) {
     // The draws go back: the step runs again (cancelled) or its requests fail.
-    size_t i = 0;
-    for (const ScheduledSeq& q : s.seqs) {
-      Request& r = *q.req;
-      if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
-      r.sampler->set_rng(rng_before[i++]);
-    }
+    for (auto& [r, rng] : rng_saved_) r->sampler->set_rng(rng);
   }
   if (fwd.code() == StatusCode::kCancelled) {
     interrupt_.store(false);

@@ -23,8 +23,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -168,6 +170,8 @@ class EngineCore {
   std::vector<float> logits_;                             // [max_seqs, n_vocab]
   std::vector<DecoderRunner::RowSampling> row_sampling_;  // device sampling: per logit row
   std::vector<int32_t> sampled_;                          // ... and the ids it chose
+  // The RNG of each request that drew for this step, taken back when the pass fails.
+  std::vector<std::pair<Request*, std::mt19937_64>> rng_saved_;
 };
 
 // How a request run by run_request ended.

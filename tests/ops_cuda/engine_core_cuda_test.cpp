@@ -12,12 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "chat_prompts.h"
 #include "cuda_test_util.h"
 #include "engine/engine_core.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
-#include "models/text_generation.h"
+#include "smollm2_served.h"
 
 namespace rinfer {
 namespace {
@@ -224,45 +223,13 @@ TEST_F(CudaEngineCore, AbortFreesEveryBlock) {
   for (auto& [id, why] : finish) EXPECT_EQ(why, FinishReason::kAborted) << id;
 }
 
-// The real SmolLM2 (Q4_1 weights, dequantized per GEMM) on the H200: 64 chat prompts.
+// The real SmolLM2 (Q4_1 weights, dequantized per GEMM) on the H200: 64 chat prompts
+// (smollm2_served.h).
 TEST(CudaEngineCoreSmolLM2, SixtyFourPromptsTogetherMatchEachAlone) {
   if (!cuda_devices().ok()) GTEST_SKIP() << "no usable CUDA device";
-  const char* kModel = "smollm2-135m-instruct-q4_1";
-  auto path = test::reference_model(kModel);
-  if (!path) GTEST_SKIP() << test::missing_model_message(kModel);
   LoadOptions lo;
   lo.device = Device::cuda(0);
-  auto sample = TextGenerationSample::load_model(*path, lo, "");
-  ASSERT_TRUE(sample.ok()) << sample.status().to_string();
-  std::vector<std::vector<int32_t>> inputs;
-  for (const std::string& s : test::chat_prompts()) {
-    const ChatMessage msg{"user", s};
-    auto ids = (*sample)->preprocess(std::span<const ChatMessage>(&msg, 1));
-    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
-    inputs.push_back(*ids);
-  }
-  EngineCoreOptions o;
-  o.n_ctx = 256;
-  o.scheduler.max_batched_tokens = 256;
-  o.scheduler.max_seqs = 64;
-  auto make = [&] {
-    auto e = EngineCore::create((*sample)->decoder(), o, nullptr);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    return std::move(e).value();
-  };
-  std::vector<Reply> alone;
-  for (const auto& in : inputs) alone.push_back(serve(*make(), {in}, 24, greedy(), nullptr)[0]);
-  const std::vector<Reply> batched = serve(*make(), inputs, 24, greedy(), nullptr);
-  const std::vector<Reply> forced = serve(*make(), inputs, 24, greedy(), &alone);
-  int identical = 0, total = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) identical += batched[i].tokens == alone[i].tokens;
-  const double a = agreement(alone, forced, &total);
-  std::printf(
-      "SmolLM2 on CUDA: identical greedy replies %d of 64; teacher-forced top-1 "
-      "agreement %.4f of %d\n",
-      identical, a, total);
-  EXPECT_GE(identical, 60);
-  EXPECT_GE(a, 0.995);
+  test::expect_smollm2_batched_matches_alone(lo, "SmolLM2 on CUDA");
 }
 
 }  // namespace
