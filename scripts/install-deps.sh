@@ -10,6 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libhwy-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libmicrohttpd-dev  # the HTTP server of rinfer serve
   ccache  # keeps compiled objects between builds (and CI runs) on one machine
 )
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,7 +26,7 @@ constexpr size_t kMaxStopStrings = 64;
 Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   RINFER_RETURN_IF_ERROR(
       m.check_keys({"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-                    "presence_penalty", "seed", "max_tokens", "stop"}));
+                    "presence_penalty", "frequency_penalty", "seed", "max_tokens", "stop"}));
   SamplingParams& s = r.sampling;
   std::optional<double> v;
   RINFER_ASSIGN_OR_RETURN(v, m.get_number("temperature", {0.0, SamplingParams::kMaxTemperature}));
@@ -46,6 +48,8 @@ Status parse_sampling(const YamlMap& m, RecipeConfig& r) {
   if (last_n) s.repeat_last_n = static_cast<int32_t>(*last_n);
   RINFER_ASSIGN_OR_RETURN(v, m.get_number("presence_penalty", {-10.0, 10.0}));
   if (v) s.presence_penalty = static_cast<float>(*v);
+  RINFER_ASSIGN_OR_RETURN(v, m.get_number("frequency_penalty", {-10.0, 10.0}));
+  if (v) s.frequency_penalty = static_cast<float>(*v);
   RINFER_ASSIGN_OR_RETURN(auto seed, m.get_int("seed", 0, INT64_MAX));
   if (seed) {
     s.seed = static_cast<uint64_t>(*seed);
@@ -74,6 +78,34 @@ Status parse_bench(const YamlMap& m, BenchConfig& b, const std::string& file) {
     const fs::path p(*prompts);
     b.prompts = p.is_absolute() ? p.string()
                                 : (fs::path(file).parent_path() / p).lexically_normal().string();
+  }
+  return ok_status();
+}
+
+// A served model's name: letters, digits and . _ - : / (what an OpenAI client sends as `model`).
+Status check_served_name(const YamlMap& m, const std::string& key, const std::string& name) {
+  const bool ok =
+      !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+               c == ':' || c == '/';
+      });
+  if (ok) return ok_status();
+  return m.error(
+      key, fmt::format("'{}' is not a model name (1 to 128 letters, digits and . _ - : /)", name));
+}
+
+Status parse_serve(const YamlMap& m, ServeConfig& sv) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"name", "aliases"}));
+  RINFER_ASSIGN_OR_RETURN(auto name, m.get_string("name"));
+  if (name) {
+    RINFER_RETURN_IF_ERROR(check_served_name(m, "name", *name));
+    sv.name = *name;
+  }
+  RINFER_ASSIGN_OR_RETURN(auto aliases, m.get_string_list("aliases", 16));
+  if (aliases) {
+    for (const std::string& a : *aliases)
+      RINFER_RETURN_IF_ERROR(check_served_name(m, "aliases", a));
+    sv.aliases = std::move(*aliases);
   }
   return ok_status();
 }
@@ -191,7 +223,7 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
     RINFER_ASSIGN_OR_RETURN(YamlMap root, YamlMap::from(doc, path, ""));
     RINFER_RETURN_IF_ERROR(
         root.check_keys({"base", "model", "device", "scenario", "context_length", "strategies",
-                         "sampling", "chat_template", "bench", "precision"}));
+                         "sampling", "chat_template", "bench", "precision", "serve"}));
     RINFER_RETURN_IF_ERROR(apply_base(root, path, r, stack));
     r.chain.push_back(path);
     KeyOrigins& o = r.strategies.origins;
@@ -246,6 +278,11 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
     if (bench) {
       RINFER_RETURN_IF_ERROR(parse_bench(*bench, r.bench, path));
       note_keys(*bench, o);
+    }
+    RINFER_ASSIGN_OR_RETURN(auto serve, root.get_map("serve"));
+    if (serve) {
+      RINFER_RETURN_IF_ERROR(parse_serve(*serve, r.serve));
+      note_keys(*serve, o);
     }
     RINFER_ASSIGN_OR_RETURN(auto precision, root.get_map("precision"));
     if (precision) {

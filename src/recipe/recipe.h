@@ -19,10 +19,12 @@
 //     device_sampling: {enabled: true}  # CUDA
 //     allocator: {kind: caching}        # caching | plain (CUDA)
 //   sampling: {temperature: 0.2, top_k: 40, top_p: 0.9, min_p: 0.05, repeat_penalty: 1.1,
-//              repeat_last_n: 64, presence_penalty: 0, seed: 42, max_tokens: 256, stop: []}
+//              repeat_last_n: 64, presence_penalty: 0, frequency_penalty: 0, seed: 42,
+//              max_tokens: 256, stop: []}
 //   chat_template: chatml               # optional: override the model's template
 //   bench: {prompt_tokens: 512, gen_tokens: 128, repeat: 5, warmup: 1, prompts: ./p.txt}
 //   precision: {min_top1: 0.95, max_mean_kl: 0.02, max_ppl_change: 0.01}
+//   serve: {name: smollm2, aliases: [gpt-4o-mini]}   # rinfer serve's model names
 //
 // Parsing is strict: an unknown key, a wrong type (a quoted "0.5" is a string, not a number),
 // an out-of-range value, a duplicate key or a YAML syntax error is a Status naming the file,
@@ -67,6 +69,12 @@ struct PrecisionGate {
   bool empty() const { return !min_top1 && !max_mean_kl && !max_ppl_change; }
 };
 
+// serve: how `rinfer serve` names this recipe's model (the `model` field of a request).
+struct ServeConfig {
+  std::string name;                  // empty: the recipe's `model` as written
+  std::vector<std::string> aliases;  // more names for it
+};
+
 struct RecipeConfig {
   std::string path;       // the recipe file as given
   std::string model;      // `model` as written
@@ -83,6 +91,7 @@ struct RecipeConfig {
   std::optional<std::string> chat_template;
   BenchConfig bench;
   PrecisionGate precision;
+  ServeConfig serve;
   // The files applied, the deepest base first and this recipe last.
   std::vector<std::string> chain;
 

@@ -84,6 +84,7 @@ SamplingParams random_params(Fuzz& f, int64_t n) {
   p.min_p = f.pick({0.0f, 0.0f, 0.05f, 0.5f, std::nextafter(1.0f, 0.0f)});
   p.repeat_penalty = f.pick({1.0f, 1.0f, 1.1f, 0.5f, 10.0f, 1e-30f});
   p.presence_penalty = f.pick({0.0f, 0.0f, 0.5f, 10.0f, -10.0f});
+  p.frequency_penalty = f.pick({0.0f, 0.0f, 0.3f, 2.0f, -2.0f, 10.0f});
   p.repeat_last_n = static_cast<int32_t>(f.pick<int64_t>({0, 1, 64, 100000}));
   p.seed = f.next();
   return p;
@@ -95,7 +96,8 @@ std::vector<int32_t> random_history(Fuzz& f, int64_t n) {
   return h;
 }
 
-// The penalties as documented (each distinct id in the window once; a finite logit stays finite).
+// The penalties as documented (each distinct id in the window once, the frequency penalty times
+// its count in the window; a finite logit stays finite).
 std::vector<float> penalized(std::vector<float> l, const SamplingParams& p,
                              const std::vector<int32_t>& history) {
   const size_t w = std::min(history.size(), static_cast<size_t>(p.repeat_last_n));
@@ -108,7 +110,10 @@ std::vector<float> penalized(std::vector<float> l, const SamplingParams& p,
     float& x = l[static_cast<size_t>(id)];
     if (!std::isfinite(x)) continue;
     if (p.repeat_penalty != 1.0f) x = x > 0.0f ? x / p.repeat_penalty : x * p.repeat_penalty;
-    x = std::clamp(x - p.presence_penalty, -FLT_MAX, FLT_MAX);
+    const auto count =
+        std::count(history.end() - static_cast<std::ptrdiff_t>(w), history.end(), id);
+    x = std::clamp(x - p.presence_penalty - p.frequency_penalty * static_cast<float>(count),
+                   -FLT_MAX, FLT_MAX);
   }
   return l;
 }

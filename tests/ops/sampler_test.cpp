@@ -210,6 +210,25 @@ TEST(SamplerTest, PresencePenaltyAndGreedyAfterPenalties) {
   EXPECT_FLOAT_EQ(l[0], 1.0f);
 }
 
+TEST(SamplerTest, FrequencyPenaltyCountsOccurrencesInTheWindow) {
+  SamplingParams p = plain(0.0f);
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  p.repeat_last_n = 4;
+  Sampler s(p, 4);
+  std::vector<float> l = {1.0f, 2.0f, 1.8f, 0.0f};
+  // The window is the last 4 ids: 1 three times, 3 once (the leading 2 is outside it).
+  const std::vector<int32_t> history = {2, 1, 1, 1, 3};
+  EXPECT_EQ(ok_id(s.sample(l, history)), 2);
+  EXPECT_FLOAT_EQ(l[1], 2.0f - 0.25f - 1.5f);
+  EXPECT_FLOAT_EQ(l[3], 0.0f - 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(l[2], 1.8f);
+  // The counts are cleared between calls: the same call again penalizes the same amount.
+  std::vector<float> l2 = {1.0f, 2.0f, 1.8f, 0.0f};
+  s.apply_penalties(l2, history);
+  EXPECT_FLOAT_EQ(l2[1], 2.0f - 0.25f - 1.5f);
+}
+
 TEST(SamplerTest, PenaltiesOffByDefaultWindowZeroOrOutOfRangeIds) {
   SamplingParams p = plain(0.0f);
   p.repeat_penalty = 3.0f;
@@ -269,6 +288,9 @@ TEST(SamplerTest, ValidateRejectsNonFiniteAndTinyValues) {
       "repeat_penalty 10.5 must be in (0, 10]");
   bad([&](SamplingParams& p) { p.presence_penalty = nan; }, "presence_penalty nan");
   bad([&](SamplingParams& p) { p.presence_penalty = -inf; }, "presence_penalty -inf");
+  bad([&](SamplingParams& p) { p.frequency_penalty = nan; }, "frequency_penalty nan");
+  bad([](SamplingParams& p) { p.frequency_penalty = -11; },
+      "frequency_penalty -11 must be in [-10, 10]");
   bad([](SamplingParams& p) { p.presence_penalty = 11; },
       "presence_penalty 11 must be in [-10, 10]");
   // The edges that stay accepted.

@@ -29,10 +29,12 @@ sampling:
   repeat_penalty: 1.1
   repeat_last_n: 32
   presence_penalty: 0.5
+  frequency_penalty: -0.25
   seed: 1234
   max_tokens: 99
   stop: ["\n\nUser:", "###"]
 chat_template: chatml
+serve: {name: smol, aliases: [gpt-4o-mini, org/smol:v1]}
 )";
 
 TEST(RecipeTest, ParsesEveryKey) {
@@ -53,6 +55,9 @@ TEST(RecipeTest, ParsesEveryKey) {
   EXPECT_FLOAT_EQ(r->sampling.repeat_penalty, 1.1f);
   EXPECT_EQ(r->sampling.repeat_last_n, 32);
   EXPECT_FLOAT_EQ(r->sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r->sampling.frequency_penalty, -0.25f);
+  EXPECT_EQ(r->serve.name, "smol");
+  EXPECT_EQ(r->serve.aliases, (std::vector<std::string>{"gpt-4o-mini", "org/smol:v1"}));
   EXPECT_EQ(r->sampling.seed, 1234u);
   EXPECT_TRUE(r->seed_set);
   EXPECT_EQ(r->max_tokens, 99);
@@ -212,7 +217,14 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{BASE "sampling: {temperature: 1e-39}\n",
             "bad.yaml:3:25: sampling.temperature: 1e-39 is below the smallest usable temperature "
             "0.0001 (0: greedy)"},
-        Bad{"model: m\n---\nmodel: n\n", "holds 2 YAML documents"}));
+        Bad{"model: m\n---\nmodel: n\n", "holds 2 YAML documents"},
+        Bad{"model: m\nscenario: llm-serve\nserve: {name: 'a b'}\n",
+            "serve.name: 'a b' is not a model name"},
+        Bad{"model: m\nscenario: llm-serve\nserve: {aliases: ['a b']}\n",
+            "serve.aliases: 'a b' is not a model name"},
+        Bad{"model: m\nscenario: llm-serve\nserve: {port: 80}\n", "port"},
+        Bad{"model: m\nscenario: llm-serve\nsampling: {frequency_penalty: 11}\n",
+            "sampling.frequency_penalty"}));
 
 #undef BASE
 

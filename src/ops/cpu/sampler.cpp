@@ -16,6 +16,11 @@ bool by_prob_desc(const TokenProb& a, const TokenProb& b) {
   return a.p > b.p || (a.p == b.p && a.id < b.id);
 }
 
+std::string frequency_note(float frequency_penalty) {
+  return frequency_penalty != 0.0f ? fmt::format(", frequency_penalty {}", frequency_penalty)
+                                   : std::string();
+}
+
 }  // namespace
 
 Status SamplingParams::validate() const {
@@ -45,18 +50,23 @@ Status SamplingParams::validate() const {
     return invalid_argument("presence_penalty {} must be in [{}, {}] (0 = off)", presence_penalty,
                             -kMaxPresencePenalty, kMaxPresencePenalty);
   }
+  if (!(frequency_penalty >= -kMaxPresencePenalty && frequency_penalty <= kMaxPresencePenalty)) {
+    return invalid_argument("frequency_penalty {} must be in [{}, {}] (0 = off)", frequency_penalty,
+                            -kMaxPresencePenalty, kMaxPresencePenalty);
+  }
   return ok_status();
 }
 
 std::string SamplingParams::to_string() const {
   if (temperature <= 0.0f) {
-    return fmt::format("greedy, repeat_penalty {} over {}, presence_penalty {}", repeat_penalty,
-                       repeat_last_n, presence_penalty);
+    return fmt::format("greedy, repeat_penalty {} over {}, presence_penalty {}{}", repeat_penalty,
+                       repeat_last_n, presence_penalty, frequency_note(frequency_penalty));
   }
   return fmt::format(
       "temperature {}, top_k {}, top_p {}, min_p {}, repeat_penalty {} over {}, "
-      "presence_penalty {}, seed {}",
-      temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, seed);
+      "presence_penalty {}{}, seed {}",
+      temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty,
+      frequency_note(frequency_penalty), seed);
 }
 
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
@@ -109,9 +119,20 @@ Status Sampler::find_max(std::span<const float> logits, int32_t* best, float* ma
 void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
   const bool repeat = params_.repeat_penalty != 1.0f;
   const bool presence = params_.presence_penalty != 0.0f;
-  if ((!repeat && !presence) || params_.repeat_last_n == 0 || history.empty()) return;
+  const bool frequency = params_.frequency_penalty != 0.0f;
+  if ((!repeat && !presence && !frequency) || params_.repeat_last_n == 0 || history.empty()) {
+    return;
+  }
   const size_t n = std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));
   const std::span<const int32_t> window = history.last(n);
+  if (frequency) {
+    if (counts_.size() != static_cast<size_t>(n_vocab_)) {
+      counts_.assign(static_cast<size_t>(n_vocab_), 0);
+    }
+    for (int32_t id : window) {
+      if (id >= 0 && id < n_vocab_) ++counts_[static_cast<size_t>(id)];
+    }
+  }
   for (int32_t id : window) {
     if (id < 0 || id >= n_vocab_ || static_cast<size_t>(id) >= logits.size()) continue;
     uint8_t& mark = seen_[static_cast<size_t>(id)];
@@ -121,10 +142,15 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
     if (!std::isfinite(l)) continue;  // -inf stays masked; NaN and +inf are reported later
     if (repeat) l = l > 0.0f ? l / params_.repeat_penalty : l * params_.repeat_penalty;
     l -= params_.presence_penalty;
+    if (frequency) {
+      l -= params_.frequency_penalty * static_cast<float>(counts_[static_cast<size_t>(id)]);
+    }
     l = std::clamp(l, -FLT_MAX, FLT_MAX);  // a finite logit stays finite (and sampleable)
   }
   for (int32_t id : window) {
-    if (id >= 0 && id < n_vocab_) seen_[static_cast<size_t>(id)] = 0;
+    if (id < 0 || id >= n_vocab_) continue;
+    seen_[static_cast<size_t>(id)] = 0;
+    if (frequency) counts_[static_cast<size_t>(id)] = 0;
   }
 }
 

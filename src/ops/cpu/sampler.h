@@ -46,12 +46,14 @@ struct SamplingParams {
   float repeat_penalty = 1.1f;    // 1: off
   int32_t repeat_last_n = 64;     // window of the penalties; 0: off
   float presence_penalty = 0.0f;  // 0: off
+  // Subtracted once per occurrence in the window (OpenAI's frequency_penalty); 0: off.
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 
   // Checks ranges: temperature 0 or in [kMinTemperature, kMaxTemperature], top_k >= 0, top_p in
   // (0, 1], min_p in [0, 1), repeat_penalty in (0, kMaxRepeatPenalty], repeat_last_n >= 0,
-  // presence_penalty in [-kMaxPresencePenalty, kMaxPresencePenalty]; NaN and inf are rejected
-  // everywhere. The error names the field and the value.
+  // presence_penalty and frequency_penalty in [-kMaxPresencePenalty, kMaxPresencePenalty]; NaN
+  // and inf are rejected everywhere. The error names the field and the value.
   Status validate() const;
   std::string to_string() const;
 };
@@ -121,6 +123,7 @@ class Sampler {
   size_t n_cand_ = 0;
   bool sorted_ = false;        // cand_[0, n_cand_) sorted by p, descending
   std::vector<uint8_t> seen_;  // [n_vocab] marks for the penalties, all 0 between calls
+  std::vector<int32_t> counts_;  // [n_vocab] occurrences (frequency_penalty), 0 between calls
 };
 
 }  // namespace rinfer

@@ -37,6 +37,10 @@ Status decode_sampling_supported(const DecodeSampling& s, int64_t n_vocab) {
         "device sampling: repeat_last_n {} must be in [0, {}] (use the host Sampler)", s.last_n,
         kMaxDecodeHistory);
   }
+  if (s.frequency_penalty != 0.0f && s.last_n > 0) {
+    return unsupported("device sampling: frequency_penalty {} (use the host Sampler)",
+                       s.frequency_penalty);
+  }
   if (!(s.repeat_penalty > 0.0f)) {
     return invalid_argument("device sampling: repeat_penalty {} must be > 0", s.repeat_penalty);
   }

@@ -347,11 +347,13 @@ struct DecodeSampling {
   DeviceSampling chain;  // temperature <= 0: argmax
   float repeat_penalty = 1.0f;
   float presence_penalty = 0.0f;
-  int32_t last_n = 0;  // 0..kMaxDecodeHistory
+  float frequency_penalty = 0.0f;  // not on the device yet: unsupported unless 0
+  int32_t last_n = 0;              // 0..kMaxDecodeHistory
 };
 inline constexpr int32_t kMaxDecodeHistory = 1024;
 // OK when the device takes these settings (else kUnsupported or kInvalidArgument, naming the
-// setting: top_k 0 or over kMaxDeviceTopK with temperature > 0, last_n over kMaxDecodeHistory).
+// setting: top_k 0 or over kMaxDeviceTopK with temperature > 0, last_n over kMaxDecodeHistory,
+// a frequency penalty).
 Status decode_sampling_supported(const DecodeSampling& s, int64_t n_vocab);
 
 // Rows of a batch sampled on the device, each with its own settings: the penalties of

@@ -248,6 +248,7 @@ class LlamaCudaModel final : public DecoderModel {
     d.chain = {sp.temperature, sp.top_k, sp.top_p, sp.min_p};
     d.repeat_penalty = sp.repeat_penalty;
     d.presence_penalty = sp.presence_penalty;
+    d.frequency_penalty = sp.frequency_penalty;
     d.last_n = sp.repeat_last_n;
     return d;
   }

@@ -1,0 +1,373 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/unicode.h"
+
+namespace rinfer::server {
+
+using nlohmann::json;
+
+std::string ApiError::to_json() const {
+  nlohmann::ordered_json e = {
+      {"message", message},
+      {"type", type},
+      {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
+      {"code", status}};
+  return nlohmann::ordered_json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+ApiError bad(std::string param, std::string message) {
+  return ApiError{400, std::move(message), std::move(param)};
+}
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "an unknown value";
+  }
+}
+
+// Nesting deeper than kMaxJsonDepth, found before the parser builds it: the byte offset, or -1.
+int64_t too_deep_at(std::string_view s) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return static_cast<int64_t>(i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return -1;
+}
+
+// Reads the optional fields of one request object; the first error wins.
+class Fields {
+ public:
+  explicit Fields(const json& o) : o_(o) {}
+  const std::optional<ApiError>& error() const { return err_; }
+
+  const json* get(const char* key) const {
+    auto it = o_.find(key);
+    if (it == o_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<float> number(const char* key, double lo, double hi) {
+    const json* v = get(key);
+    if (v == nullptr || err_) return std::nullopt;
+    if (!v->is_number()) return fail(key, fmt::format("expected a number, got {}", type_name(*v)));
+    const double d = v->get<double>();
+    if (!(d >= lo && d <= hi)) {
+      return fail(key, fmt::format("{} is out of range: expected a number in [{}, {}]", d, lo, hi));
+    }
+    return static_cast<float>(d);
+  }
+
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) {
+    const json* v = get(key);
+    if (v == nullptr || err_) return std::nullopt;
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (d != std::floor(d) || !(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
+        return fail(key, fmt::format("expected an integer in [{}, {}], got {}", lo, hi, d));
+      }
+      return static_cast<int64_t>(d);
+    }
+    if (!v->is_number_integer()) {
+      return fail(key, fmt::format("expected an integer, got {}", type_name(*v)));
+    }
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return fail(key, fmt::format("{} is out of range [{}, {}]", v->get<uint64_t>(), lo, hi));
+    }
+    const int64_t n = v->get<int64_t>();
+    if (n < lo || n > hi) return fail(key, fmt::format("{} is out of range [{}, {}]", n, lo, hi));
+    return n;
+  }
+
+  std::optional<bool> boolean(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr || err_) return std::nullopt;
+    if (!v->is_boolean())
+      return fail(key, fmt::format("expected true or false, got {}", type_name(*v)));
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> string(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr || err_) return std::nullopt;
+    if (!v->is_string()) return fail(key, fmt::format("expected a string, got {}", type_name(*v)));
+    return v->get<std::string>();
+  }
+
+  // A field the server cannot honour unless it has its neutral value.
+  void refuse_unless(const char* key, bool neutral, const char* why) {
+    if (err_ || get(key) == nullptr || neutral) return;
+    err_ = bad(key, fmt::format("'{}' is not supported: {}", key, why));
+  }
+
+  std::nullopt_t fail(const char* key, std::string message) {
+    if (!err_) err_ = bad(key, fmt::format("'{}': {}", key, message));
+    return std::nullopt;
+  }
+
+ private:
+  const json& o_;
+  std::optional<ApiError> err_;
+};
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::optional<ApiError> content_of(const json& c, const std::string& where, std::string* out) {
+  if (c.is_string()) {
+    *out = c.get<std::string>();
+    return std::nullopt;
+  }
+  if (!c.is_array()) {
+    return bad(where, fmt::format("'{}': expected a string or an array of text parts, got {}",
+                                  where, type_name(c)));
+  }
+  for (size_t i = 0; i < c.size(); ++i) {
+    const json& part = c[i];
+    const std::string pw = fmt::format("{}[{}]", where, i);
+    if (!part.is_object()) {
+      return bad(pw, fmt::format("'{}': expected an object, got {}", pw, type_name(part)));
+    }
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return bad(pw + ".type", fmt::format("'{}.type': expected a string", pw));
+    }
+    if (*type != "text") {
+      return bad(pw + ".type",
+                 fmt::format("'{}.type': '{}' parts are not supported by this model (text only)",
+                             pw, type->get<std::string>()));
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return bad(pw + ".text", fmt::format("'{}.text': expected a string", pw));
+    }
+    *out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& body, std::vector<ChatMessage>* out) {
+  auto it = body.find("messages");
+  if (it == body.end()) return bad("messages", "'messages': missing (required)");
+  if (!it->is_array() || it->empty()) {
+    return bad("messages", fmt::format("'messages': expected a non-empty array of messages, got {}",
+                                       it->is_array() ? "an empty array" : type_name(*it)));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) {
+      return bad(where, fmt::format("'{}': expected an object, got {}", where, type_name(m)));
+    }
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return bad(where + ".role", fmt::format("'{}.role': expected a string", where));
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      return bad(where + ".role",
+                 fmt::format("'{}.role': expected system, developer, user or assistant, got '{}'",
+                             where, role->get<std::string>()));
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      return bad(where + ".content", fmt::format("'{}.content': missing (required)", where));
+    }
+    if (auto e = content_of(*content, where + ".content", &msg.content)) return e;
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end()) return bad("prompt", "'prompt': missing (required)");
+  const json* p = &*it;
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) p = &(*p)[0];
+  if (p->is_string()) {
+    r->prompt = p->get<std::string>();
+    if (r->prompt.empty()) return bad("prompt", "'prompt': the prompt is empty");
+    return std::nullopt;
+  }
+  if (p->is_array() && !p->empty()) {
+    for (const json& t : *p) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        return bad("prompt",
+                   "'prompt': expected a string or one list of token ids (one prompt per request)");
+      }
+      r->prompt_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return std::nullopt;
+  }
+  return bad("prompt", fmt::format("'prompt': expected a string or a list of token ids, got {}",
+                                   p->is_array() ? "an empty or nested list" : type_name(*p)));
+}
+
+std::optional<ApiError> parse_stop(const json& body, GenerationRequest* r) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  std::vector<std::string> stop;
+  if (it->is_string()) {
+    stop.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    for (const json& s : *it) {
+      if (!s.is_string()) {
+        return bad("stop", fmt::format("'stop': expected strings, got {}", type_name(s)));
+      }
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return bad("stop", fmt::format("'stop': expected a string or a list of strings, got {}",
+                                   type_name(*it)));
+  }
+  if (stop.size() > kMaxStop) {
+    return bad("stop", fmt::format("'stop': {} strings; at most {}", stop.size(), kMaxStop));
+  }
+  for (const std::string& s : stop) {
+    if (s.empty() || s.size() > kMaxStopBytes) {
+      return bad("stop", fmt::format("'stop': each string must have 1 to {} bytes", kMaxStopBytes));
+    }
+  }
+  r->stop = std::move(stop);
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint) {
+  size_t bad_at = 0;
+  if (!unicode::is_valid_utf8(body, &bad_at)) {
+    return bad("", fmt::format("the body is not valid UTF-8 (at byte {})", bad_at));
+  }
+  if (const int64_t at = too_deep_at(body); at >= 0) {
+    return bad("",
+               fmt::format("the body nests deeper than {} levels (at byte {})", kMaxJsonDepth, at));
+  }
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    // The parser's own message says where.
+    try {
+      const json again = json::parse(body);
+      (void)again;
+    } catch (const json::parse_error& e) {
+      return bad("", fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+    return bad("", "the body is not valid JSON");
+  }
+  if (!doc.is_object()) {
+    return bad("", fmt::format("the body must be a JSON object, got {}", type_name(doc)));
+  }
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  Fields f(doc);
+  auto model = f.string("model");
+  if (f.error()) return *f.error();
+  if (!model || model->empty()) return bad("model", "'model': missing (required)");
+  r.model = *model;
+
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = parse_messages(doc, &r.messages)) return *e;
+  } else {
+    if (auto e = parse_prompt(doc, &r)) return *e;
+  }
+  if (auto e = parse_stop(doc, &r)) return *e;
+
+  r.stream = f.boolean("stream").value_or(false);
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) {
+      f.fail("stream_options", fmt::format("expected an object, got {}", type_name(*so)));
+    } else {
+      Fields sf(*so);
+      r.include_usage = sf.boolean("include_usage").value_or(false);
+      if (sf.error()) return *sf.error();
+    }
+  }
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  r.max_tokens = f.integer("max_tokens", 1, kMaxTokens);
+  if (endpoint == Endpoint::kChat) {
+    if (auto m = f.integer("max_completion_tokens", 1, kMaxTokens)) r.max_tokens = m;
+  }
+  r.temperature = f.number("temperature", 0.0, 2.0);
+  r.top_p = f.number("top_p", 0.0, 1.0);
+  if (r.top_p && *r.top_p <= 0.0f)
+    f.fail("top_p", fmt::format("{} is out of range: expected a number in (0, 1]", *r.top_p));
+  r.min_p = f.number("min_p", 0.0, 0.999999);
+  r.presence_penalty = f.number("presence_penalty", -2.0, 2.0);
+  r.frequency_penalty = f.number("frequency_penalty", -2.0, 2.0);
+  r.repetition_penalty = f.number("repetition_penalty", 0.01, 10.0);
+  if (auto k = f.integer("top_k", -1, 1 << 24)) r.top_k = static_cast<int32_t>(*k < 0 ? 0 : *k);
+  if (auto s = f.integer("seed", INT64_MIN, INT64_MAX)) r.seed = static_cast<uint64_t>(*s);
+  r.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  if (endpoint == Endpoint::kChat) {
+    r.logprobs = f.boolean("logprobs").value_or(false);
+    if (auto k = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
+      if (!r.logprobs && *k > 0) {
+        f.fail("top_logprobs", "needs \"logprobs\": true");
+      }
+      r.top_logprobs = static_cast<int32_t>(*k);
+    }
+  } else if (auto k = f.integer("logprobs", 0, kMaxTopLogprobs)) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int32_t>(*k);
+  }
+  auto n = f.integer("n", 1, 128);
+  if (n && *n != 1)
+    f.fail("n", fmt::format("only n = 1 is supported (one choice per request), got {}", *n));
+  const json* tools = f.get("tools");
+  f.refuse_unless("tools", tools == nullptr || (tools->is_array() && tools->empty()),
+                  "this server does not call tools");
+  const json* functions = f.get("functions");
+  f.refuse_unless("functions",
+                  functions == nullptr || (functions->is_array() && functions->empty()),
+                  "this server does not call functions");
+  const json* rf = f.get("response_format");
+  f.refuse_unless("response_format",
+                  rf == nullptr || (rf->is_object() && rf->value("type", "") == "text"),
+                  "only {\"type\": \"text\"}");
+  const json* bias = f.get("logit_bias");
+  f.refuse_unless("logit_bias", bias == nullptr || (bias->is_object() && bias->empty()),
+                  "logit biases are not applied");
+  if (endpoint == Endpoint::kCompletion) {
+    const json* echo = f.get("echo");
+    f.refuse_unless("echo", echo == nullptr || (echo->is_boolean() && !echo->get<bool>()),
+                    "the prompt is not echoed");
+    const json* best_of = f.get("best_of");
+    f.refuse_unless("best_of", best_of == nullptr || *best_of == 1, "only best_of = 1");
+    const json* suffix = f.get("suffix");
+    f.refuse_unless("suffix", suffix == nullptr || (suffix->is_string() && suffix->empty()),
+                    "no insertion");
+  }
+  if (f.error()) return *f.error();
+  return r;
+}
+
+}  // namespace rinfer::server

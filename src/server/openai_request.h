@@ -1,0 +1,59 @@
+// The bodies of POST /v1/chat/completions and /v1/completions, parsed and checked: every field
+// of OpenAI's API that the server honours, each with its type and range; fields it cannot
+// honour (n > 1, tools, a JSON response format, logit_bias, echo) are refused by name, and
+// fields it does not know are ignored, as OpenAI's clients send many.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+
+namespace rinfer::server {
+
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // the field, or empty
+  std::string type = "invalid_request_error";
+  std::string to_json() const;
+};
+
+template <typename T>
+using ApiResult = std::variant<T, ApiError>;
+
+enum class Endpoint { kChat, kCompletion };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<ChatMessage> messages;  // chat
+  std::string prompt;                 // completions: text ...
+  std::vector<int32_t> prompt_ids;    // ... or token ids
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::optional<int64_t> max_tokens;
+  std::optional<float> temperature, top_p, min_p, presence_penalty, frequency_penalty,
+      repetition_penalty;
+  std::optional<int32_t> top_k;
+  std::optional<uint64_t> seed;
+  std::optional<std::vector<std::string>> stop;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // alternatives per token (chat top_logprobs, completions logprobs)
+  bool ignore_eos = false;   // an extension for benchmarks: generate max_tokens regardless
+};
+
+// The limits of the API's numbers (OpenAI's where it states them).
+inline constexpr int32_t kMaxTopLogprobs = 20;
+inline constexpr size_t kMaxStop = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+inline constexpr int kMaxJsonDepth = 64;
+
+ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint);
+
+}  // namespace rinfer::server

@@ -1,0 +1,143 @@
+#include "server/openai_response.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/unicode.h"
+
+namespace rinfer::server {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string dump(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+ordered_json bytes_of(std::string_view s) {
+  ordered_json b = ordered_json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+ordered_json chat_logprobs(std::span<const TokenLogprob> lps) {
+  ordered_json content = ordered_json::array();
+  for (const TokenLogprob& t : lps) {
+    ordered_json top = ordered_json::array();
+    for (const auto& [tok, lp] : t.top) {
+      top.push_back({{"token", token_display(tok)}, {"logprob", lp}, {"bytes", bytes_of(tok)}});
+    }
+    content.push_back({{"token", token_display(t.token)},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(t.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+ordered_json completion_logprobs(std::span<const TokenLogprob> lps, int64_t offset) {
+  ordered_json tokens = ordered_json::array(), values = ordered_json::array(),
+               tops = ordered_json::array(), offsets = ordered_json::array();
+  for (const TokenLogprob& t : lps) {
+    tokens.push_back(token_display(t.token));
+    values.push_back(t.logprob);
+    ordered_json top = ordered_json::object();
+    for (const auto& [tok, lp] : t.top) top[token_display(tok)] = lp;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(t.token.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(values)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+ordered_json finish_json(std::string_view finish) {
+  return finish.empty() ? ordered_json(nullptr) : ordered_json(std::string(finish));
+}
+
+ordered_json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+ordered_json head(const ResponseIds& ids, const char* object) {
+  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+}
+
+}  // namespace
+
+std::string token_display(std::string_view bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    size_t len = 1;
+    if (unicode::decode_utf8(bytes, i, &len) < 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+    } else {
+      out.append(bytes.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
+std::string stream_chunk(const ResponseIds& ids, std::string_view text,
+                         std::span<const TokenLogprob> logprobs, bool want_logprobs,
+                         std::string_view finish, bool first) {
+  ordered_json choice;
+  choice["index"] = 0;
+  if (ids.endpoint == Endpoint::kChat) {
+    ordered_json delta = ordered_json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (first && finish.empty())) delta["content"] = std::string(text);
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = want_logprobs ? chat_logprobs(logprobs) : ordered_json(nullptr);
+  } else {
+    choice["text"] = std::string(text);
+    choice["logprobs"] = want_logprobs ? completion_logprobs(logprobs, 0) : ordered_json(nullptr);
+  }
+  choice["finish_reason"] = finish_json(finish);
+  ordered_json j =
+      head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return fmt::format("data: {}\n\n", dump(j));
+}
+
+std::string stream_usage(const ResponseIds& ids, const Usage& usage) {
+  ordered_json j =
+      head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ordered_json::array();
+  j["usage"] = usage_json(usage);
+  return fmt::format("data: {}\n\n", dump(j));
+}
+
+std::string stream_error(const ApiError& e) { return fmt::format("data: {}\n\n", e.to_json()); }
+
+std::string full_response(const ResponseIds& ids, std::string_view text,
+                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
+                          std::string_view finish, const Usage& usage) {
+  ordered_json choice;
+  choice["index"] = 0;
+  if (ids.endpoint == Endpoint::kChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+    choice["logprobs"] = want_logprobs ? chat_logprobs(logprobs) : ordered_json(nullptr);
+  } else {
+    choice["text"] = std::string(text);
+    choice["logprobs"] = want_logprobs ? completion_logprobs(logprobs, 0) : ordered_json(nullptr);
+  }
+  choice["finish_reason"] = finish_json(finish);
+  ordered_json j =
+      head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion");
+  j["choices"] = ordered_json::array({std::move(choice)});
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+}  // namespace rinfer::server

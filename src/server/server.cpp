@@ -1,0 +1,293 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/web_assets.h"
+
+namespace rinfer::server {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// A time-independent comparison of the key a client sent with the server's.
+bool same_key(std::string_view a, std::string_view b) {
+  if (a.size() != b.size() || b.empty()) return false;
+  unsigned diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
+}
+
+// The route label of the metrics: a known path, or "other".
+std::string route_of(std::string_view path) {
+  for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models",
+                                 "/v1/embeddings", "/health", "/metrics"}) {
+    if (path == known) return std::string(known);
+  }
+  for (const WebAsset& a : web_assets()) {
+    if (path == a.path || path == "/") return "/";
+  }
+  return "other";
+}
+
+bool is_json(std::string_view content_type) {
+  const std::string t = lower(content_type.substr(0, content_type.find(';')));
+  std::string trimmed;
+  for (char c : t) {
+    if (c != ' ' && c != '\t') trimmed += c;
+  }
+  return trimmed == "application/json";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::start(std::vector<RecipeConfig> recipes,
+                                              ServerOptions opts) {
+  if (recipes.empty()) return invalid_argument("rinfer serve: no recipe given");
+  for (const RecipeConfig& r : recipes) {
+    if (r.scenario != "llm-chat" && r.scenario != "llm-serve") {
+      return unsupported("{}: scenario '{}' cannot be served yet (llm-chat and llm-serve can)",
+                         r.path, r.scenario);
+    }
+  }
+  // Two recipes must not answer to one name.
+  std::vector<std::string> names;
+  for (const RecipeConfig& r : recipes) {
+    names.push_back(r.serve.name.empty() ? r.model : r.serve.name);
+    for (const std::string& a : r.serve.aliases) names.push_back(a);
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::count(names.begin(), names.end(), names[i]) > 1) {
+      return invalid_argument(
+          "rinfer serve: two recipes answer to the model name '{}' (set serve.name or "
+          "serve.aliases in one of them)",
+          names[i]);
+    }
+  }
+  std::unique_ptr<Server> s(new Server());
+  s->opts_ = std::move(opts);
+  s->recipes_ = std::move(recipes);
+  declare_server_metrics(s->metrics_);
+  Server* self = s.get();
+  auto http = HttpServer::start(
+      s->opts_.host, s->opts_.port, s->opts_.http,
+      [self](const std::shared_ptr<HttpExchange>& ex) { self->handle(ex); },
+      [self](const std::string& path, int status) {
+        self->metrics_.add("rinfer_http_requests_total",
+                           {{"route", route_of(path)}, {"status", std::to_string(status)}});
+      });
+  if (!http.ok()) return http.status();
+  s->http_ = std::move(http).value();
+  s->loader_ = std::thread([self] {
+    Status st;
+    for (const RecipeConfig& r : self->recipes_) {
+      auto m = ServedModel::load(r, self->opts_.serve, self->metrics_);
+      if (!m.ok()) {
+        st = m.status();
+        break;
+      }
+      (*m)->start();
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->models_.push_back(std::move(m).value());
+    }
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->load_status_ = st;
+      self->loaded_ = true;
+      if (st.ok()) self->ready_.store(true);
+    }
+    self->loaded_cv_.notify_all();
+  });
+  return s;
+}
+
+Server::~Server() { shutdown(); }
+
+Status Server::wait_loaded() {
+  std::unique_lock<std::mutex> lock(mu_);
+  loaded_cv_.wait(lock, [this] { return loaded_; });
+  return load_status_;
+}
+
+size_t Server::shutdown() {
+  if (!http_) return 0;
+  http_->stop_accepting();
+  if (loader_.joinable()) loader_.join();
+  std::vector<ServedModel*> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& m : models_) models.push_back(m.get());
+  }
+  for (ServedModel* m : models) m->stop_admitting();
+  const auto deadline = std::chrono::steady_clock::now() + opts_.drain;
+  size_t aborted = 0;
+  for (ServedModel* m : models) {
+    if (!m->wait_idle(deadline)) {
+      aborted += m->in_flight();
+      m->abort_all();
+    }
+  }
+  // The aborted requests' last events answer their connections.
+  for (ServedModel* m : models) {
+    m->wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    m->stop();
+  }
+  http_->stop();
+  http_.reset();
+  return aborted;
+}
+
+ServedModel* Server::find_model(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& m : models_) {
+    if (m->answers_to(name)) return m.get();
+  }
+  return nullptr;
+}
+
+void Server::reply(HttpExchange& ex, HttpResponse r) { ex.respond(std::move(r)); }
+
+void Server::reply_error(HttpExchange& ex, const ApiError& e) {
+  reply(ex, HttpResponse{e.status, "application/json", e.to_json(), {}, false});
+}
+
+std::string Server::models_json() {
+  nlohmann::ordered_json data = nlohmann::ordered_json::array();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const RecipeConfig& r : recipes_) {
+    const std::string name = r.serve.name.empty() ? r.model : r.serve.name;
+    bool ready = false;
+    int64_t ctx = r.context_length;
+    for (auto& m : models_) {
+      if (m->name() == name) {
+        ready = true;
+        ctx = m->context_length();
+      }
+    }
+    auto entry = [&](const std::string& id) {
+      return nlohmann::ordered_json{{"id", id},
+                                    {"object", "model"},
+                                    {"created", 0},
+                                    {"owned_by", "recipes-infer"},
+                                    {"root", name},
+                                    {"recipe", r.path},
+                                    {"context_length", ctx},
+                                    {"ready", ready}};
+    };
+    data.push_back(entry(name));
+    for (const std::string& a : r.serve.aliases) data.push_back(entry(a));
+  }
+  return nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}}.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
+  const HttpRequest& req = ex->request();
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+  auto wrong_method = [&](const char* allowed) {
+    reply_error(*ex, ApiError{405, fmt::format("{} takes {}, not {}", path, allowed, req.method),
+                              "", "invalid_request_error"});
+  };
+
+  if (path.starts_with("/v1/") && !opts_.api_key.empty()) {
+    const std::string_view auth = req.header("authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!auth.starts_with(kBearer) || !same_key(auth.substr(kBearer.size()), opts_.api_key)) {
+      return reply_error(*ex, ApiError{401,
+                                       auth.empty() ? "no API key: send 'Authorization: Bearer KEY'"
+                                                    : "the API key is not the server's",
+                                       "", "invalid_api_key"});
+    }
+  }
+  if (path == "/health") {
+    if (!get) return wrong_method("GET");
+    const bool ready = ready_.load();
+    return reply(*ex, HttpResponse{ready ? 200 : 503,
+                                   "application/json",
+                                   ready ? R"({"status":"ready"})" : R"({"status":"loading"})",
+                                   {},
+                                   false});
+  }
+  if (path == "/metrics") {
+    if (!get) return wrong_method("GET");
+    return reply(*ex, HttpResponse{200, "text/plain; version=0.0.4", metrics_.render(), {}, false});
+  }
+  if (path == "/v1/models") {
+    if (!get) return wrong_method("GET");
+    return reply(*ex, HttpResponse{200, "application/json", models_json(), {}, false});
+  }
+  if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (!post) return wrong_method("POST");
+    return handle_generation(
+        ex, path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion);
+  }
+  if (path == "/v1/embeddings") {
+    return reply_error(*ex,
+                       ApiError{404,
+                                "no embedding model is served here: /v1/embeddings needs an "
+                                "embedding recipe, and this server serves text generation only",
+                                "model", "not_found_error"});
+  }
+  if (get) {
+    for (const WebAsset& a : web_assets()) {
+      if (path == a.path || (path == "/" && a.path == "/index.html")) {
+        return reply(*ex, HttpResponse{200,
+                                       std::string(a.type),
+                                       std::string(a.body),
+                                       {{"Cache-Control", "no-cache"}},
+                                       false});
+      }
+    }
+  }
+  reply_error(
+      *ex, ApiError{404, fmt::format("no route {} {}", req.method, path), "", "not_found_error"});
+}
+
+void Server::handle_generation(const std::shared_ptr<HttpExchange>& ex, Endpoint endpoint) {
+  const HttpRequest& req = ex->request();
+  if (!is_json(req.header("content-type"))) {
+    return reply_error(
+        *ex,
+        ApiError{415,
+                 fmt::format("the body must be JSON (Content-Type: application/json), got '{}'",
+                             req.header("content-type")),
+                 "", "invalid_request_error"});
+  }
+  auto parsed = parse_generation_request(req.body, endpoint);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(*ex, *e);
+  const GenerationRequest& g = std::get<GenerationRequest>(parsed);
+  ServedModel* m = find_model(g.model);
+  if (m == nullptr) {
+    if (!ready_.load()) {
+      return reply_error(
+          *ex, ApiError{503, fmt::format("the models are loading; '{}' is not ready yet", g.model),
+                        "model", "model_loading"});
+    }
+    std::string known;
+    for (const RecipeConfig& r : recipes_) {
+      known += (known.empty() ? "" : ", ") + (r.serve.name.empty() ? r.model : r.serve.name);
+    }
+    return reply_error(
+        *ex,
+        ApiError{404, fmt::format("model '{}' is not served here (served: {})", g.model, known),
+                 "model", "model_not_found"});
+  }
+  m->serve(g, ex);
+}
+
+}  // namespace rinfer::server
