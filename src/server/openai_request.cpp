@@ -272,16 +272,11 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
     return bad("",
                fmt::format("the body nests deeper than {} levels (at byte {})", kMaxJsonDepth, at));
   }
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    // The parser's own message says where.
-    try {
-      const json again = json::parse(body);
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return bad("", fmt::format("the body is not valid JSON: {}", e.what()));
-    }
-    return bad("", "the body is not valid JSON");
+  json doc;
+  try {
+    doc = json::parse(body);  // the parser's message says where it failed
+  } catch (const json::exception& e) {  // a syntax error, a number that overflows a double
+    return bad("", fmt::format("the body is not valid JSON: {}", e.what()));
   }
   if (!doc.is_object()) {
     return bad("", fmt::format("the body must be a JSON object, got {}", type_name(doc)));

@@ -96,6 +96,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Bad{"", "", "not valid JSON"}, Bad{"{", "", "not valid JSON"},
         Bad{"[1]", "", "must be a JSON object, got an array"},
+        Bad{chat(R"("temperature": 1e400)"), "", "number overflow"},
         Bad{"{\"model\": \"m\xff\"}", "", "not valid UTF-8 (at byte 12)"},
         Bad{std::string(100, '[') + std::string(100, ']'), "", "nests deeper than 64"},
         Bad{R"({"messages": []})", "model", "'model': missing"},

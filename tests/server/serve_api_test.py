@@ -1,0 +1,319 @@
+"""rinfer serve on loopback, used through curl and the official `openai` Python client: chat and
+completions, streamed and whole, stop strings, max tokens, usage, logprobs, seeds, the model list,
+every error status, a client that leaves mid-stream, a full queue and a graceful SIGTERM.
+
+  .venv-test/bin/python tests/server/serve_api_test.py --rinfer build/default/rinfer
+"""
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import unittest
+
+import harness
+from harness import SMOLLM2, SMOLLM2_RECIPE, Server, curl, sse_events
+
+harness.require_model()
+import openai  # noqa: E402  (after the skip: the venv may be absent where the model is)
+
+KEY = "test-key-123"
+AUTH = ["-H", "Authorization: Bearer " + KEY]
+JSON = ["-H", "Content-Type: application/json"]
+
+
+def chat_body(content="What is the capital of France?", **kw):
+    body = {"model": SMOLLM2, "messages": [{"role": "user", "content": content}],
+            "temperature": 0, "max_tokens": 12}
+    body.update(kw)
+    return body
+
+
+class ServeApiTest(unittest.TestCase):
+    srv = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(SMOLLM2_RECIPE, "--api-key", KEY, "--max-body-bytes", "65536",
+                         "--max-headers", "40", "--timeout", "5", "--threads", "2").__enter__()
+        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key=KEY, max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+
+    def curl_post(self, path, body, *extra):
+        data = body if isinstance(body, str) else json.dumps(body)
+        return curl(self.srv.url + path, *AUTH, *JSON, "--data-binary", data, *extra)
+
+    def error_of(self, body):
+        e = json.loads(body)["error"]
+        for k in ("message", "type", "param", "code"):
+            self.assertIn(k, e)
+        return e
+
+    # -- curl ------------------------------------------------------------------------------------
+
+    def test_health_models_and_metrics(self):
+        status, body = curl(self.srv.url + "/health")
+        self.assertEqual((status, json.loads(body)), (200, {"status": "ready"}))
+        status, body = curl(self.srv.url + "/v1/models", *AUTH)
+        self.assertEqual(status, 200)
+        ids = [m["id"] for m in json.loads(body)["data"]]
+        self.assertEqual(ids, [SMOLLM2])
+        status, body = curl(self.srv.url + "/metrics")
+        self.assertEqual(status, 200)
+        for family in ("rinfer_http_requests_total", "rinfer_time_to_first_token_seconds",
+                       "rinfer_kv_blocks_used", "rinfer_requests_waiting",
+                       "rinfer_prefix_cache_hit_rate", "rinfer_preemptions_total"):
+            self.assertIn("# TYPE " + family, body)
+
+    def test_chat_whole_and_streamed_agree(self):
+        status, body = self.curl_post("/v1/chat/completions", chat_body())
+        self.assertEqual(status, 200, body)
+        whole = json.loads(body)
+        self.assertEqual(whole["object"], "chat.completion")
+        choice = whole["choices"][0]
+        self.assertEqual(choice["message"]["role"], "assistant")
+        self.assertTrue(choice["message"]["content"])
+        self.assertIn(choice["finish_reason"], ("stop", "length"))
+        u = whole["usage"]
+        self.assertGreater(u["prompt_tokens"], 10)
+        self.assertLessEqual(u["completion_tokens"], 12)
+        self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
+
+        status, body = self.curl_post("/v1/chat/completions",
+                                      chat_body(stream=True, stream_options={"include_usage": True}),
+                                      "-N")
+        self.assertEqual(status, 200, body)
+        events, done = sse_events(body)
+        self.assertTrue(done, body)
+        self.assertEqual(events[0]["object"], "chat.completion.chunk")
+        self.assertEqual(events[0]["choices"][0]["delta"].get("role"), "assistant")
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+        # Greedy: the streamed reply is the whole one, piece by piece.
+        self.assertEqual(text, choice["message"]["content"])
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], u["completion_tokens"])
+        finishes = [e["choices"][0]["finish_reason"] for e in events if e["choices"]]
+        self.assertEqual(finishes[-1], choice["finish_reason"])
+        self.assertTrue(all(f is None for f in finishes[:-1]))
+        self.assertEqual(len({e["id"] for e in events}), 1)
+
+    def test_completions_whole_and_streamed(self):
+        body = {"model": SMOLLM2, "prompt": "The three primary colors are", "max_tokens": 8,
+                "temperature": 0, "ignore_eos": True}
+        status, whole = self.curl_post("/v1/completions", body)
+        self.assertEqual(status, 200, whole)
+        whole = json.loads(whole)
+        self.assertEqual(whole["object"], "text_completion")
+        self.assertEqual(whole["usage"]["completion_tokens"], 8)
+        self.assertEqual(whole["choices"][0]["finish_reason"], "length")
+        status, streamed = self.curl_post("/v1/completions", dict(body, stream=True), "-N")
+        events, done = sse_events(streamed)
+        self.assertTrue(done)
+        self.assertEqual("".join(e["choices"][0]["text"] for e in events),
+                         whole["choices"][0]["text"])
+
+    def test_error_statuses(self):
+        url = self.srv.url
+        with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+            f.write(b'{"model": "x\xff", "messages": []}')
+            self.bad_utf8 = f.name
+        self.addCleanup(os.unlink, f.name)
+        cases = [
+            # (curl args, status, substring of the message, param)
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d", "{not json"], 400, "not valid JSON", None),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d",
+              json.dumps(chat_body(temperature="hot"))], 400, "expected a number", "temperature"),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d",
+              json.dumps(chat_body(max_tokens=-1))], 400, "out of range", "max_tokens"),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "--data-binary", "@" + self.bad_utf8],
+             400, "not valid UTF-8", None),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d",
+              json.dumps(chat_body(content="word " * 3000))], 400, "context", "messages"),
+            ([url + "/v1/chat/completions", *JSON, "-d", json.dumps(chat_body())], 401, "API key", None),
+            ([url + "/v1/chat/completions", "-H", "Authorization: Bearer wrong", *JSON, "-d",
+              json.dumps(chat_body())], 401, "API key", None),
+            ([url + "/v1/nowhere", *AUTH], 404, "no route", None),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d",
+              json.dumps(chat_body(model="gpt-9"))], 404, "not served here", "model"),
+            ([url + "/v1/embeddings", *AUTH, *JSON, "-d", '{"model": "x", "input": "hi"}'], 404,
+             "no embedding model", "model"),
+            ([url + "/v1/chat/completions", *AUTH], 405, "takes POST", None),
+            ([url + "/v1/chat/completions", *AUTH, *JSON, "-d", "x" * 70000], 413, "at most 65536", None),
+            ([url + "/v1/chat/completions", *AUTH, "-H", "Content-Type: text/plain", "-d",
+              json.dumps(chat_body())], 415, "must be JSON", None),
+            ([url + "/health", *[a for i in range(60) for a in ("-H", f"X-H{i}: v")]], 431,
+             "header fields", None),
+        ]
+        for args, status, needle, param in cases:
+            got, body = curl(*args)
+            self.assertEqual(got, status, f"{args[:1]} {body}")
+            e = self.error_of(body)
+            self.assertIn(needle, e["message"])
+            if param:
+                self.assertEqual(e["param"], param)
+        # The server still serves.
+        self.assertEqual(self.curl_post("/v1/chat/completions", chat_body(max_tokens=2))[0], 200)
+
+    def test_a_client_leaving_mid_stream_frees_its_blocks(self):
+        aborted = self.srv.metric("rinfer_requests_total", {"model": SMOLLM2, "finish": "aborted"})
+        body = json.dumps(chat_body(content="Tell me a long story.", max_tokens=400,
+                                    ignore_eos=True, stream=True)).encode()
+        s = socket.create_connection(("127.0.0.1", self.srv.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                  KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += s.recv(4096)
+        self.assertGreater(self.srv.metric("rinfer_kv_blocks_used", {"model": SMOLLM2}), 0)
+        s.close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if (self.srv.metric("rinfer_requests_in_flight", {"model": SMOLLM2}) == 0 and
+                    self.srv.metric("rinfer_kv_blocks_used", {"model": SMOLLM2}) == 0):
+                break
+            time.sleep(0.05)
+        self.assertEqual(self.srv.metric("rinfer_kv_blocks_used", {"model": SMOLLM2}), 0)
+        self.assertEqual(
+            self.srv.metric("rinfer_requests_total", {"model": SMOLLM2, "finish": "aborted"}),
+            aborted + 1)
+
+    # -- the openai client -----------------------------------------------------------------------
+
+    def test_openai_chat_stream_and_models(self):
+        c = self.client
+        self.assertEqual([m.id for m in c.models.list()], [SMOLLM2])
+        r = c.chat.completions.create(model=SMOLLM2, messages=[{"role": "user", "content": "Hi!"}],
+                                      temperature=0, max_tokens=10)
+        self.assertTrue(r.choices[0].message.content)
+        self.assertLessEqual(r.usage.completion_tokens, 10)
+        stream = c.chat.completions.create(model=SMOLLM2,
+                                           messages=[{"role": "user", "content": "Hi!"}],
+                                           temperature=0, max_tokens=10, stream=True,
+                                           stream_options={"include_usage": True})
+        parts, usage = [], None
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            for ch in chunk.choices:
+                parts.append(ch.delta.content or "")
+        self.assertEqual("".join(parts), r.choices[0].message.content)
+        self.assertEqual(usage.completion_tokens, r.usage.completion_tokens)
+
+    def test_openai_completions_max_tokens_and_stop(self):
+        c = self.client
+        prompt = "List the days of the week: Monday, Tuesday,"
+        r = c.completions.create(model=SMOLLM2, prompt=prompt, temperature=0, max_tokens=16,
+                                 extra_body={"ignore_eos": True})
+        self.assertEqual(r.usage.completion_tokens, 16)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        text = r.choices[0].text
+        words = [w for w in text.split() if len(w) > 3]
+        self.assertTrue(words, text)
+        stop = words[len(words) // 2]
+        r2 = c.completions.create(model=SMOLLM2, prompt=prompt, temperature=0, max_tokens=16,
+                                  stop=[stop], extra_body={"ignore_eos": True})
+        self.assertEqual(r2.choices[0].finish_reason, "stop")
+        self.assertEqual(r2.choices[0].text, text[: text.index(stop)])
+
+    def test_openai_logprobs_and_seeds(self):
+        c = self.client
+        r = c.chat.completions.create(model=SMOLLM2, messages=[{"role": "user", "content": "Hi"}],
+                                      temperature=0, max_tokens=6, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            lps = [a.logprob for a in t.top_logprobs]
+            self.assertEqual(lps, sorted(lps, reverse=True))
+            self.assertEqual(t.top_logprobs[0].token, t.token)  # greedy picks the top one
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
+        self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
+
+        def sample(seed):
+            return c.chat.completions.create(
+                model=SMOLLM2, messages=[{"role": "user", "content": "Write a word."}],
+                temperature=1.0, top_p=1.0, max_tokens=12, seed=seed).choices[0].message.content
+
+        self.assertEqual(sample(7), sample(7))
+
+    def test_openai_errors(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model=SMOLLM2,
+                                                messages=[{"role": "user", "content": "x"}],
+                                                temperature=5)
+        self.assertIn("temperature", str(e.exception))
+        with self.assertRaises(openai.NotFoundError):
+            self.client.chat.completions.create(model="nope",
+                                                messages=[{"role": "user", "content": "x"}])
+        bad = openai.OpenAI(base_url=self.srv.url + "/v1", api_key="wrong", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.models.list()
+
+
+class QueueAndShutdownTest(unittest.TestCase):
+    def test_full_queue_is_429_and_sigterm_drains(self):
+        with Server(SMOLLM2_RECIPE, "--max-queue", "0", "--threads", "2",
+                    "--drain-timeout", "120") as srv:
+            body = {"model": SMOLLM2, "prompt": "Count: 1, 2, 3,", "max_tokens": 24,
+                    "temperature": 0, "ignore_eos": True}
+            results = []
+            lock = threading.Lock()
+
+            def one():
+                status, data = srv.post("/v1/completions", body)
+                with lock:
+                    results.append((status, data))
+
+            threads = [threading.Thread(target=one) for _ in range(40)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            statuses = sorted(s for s, _ in results)
+            self.assertIn(429, statuses)
+            self.assertGreaterEqual(statuses.count(200), 16)
+            self.assertEqual(set(statuses), {200, 429})
+            for status, data in results:
+                if status == 429:
+                    self.assertIn("busy", json.loads(data)["error"]["message"])
+                else:
+                    self.assertEqual(json.loads(data)["usage"]["completion_tokens"], 24)
+
+            # SIGTERM with streams in flight: they finish, new connections are refused, exit 0.
+            streams = []
+
+            def stream():
+                status, data = srv.post("/v1/completions", dict(body, stream=True, max_tokens=48))
+                with lock:
+                    streams.append((status, data.decode()))
+
+            threads = [threading.Thread(target=stream) for _ in range(4)]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 60
+            while srv.metric("rinfer_requests_running", {"model": SMOLLM2}) < 4 and time.time() < deadline:
+                time.sleep(0.02)
+            srv.proc.send_signal(15)
+            time.sleep(0.5)
+            with self.assertRaises(OSError):
+                socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+            for t in threads:
+                t.join()
+            self.assertEqual(srv.stop(), 0, "".join(srv.stderr_lines))
+            self.assertEqual(len(streams), 4)
+            for status, data in streams:
+                self.assertEqual(status, 200)
+                events, done = sse_events(data)
+                self.assertTrue(done)
+                self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
