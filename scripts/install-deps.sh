@@ -12,6 +12,7 @@ PACKAGES=(
   libpcre2-dev libhwy-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev  # the HTTP server of rinfer serve
+  chromium  # the headless browser that drives the chat page in tests/server/serve_web_test.py
   ccache  # keeps compiled objects between builds (and CI runs) on one machine
 )
 

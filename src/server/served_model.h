@@ -42,6 +42,7 @@ class ServedModel {
   bool answers_to(std::string_view model) const;
   int64_t context_length() const { return engine_->context_length(); }
   int64_t seats() const;
+  int64_t vocab_size() const { return engine_->decoder().hparams().n_vocab; }
   const RecipeConfig& recipe() const { return engine_->recipe(); }
 
   void start();

@@ -170,11 +170,12 @@ std::string Server::models_json() {
   for (const RecipeConfig& r : recipes_) {
     const std::string name = r.serve.name.empty() ? r.model : r.serve.name;
     bool ready = false;
-    int64_t ctx = r.context_length;
+    int64_t ctx = r.context_length, vocab = 0;
     for (auto& m : models_) {
       if (m->name() == name) {
         ready = true;
         ctx = m->context_length();
+        vocab = m->vocab_size();
       }
     }
     auto entry = [&](const std::string& id) {
@@ -185,6 +186,7 @@ std::string Server::models_json() {
                                     {"root", name},
                                     {"recipe", r.path},
                                     {"context_length", ctx},
+                                    {"vocab_size", vocab},
                                     {"ready", ready}};
     };
     data.push_back(entry(name));

@@ -37,6 +37,7 @@
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
 #include "tools/output.h"
+#include "tools/serve_load.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -115,61 +116,14 @@ Result<ServedModel> load_served(const RecipeConfig& r) {
   return m;
 }
 
-struct Job {
-  std::vector<int32_t> prompt;
-  int64_t output = 0;
-  double arrival_s = 0;  // --rate: when it is submitted
-};
-
-// The workload: fixed lengths, or a log-normal spread around them (median the given length,
-// sigma 1, clipped to [1/8, 8] of it and to the context) for a long-tailed mix.
-std::vector<Job> make_jobs(const ServeArgs& a, int64_t n_vocab, int64_t n_ctx) {
-  std::mt19937_64 rng(a.seed);
-  std::lognormal_distribution<double> spread(0.0, 1.0);
-  std::exponential_distribution<double> gap(a.rate > 0 ? a.rate : 1.0);
-  auto length = [&](int64_t median) {
-    if (a.mix == "fixed") return median;
-    const double x = std::clamp(spread(rng), 0.125, 8.0);
-    return std::max<int64_t>(1,
-                             static_cast<int64_t>(std::llround(static_cast<double>(median) * x)));
-  };
-  std::vector<int32_t> shared;
-  for (int64_t k = 0; k < a.shared_prefix; ++k) {
-    shared.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
-  }
-  std::vector<Job> jobs;
-  double t = 0;
-  for (int64_t i = 0; i < a.requests; ++i) {
-    Job j;
-    int64_t in = length(a.input_len), out = length(a.output_len);
-    in = std::min(in, n_ctx - 2);
-    out = std::min(out, n_ctx - 1 - in);
-    for (int64_t k = 0; k < in; ++k) {
-      j.prompt.push_back(k < static_cast<int64_t>(shared.size())
-                             ? shared[static_cast<size_t>(k)]
-                             : static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
-    }
-    j.output = out;
-    if (a.rate > 0) t += gap(rng);
-    j.arrival_s = t;
-    jobs.push_back(std::move(j));
-  }
-  return jobs;
+LoadSpec load_spec(const ServeArgs& a) {
+  return LoadSpec{a.requests, a.input_len, a.output_len, a.mix, a.shared_prefix, a.rate, a.seed};
 }
 
 struct Done {
   double submit_s = 0, first_s = 0, finish_s = 0;
   int64_t input = 0, output = 0, cached = 0;
 };
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = p * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 struct Outcome {
   std::vector<Done> done;
@@ -186,7 +140,7 @@ struct Outcome {
 };
 
 // Drives one engine core through the workload.
-Result<Outcome> serve(EngineCore& core, const std::vector<Job>& jobs, const ServeArgs& a,
+Result<Outcome> serve(EngineCore& core, const std::vector<LoadJob>& jobs, const ServeArgs& a,
                       int64_t concurrency, const std::string& label) {
   Outcome o;
   o.done.resize(jobs.size());
@@ -444,7 +398,7 @@ int run_bench_serve(const ServeArgs& a) {
         fmt::format("{}: bench-serve runs the engine core, which needs the KV cache on", a.recipe));
   }
   const int64_t concurrency = a.concurrency > 0 ? a.concurrency : opts.scheduler.max_seqs;
-  const std::vector<Job> jobs = make_jobs(a, model.hparams().n_vocab, r.context_length);
+  const std::vector<LoadJob> jobs = make_load(load_spec(a), model.hparams().n_vocab, r.context_length);
   report["settings"] = {{"requests", a.requests},
                         {"input_len", a.input_len},
                         {"shared_prefix", a.shared_prefix},
@@ -470,7 +424,7 @@ int run_bench_serve(const ServeArgs& a) {
     w.requests = std::min<int64_t>(a.requests, 2 * concurrency);
     w.output_len = std::min<int64_t>(a.output_len, 32);
     w.rate = 0;
-    std::vector<Job> warm = make_jobs(w, model.hparams().n_vocab, r.context_length);
+    std::vector<LoadJob> warm = make_load(load_spec(w), model.hparams().n_vocab, r.context_length);
     auto wcore = EngineCore::create(model, opts, nullptr);
     if (!wcore.ok()) return report_error(wcore.status().with_context(a.recipe).message());
     auto o = serve(**wcore, warm, w, concurrency, "warm-up");

@@ -88,6 +88,7 @@ int run_cli(int argc, char** argv) {
   add_bench_command(app, exit_code);
   add_bench_serve_command(app, exit_code);
   add_serve_command(app, exit_code);
+  add_loadgen_command(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {

@@ -17,6 +17,7 @@ void add_quantize_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
 void add_bench_serve_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
+void add_loadgen_command(CLI::App& app, int& exit_code);
 
 // Prints "rinfer: error: <message>" on stderr (one line) and returns the exit code 1.
 int report_error(const std::string& message);
