@@ -17,9 +17,10 @@ std::string_view openai_finish_reason(FinishReason r) {
 }
 
 Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
-                       const GenerationRequest& req, const Tokenizer& tokenizer, Metrics& metrics)
+                       const GenerationRequest& req, const Tokenizer* tokenizer, Metrics& metrics)
     : ex_(std::move(ex)),
       ids_(std::move(ids)),
+      delta_(ids_),
       tokenizer_(tokenizer),
       metrics_(metrics),
       stream_(req.stream),
@@ -27,9 +28,14 @@ Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
       want_logprobs_(req.logprobs),
       top_logprobs_(req.top_logprobs) {}
 
+std::string Completion::token_text(int32_t token) const {
+  if (tokenizer_ == nullptr) return "<" + std::to_string(token) + ">";
+  return std::string(tokenizer_->token_text(token));
+}
+
 TokenLogprob Completion::logprob_of(std::span<const float> logits, int32_t token) const {
   TokenLogprob t;
-  t.token = std::string(tokenizer_.token_text(token));
+  t.token = token_text(token);
   double max = -INFINITY;
   for (float l : logits) max = std::max<double>(max, l);
   double sum = 0;
@@ -48,7 +54,7 @@ TokenLogprob Completion::logprob_of(std::span<const float> logits, int32_t token
                         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
                       });
     for (size_t i = 0; i < k; ++i) {
-      t.top.emplace_back(std::string(tokenizer_.token_text(ids[i])), lp(ids[i]));
+      t.top.emplace_back(token_text(ids[i]), lp(ids[i]));
     }
   }
   return t;
@@ -60,7 +66,10 @@ void Completion::on_event(const RequestEvent& ev) {
     lps.push_back(logprob_of(ev.logits, ev.tokens.front()));
   }
   if (stream_) {
-    if (!ev.text.empty() || !lps.empty() || (!sent_first_ && ev.finish == FinishReason::kNone)) {
+    if (sent_first_ && !want_logprobs_) {
+      if (!ev.text.empty()) ex_->push(delta_(ev.text));
+    } else if (!ev.text.empty() || !lps.empty() ||
+               (!sent_first_ && ev.finish == FinishReason::kNone)) {
       ex_->push(stream_chunk(ids_, ev.text, lps, want_logprobs_, "", !sent_first_));
       sent_first_ = true;
     }

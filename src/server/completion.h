@@ -18,8 +18,9 @@ namespace rinfer::server {
 
 class Completion {
  public:
+  // `tokenizer` may be null (a model without one: tokens show as "<id>").
   Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids, const GenerationRequest& req,
-             const Tokenizer& tokenizer, Metrics& metrics);
+             const Tokenizer* tokenizer, Metrics& metrics);
 
   // On the engine core's thread: the request's progress.
   void on_event(const RequestEvent& ev);
@@ -38,7 +39,9 @@ class Completion {
 
   std::shared_ptr<HttpExchange> ex_;
   ResponseIds ids_;
-  const Tokenizer& tokenizer_;
+  DeltaChunkWriter delta_;
+  const Tokenizer* tokenizer_;
+  std::string token_text(int32_t token) const;
   Metrics& metrics_;
   bool stream_ = false;
   bool include_usage_ = false;

@@ -176,6 +176,11 @@ bool HttpExchange::client_gone() {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+int HttpExchange::socket_fd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_ ? -1 : fd_;
+}
+
 void HttpExchange::on_close(std::function<void()> fn) {
   bool run_now = false;
   {

@@ -75,6 +75,9 @@ class HttpExchange {
   // the client hung up (its end of the socket is closed; checked with a zero-timeout poll, so a
   // waiting or suspended connection notices too). Thread-safe.
   bool client_gone();
+  // The connection's socket while it is open (-1 after): for polling many at once. Once the
+  // connection is done the number may be reused, but then on_close has run.
+  int socket_fd();
   // Called once, on libmicrohttpd's thread, when the connection is done with this request for
   // any reason (answered, failed, timed out, the client gone). Set it before respond().
   void on_close(std::function<void()> fn);

@@ -88,6 +88,62 @@ std::string token_display(std::string_view bytes) {
   return out;
 }
 
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default: out += fmt::format("\\u{:04x}", c);
+      }
+      ++i;
+      continue;
+    }
+    size_t len = 1;
+    if (unicode::decode_utf8(s, i, &len) < 0) {
+      out += "\xEF\xBF\xBD";
+    } else {
+      out.append(s.substr(i, len));
+    }
+    i += len;
+  }
+  out += '"';
+}
+
+DeltaChunkWriter::DeltaChunkWriter(const ResponseIds& ids) {
+  const bool chat = ids.endpoint == Endpoint::kChat;
+  head_ = "data: {\"id\":";
+  append_json_string(head_, ids.id);
+  head_ += chat ? ",\"object\":\"chat.completion.chunk\"" : ",\"object\":\"text_completion\"";
+  head_ += fmt::format(",\"created\":{},\"model\":", ids.created);
+  append_json_string(head_, ids.model);
+  head_ += chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                : ",\"choices\":[{\"index\":0,\"text\":";
+  tail_ = chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+               : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+}
+
+std::string DeltaChunkWriter::operator()(std::string_view text) const {
+  std::string out;
+  out.reserve(head_.size() + text.size() + tail_.size() + 8);
+  out += head_;
+  append_json_string(out, text);
+  out += tail_;
+  return out;
+}
+
 std::string stream_chunk(const ResponseIds& ids, std::string_view text,
                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
                          std::string_view finish, bool first) {

@@ -36,6 +36,21 @@ struct Usage {
 std::string stream_chunk(const ResponseIds& ids, std::string_view text,
                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
                          std::string_view finish, bool first);
+// stream_chunk for the common event, a non-empty text delta with no logprobs, not the first, not
+// the last: the same bytes, written without building a JSON document (the engine's thread writes one
+// per token of every stream).
+class DeltaChunkWriter {
+ public:
+  explicit DeltaChunkWriter(const ResponseIds& ids);
+  std::string operator()(std::string_view text) const;
+
+ private:
+  std::string head_, tail_;
+};
+
+// `s` as a JSON string (quoted), invalid UTF-8 replaced by U+FFFD as nlohmann's dump does.
+void append_json_string(std::string& out, std::string_view s);
+
 // The last events of a stream: the usage chunk (choices empty) when asked, then [DONE].
 std::string stream_usage(const ResponseIds& ids, const Usage& usage);
 inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";

@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <random>
 
 #include "core/error.h"
+#include "engine/random_model.h"
+#include "engine/strategy_options.h"
 
 namespace rinfer::server {
 
@@ -55,13 +59,31 @@ Result<std::unique_ptr<ServedModel>> ServedModel::load(const RecipeConfig& recip
                                                        const ServeLimits& limits,
                                                        Metrics& metrics) {
   std::unique_ptr<ServedModel> m(new ServedModel());
-  LlmEngineOptions eo;
-  eo.engine_core = true;
-  eo.seats = 0;  // the recipe's batching.max_seqs
-  auto engine = LlmEngine::create(recipe, eo);
-  if (!engine.ok()) return engine.status();
-  m->engine_ = std::move(engine).value();
-  m->core_ = m->engine_->core();
+  if (is_random_model(recipe)) {
+    RINFER_ASSIGN_OR_RETURN(m->random_, make_random_model(recipe));
+    m->model_ = m->random_.get();
+    m->recipe_ = recipe;
+    if (m->recipe_.context_length == 0) m->recipe_.context_length = m->model_->hparams().n_ctx_train;
+    m->seed_ = recipe.seed_set ? recipe.sampling.seed : std::random_device{}();
+    auto core = EngineCore::create(*m->random_,
+                                   engine_core_options(recipe.strategies, m->recipe_.context_length),
+                                   [] { return std::make_unique<IdTextStream>(); });
+    if (!core.ok()) return core.status().with_context(recipe.path);
+    m->own_core_ = std::move(core).value();
+    m->core_ = m->own_core_.get();
+  } else {
+    LlmEngineOptions eo;
+    eo.engine_core = true;
+    eo.seats = 0;  // the recipe's batching.max_seqs
+    auto engine = LlmEngine::create(recipe, eo);
+    if (!engine.ok()) return engine.status();
+    m->engine_ = std::move(engine).value();
+    m->core_ = m->engine_->core();
+    m->model_ = &m->engine_->decoder();
+    m->tokenizer_ = &m->engine_->sample().tokenizer();
+    m->recipe_ = m->engine_->recipe();
+    m->seed_ = m->engine_->seed();
+  }
   if (m->core_ == nullptr) {
     return invalid_argument(
         "{}: rinfer serve needs the engine core: set strategies.kv_cache.enabled true (and, on "
@@ -89,6 +111,13 @@ void ServedModel::start() {
 }
 
 Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req) const {
+  if (engine_ == nullptr) {
+    if (req.endpoint == Endpoint::kCompletion && !req.prompt_ids.empty()) return req.prompt_ids;
+    return invalid_argument(
+        "model '{}' has random weights and no tokenizer: send a prompt of token ids to "
+        "/v1/completions",
+        name_);
+  }
   const TextGenerationSample& s = engine_->sample();
   if (req.endpoint == Endpoint::kChat) {
     if (s.chat_template() == nullptr) {
@@ -113,11 +142,11 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
     return respond_error(*ex, ApiError{400, prompt.status().message(),
                                        req.endpoint == Endpoint::kChat ? "messages" : "prompt"});
   }
-  const RecipeConfig& r = engine_->recipe();
+  const RecipeConfig& r = recipe_;
   RequestParams p;
   p.prompt = std::move(prompt).value();
   p.sampling = r.sampling;
-  p.sampling.seed = req.seed.value_or(engine_->seed() + calls_.fetch_add(1));
+  p.sampling.seed = req.seed.value_or(seed_ + calls_.fetch_add(1));
   if (req.temperature) p.sampling.temperature = *req.temperature;
   if (p.sampling.temperature > 0 && p.sampling.temperature < SamplingParams::kMinTemperature) {
     p.sampling.temperature = 0;  // below the smallest usable temperature: greedy
@@ -140,8 +169,7 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
                       std::chrono::system_clock::now().time_since_epoch())
                       .count(),
                   req.model, req.endpoint};
-  auto c = std::make_shared<Completion>(ex, std::move(ids), req, engine_->sample().tokenizer(),
-                                        *metrics_);
+  auto c = std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_);
   p.on_event = [c](const RequestEvent& ev) { c->on_event(ev); };
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,9 +205,28 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
 
 void ServedModel::sweep() {
   std::lock_guard<std::mutex> lock(mu_);
+  // One poll over every open connection: a hang-up (its end closed) aborts the request. A
+  // connection already done has client_closed set (its on_close ran), so a reused socket
+  // number in the poll cannot wrong a live request.
+  polled_.clear();
+  fds_.clear();
   for (const std::shared_ptr<Completion>& c : active_) {
     if (c->done.load()) continue;
-    if (c->client_closed.load() || c->exchange().client_gone()) core_->abort(c->id.load());
+    if (c->client_closed.load()) {
+      core_->abort(c->id.load());
+      continue;
+    }
+    const int fd = c->exchange().socket_fd();
+    if (fd < 0) continue;
+    fds_.push_back(pollfd{fd, POLLRDHUP, 0});
+    polled_.push_back(c.get());
+  }
+  if (!fds_.empty() && ::poll(fds_.data(), fds_.size(), 0) > 0) {
+    for (size_t i = 0; i < fds_.size(); ++i) {
+      if ((fds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        core_->abort(polled_[i]->id.load());
+      }
+    }
   }
   std::erase_if(active_, [](const std::shared_ptr<Completion>& c) { return c->done.load(); });
   metrics_->set("rinfer_requests_in_flight", {{"model", name_}},

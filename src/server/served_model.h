@@ -8,6 +8,8 @@
 // blocks at the start of the next step.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -40,10 +42,10 @@ class ServedModel {
   const std::string& name() const { return name_; }
   const std::vector<std::string>& aliases() const { return aliases_; }
   bool answers_to(std::string_view model) const;
-  int64_t context_length() const { return engine_->context_length(); }
+  int64_t context_length() const { return recipe_.context_length; }
   int64_t seats() const;
-  int64_t vocab_size() const { return engine_->decoder().hparams().n_vocab; }
-  const RecipeConfig& recipe() const { return engine_->recipe(); }
+  int64_t vocab_size() const { return model_->hparams().n_vocab; }
+  const RecipeConfig& recipe() const { return recipe_; }
 
   void start();
   // Any thread: renders, checks and submits the request; `ex` is always answered (an error
@@ -65,8 +67,16 @@ class ServedModel {
   void publish(const EngineStats& s);
   Result<std::vector<int32_t>> render(const GenerationRequest& req) const;
 
+  // A real model (its tokenizer and chat template in the engine), or a random-weight one
+  // (engine/random_model.h: token ids in, ids as text out) with a core of its own.
   std::unique_ptr<LlmEngine> engine_;
+  std::unique_ptr<DecoderModel> random_;
+  std::unique_ptr<EngineCore> own_core_;
+  const DecoderModel* model_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;  // null for a random-weight model
   EngineCore* core_ = nullptr;
+  RecipeConfig recipe_;
+  uint64_t seed_ = 0;
   std::string name_;
   std::vector<std::string> aliases_;
   ServeLimits limits_;
@@ -78,6 +88,8 @@ class ServedModel {
   std::mutex mu_;
   std::vector<std::shared_ptr<Completion>> active_;
   EngineStats last_{};  // the loop's last published figures
+  std::vector<pollfd> fds_;          // sweep(): the sockets polled ...
+  std::vector<Completion*> polled_;  // ... and their requests
 };
 
 // The metric families the server records (declared once per Metrics).

@@ -28,12 +28,9 @@
 #include "core/progress.h"
 #include "engine/engine_core.h"
 #include "engine/llm_engine.h"
+#include "engine/random_model.h"
 #include "engine/strategy_options.h"
-#include "models/llama/shapes.h"
 #include "strategies/registry.h"
-#if defined(RINFER_WITH_CUDA)
-#include "models/llama/cuda/llama_cuda_model.h"
-#endif
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
 #include "tools/output.h"
@@ -76,8 +73,7 @@ struct ServedModel {
 
 Result<ServedModel> load_served(const RecipeConfig& r) {
   ServedModel m;
-  constexpr std::string_view kRandom = "random:";
-  if (r.model.rfind(kRandom, 0) != 0) {
+  if (!is_random_model(r)) {
     LlmEngineOptions eo;
     eo.engine_core = false;
     RINFER_ASSIGN_OR_RETURN(m.engine, LlmEngine::create(r, eo));
@@ -85,32 +81,7 @@ Result<ServedModel> load_served(const RecipeConfig& r) {
     m.name = m.engine->model_path();
     return m;
   }
-  const std::string rest = r.model.substr(kRandom.size());
-  const size_t colon = rest.find(':');
-  const std::string shape = rest.substr(0, colon);
-  const std::string dname = colon == std::string::npos ? "bf16" : rest.substr(colon + 1);
-  const std::optional<DType> dtype = dtype_from_name(dname);
-  if (!dtype) {
-    return invalid_argument("{}: model {}: unknown weight type '{}'", r.origins().where("model"),
-                            r.model, dname);
-  }
-  auto hp = llama::named_shape(shape);
-  if (!hp.ok()) return hp.status().with_context(r.origins().where("model"));
-  if (!r.device.is_cuda()) {
-    return unsupported("{}: random-weight models are made on a CUDA device, not {}",
-                       r.origins().where("model"), r.device.to_string());
-  }
-  LoadOptions opts;
-  GeneratorOptions g;
-  RINFER_RETURN_IF_ERROR(apply_strategies(r, opts, g));
-  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
-  opts.max_batch = 512;
-#if defined(RINFER_WITH_CUDA)
-  RINFER_ASSIGN_OR_RETURN(m.random, llama::make_random_cuda_model(*hp, *dtype, 1234, opts));
-#else
-  (void)m;
-  return unsupported("{}: this build has no CUDA", r.origins().where("device"));
-#endif
+  RINFER_ASSIGN_OR_RETURN(m.random, make_random_model(r));
   m.model = m.random.get();
   m.name = r.model;
   return m;
