@@ -13,10 +13,14 @@ RECIPE="${RECIPE:-recipes/llm-serve/llama3-8b-random/seats512.yaml}"
 LOAD="${LOAD:---requests 1024 --input-len 128 --output-len 128 --concurrency 512}"
 WARM="${WARM:---requests 512 --input-len 128 --output-len 32 --concurrency 512}"
 PORT="${PORT:-8311}"
+# The server's context: bench-serve sizes its own to the load (input + output + 1), so the KV
+# pool holds the same seats.
+SERVE_ARGS="${SERVE_ARGS:---ctx 257}"
 log="$out/serve_http.txt"
 fail=0
 
-"$b/bin/rinfer" serve "$RECIPE" --port "$PORT" --max-queue 8192 --http-threads 4 \
+# shellcheck disable=SC2086
+"$b/bin/rinfer" serve "$RECIPE" --port "$PORT" --max-queue 8192 --http-threads 4 $SERVE_ARGS \
   2>"$out/serve_http_server.err" &
 server=$!
 for _ in $(seq 1 600); do

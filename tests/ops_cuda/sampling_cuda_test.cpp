@@ -181,10 +181,10 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
       sp.presence_penalty = 0.7f;
       sp.repeat_last_n = last_n;
       sp.seed = 11;
-      const cuda::DecodeSampling dsp{{sp.temperature, sp.top_k, sp.top_p, sp.min_p},
-                                     sp.repeat_penalty,
-                                     sp.presence_penalty,
-                                     sp.repeat_last_n};
+      const cuda::DecodeSampling dsp{.chain = {sp.temperature, sp.top_k, sp.top_p, sp.min_p},
+                                     .repeat_penalty = sp.repeat_penalty,
+                                     .presence_penalty = sp.presence_penalty,
+                                     .last_n = sp.repeat_last_n};
       CU_ASSERT_OK(cuda::decode_sampling_supported(dsp, n));
       Sampler host(sp, n), rng(sp, n);
       // A history with repeats and an out-of-vocabulary id (never penalized).
@@ -228,11 +228,23 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
     }
   }
   // Settings the device does not take.
-  EXPECT_EQ(cuda::decode_sampling_supported({{1.0f, 0, 1.0f, 0.0f}, 1.0f, 0.0f, 0}, n).code(),
+  EXPECT_EQ(cuda::decode_sampling_supported(
+                {.chain = {1.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.0f, .last_n = 0}, n)
+                .code(),
             StatusCode::kUnsupported);
-  EXPECT_EQ(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 2000}, n).code(),
+  EXPECT_EQ(cuda::decode_sampling_supported(
+                {.chain = {0.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.1f, .last_n = 2000}, n)
+                .code(),
             StatusCode::kUnsupported);
-  EXPECT_TRUE(cuda::decode_sampling_supported({{0.0f, 0, 1.0f, 0.0f}, 1.1f, 0.0f, 64}, n).ok());
+  EXPECT_EQ(cuda::decode_sampling_supported({.chain = {0.0f, 0, 1.0f, 0.0f},
+                                             .frequency_penalty = 0.5f,
+                                             .last_n = 8},
+                                            n)
+                .code(),
+            StatusCode::kUnsupported);
+  EXPECT_TRUE(cuda::decode_sampling_supported(
+      {.chain = {0.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.1f, .last_n = 64}, n)
+                  .ok());
 }
 
 // Guards device decoding on broken numbers: a step whose logits hold NaN or +inf (or only -inf)
@@ -242,7 +254,10 @@ TEST_F(CudaSampling, DecodeSamplerFlagsNonFiniteLogits) {
   const int64_t n = 3001;
   CU_ASSIGN_OR_FAIL(cuda::DecodeSampler ds, cuda::DecodeSampler::create(0, stream()));
   for (bool sampled : {false, true}) {
-    const cuda::DecodeSampling dsp{{sampled ? 0.8f : 0.0f, 40, 0.95f, 0.0f}, 1.2f, 0.0f, 8};
+    const cuda::DecodeSampling dsp{.chain = {sampled ? 0.8f : 0.0f, 40, 0.95f, 0.0f},
+                                   .repeat_penalty = 1.2f,
+                                   .presence_penalty = 0.0f,
+                                   .last_n = 8};
     CU_ASSERT_OK(ds.start(dsp, n, std::vector<int32_t>{5, 6, 7}, stream()));
     cuda::DeviceBuffer io = upload(std::vector<int32_t>{-1, 10, 11});  // token, pos, n_kv
     int32_t* tok = io.as<int32_t>();
