@@ -274,7 +274,7 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
   }
   json doc;
   try {
-    doc = json::parse(body);  // the parser's message says where it failed
+    doc = json::parse(body);            // the parser's message says where it failed
   } catch (const json::exception& e) {  // a syntax error, a number that overflows a double
     return bad("", fmt::format("the body is not valid JSON: {}", e.what()));
   }

@@ -72,6 +72,21 @@ ordered_json head(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
 }
 
+// The object (`chat_object` for chat, text_completion otherwise) with its one choice, whose
+// index, text or message are set: the logprobs and finish_reason added.
+ordered_json one_choice(const ResponseIds& ids, const char* chat_object, ordered_json choice,
+                        std::span<const TokenLogprob> logprobs, bool want_logprobs,
+                        std::string_view finish) {
+  const bool chat = ids.endpoint == Endpoint::kChat;
+  choice["logprobs"] = !want_logprobs ? ordered_json(nullptr)
+                       : chat         ? chat_logprobs(logprobs)
+                                      : completion_logprobs(logprobs, 0);
+  choice["finish_reason"] = finish_json(finish);
+  ordered_json j = head(ids, chat ? chat_object : "text_completion");
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return j;
+}
+
 }  // namespace
 
 std::string token_display(std::string_view bytes) {
@@ -154,16 +169,12 @@ std::string stream_chunk(const ResponseIds& ids, std::string_view text,
     if (first) delta["role"] = "assistant";
     if (!text.empty() || (first && finish.empty())) delta["content"] = std::string(text);
     choice["delta"] = std::move(delta);
-    choice["logprobs"] = want_logprobs ? chat_logprobs(logprobs) : ordered_json(nullptr);
   } else {
     choice["text"] = std::string(text);
-    choice["logprobs"] = want_logprobs ? completion_logprobs(logprobs, 0) : ordered_json(nullptr);
   }
-  choice["finish_reason"] = finish_json(finish);
-  ordered_json j =
-      head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
-  j["choices"] = ordered_json::array({std::move(choice)});
-  return fmt::format("data: {}\n\n", dump(j));
+  return fmt::format("data: {}\n\n",
+                     dump(one_choice(ids, "chat.completion.chunk", std::move(choice), logprobs,
+                                     want_logprobs, finish)));
 }
 
 std::string stream_usage(const ResponseIds& ids, const Usage& usage) {
@@ -183,15 +194,11 @@ std::string full_response(const ResponseIds& ids, std::string_view text,
   choice["index"] = 0;
   if (ids.endpoint == Endpoint::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
-    choice["logprobs"] = want_logprobs ? chat_logprobs(logprobs) : ordered_json(nullptr);
   } else {
     choice["text"] = std::string(text);
-    choice["logprobs"] = want_logprobs ? completion_logprobs(logprobs, 0) : ordered_json(nullptr);
   }
-  choice["finish_reason"] = finish_json(finish);
   ordered_json j =
-      head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion");
-  j["choices"] = ordered_json::array({std::move(choice)});
+      one_choice(ids, "chat.completion", std::move(choice), logprobs, want_logprobs, finish);
   j["usage"] = usage_json(usage);
   return dump(j);
 }

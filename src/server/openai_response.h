@@ -37,8 +37,8 @@ std::string stream_chunk(const ResponseIds& ids, std::string_view text,
                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
                          std::string_view finish, bool first);
 // stream_chunk for the common event, a non-empty text delta with no logprobs, not the first, not
-// the last: the same bytes, written without building a JSON document (the engine's thread writes one
-// per token of every stream).
+// the last: the same bytes, written without building a JSON document (the engine's thread writes
+// one per token of every stream).
 class DeltaChunkWriter {
  public:
   explicit DeltaChunkWriter(const ResponseIds& ids);

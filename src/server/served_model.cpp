@@ -1,9 +1,8 @@
 #include "server/served_model.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include <poll.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <random>
@@ -63,11 +62,12 @@ Result<std::unique_ptr<ServedModel>> ServedModel::load(const RecipeConfig& recip
     RINFER_ASSIGN_OR_RETURN(m->random_, make_random_model(recipe));
     m->model_ = m->random_.get();
     m->recipe_ = recipe;
-    if (m->recipe_.context_length == 0) m->recipe_.context_length = m->model_->hparams().n_ctx_train;
+    if (m->recipe_.context_length == 0)
+      m->recipe_.context_length = m->model_->hparams().n_ctx_train;
     m->seed_ = recipe.seed_set ? recipe.sampling.seed : std::random_device{}();
-    auto core = EngineCore::create(*m->random_,
-                                   engine_core_options(recipe.strategies, m->recipe_.context_length),
-                                   [] { return std::make_unique<IdTextStream>(); });
+    auto core = EngineCore::create(
+        *m->random_, engine_core_options(recipe.strategies, m->recipe_.context_length),
+        [] { return std::make_unique<IdTextStream>(); });
     if (!core.ok()) return core.status().with_context(recipe.path);
     m->own_core_ = std::move(core).value();
     m->core_ = m->own_core_.get();

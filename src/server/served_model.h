@@ -87,7 +87,7 @@ class ServedModel {
   std::atomic<uint64_t> calls_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<Completion>> active_;
-  EngineStats last_{};  // the loop's last published figures
+  EngineStats last_{};               // the loop's last published figures
   std::vector<pollfd> fds_;          // sweep(): the sockets polled ...
   std::vector<Completion*> polled_;  // ... and their requests
 };

@@ -30,8 +30,8 @@
 #include "engine/llm_engine.h"
 #include "engine/random_model.h"
 #include "engine/strategy_options.h"
-#include "strategies/registry.h"
 #include "recipe/recipe.h"
+#include "strategies/registry.h"
 #include "tools/bench_report.h"
 #include "tools/output.h"
 #include "tools/serve_load.h"
@@ -369,7 +369,8 @@ int run_bench_serve(const ServeArgs& a) {
         fmt::format("{}: bench-serve runs the engine core, which needs the KV cache on", a.recipe));
   }
   const int64_t concurrency = a.concurrency > 0 ? a.concurrency : opts.scheduler.max_seqs;
-  const std::vector<LoadJob> jobs = make_load(load_spec(a), model.hparams().n_vocab, r.context_length);
+  const std::vector<LoadJob> jobs =
+      make_load(load_spec(a), model.hparams().n_vocab, r.context_length);
   report["settings"] = {{"requests", a.requests},
                         {"input_len", a.input_len},
                         {"shared_prefix", a.shared_prefix},

@@ -53,13 +53,17 @@ struct Reply {
 };
 
 // One streamed completion, checked as it arrives.
-Reply run_one(httplib::Client& cli, const LoadgenArgs& a, const LoadJob& job, Clock::time_point t0) {
+Reply run_one(httplib::Client& cli, const LoadgenArgs& a, const LoadJob& job,
+              Clock::time_point t0) {
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   Reply r;
   r.input = static_cast<int64_t>(job.prompt.size());
-  const json body = {{"model", a.model},     {"prompt", job.prompt},
-                     {"max_tokens", job.output}, {"temperature", 0},
-                     {"ignore_eos", true},   {"stream", true},
+  const json body = {{"model", a.model},
+                     {"prompt", job.prompt},
+                     {"max_tokens", job.output},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
   httplib::Request req;
   req.method = "POST";
@@ -142,8 +146,8 @@ struct Run {
   double wall_s = 0;
 };
 
-Run run_load(const LoadgenArgs& a, const std::string& host, int port, const std::vector<LoadJob>& jobs,
-             int64_t concurrency) {
+Run run_load(const LoadgenArgs& a, const std::string& host, int port,
+             const std::vector<LoadJob>& jobs, int64_t concurrency) {
   Run run;
   run.concurrency = concurrency;
   run.rate = a.spec.rate;
@@ -151,8 +155,8 @@ Run run_load(const LoadgenArgs& a, const std::string& host, int port, const std:
   std::atomic<size_t> next{0};
   std::atomic<bool> expired{false};
   const auto t0 = Clock::now();
-  const int64_t workers = a.spec.rate > 0 ? std::min<int64_t>(1024, static_cast<int64_t>(jobs.size()))
-                                          : concurrency;
+  const int64_t workers =
+      a.spec.rate > 0 ? std::min<int64_t>(1024, static_cast<int64_t>(jobs.size())) : concurrency;
   std::vector<std::thread> threads;
   for (int64_t w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
@@ -195,7 +199,8 @@ ordered_json run_json(const Run& r, std::string* row) {
     out += p.output;
     in += p.input;
     ttft.push_back(1e3 * (p.first_s - p.submit_s));
-    if (p.output > 1) tpot.push_back(1e3 * (p.finish_s - p.first_s) / static_cast<double>(p.output - 1));
+    if (p.output > 1)
+      tpot.push_back(1e3 * (p.finish_s - p.first_s) / static_cast<double>(p.output - 1));
   }
   const double out_tps = static_cast<double>(out) / r.wall_s;
   const double total_tps = static_cast<double>(out + in) / r.wall_s;
@@ -212,11 +217,11 @@ ordered_json run_json(const Run& r, std::string* row) {
                     {"tpot_ms_p50", percentile(tpot, 0.5)},
                     {"tpot_ms_p99", percentile(tpot, 0.99)},
                     {"errors", errors}};
-  *row = fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} |\n",
-                     r.rate > 0 ? fmt::format("{} req/s", r.rate) : fmt::format("{}", r.concurrency),
-                     ok, static_cast<int64_t>(r.replies.size()) - ok, out_tps, total_tps,
-                     percentile(ttft, 0.5), percentile(ttft, 0.99), percentile(tpot, 0.5),
-                     percentile(tpot, 0.99), r.wall_s);
+  *row = fmt::format(
+      "| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} |\n",
+      r.rate > 0 ? fmt::format("{} req/s", r.rate) : fmt::format("{}", r.concurrency), ok,
+      static_cast<int64_t>(r.replies.size()) - ok, out_tps, total_tps, percentile(ttft, 0.5),
+      percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99), r.wall_s);
   return j;
 }
 
@@ -238,9 +243,9 @@ int run_loadgen(LoadgenArgs& a) {
   if (!a.api_key.empty()) auth.emplace("Authorization", "Bearer " + a.api_key);
   auto models = probe.Get("/v1/models", auth);
   if (!models || models->status != 200) {
-    return report_error(fmt::format("loadgen: GET {}/v1/models: {}", a.url,
-                                    models ? fmt::format("status {}", models->status)
-                                           : httplib::to_string(models.error())));
+    return report_error(fmt::format(
+        "loadgen: GET {}/v1/models: {}", a.url,
+        models ? fmt::format("status {}", models->status) : httplib::to_string(models.error())));
   }
   const json list = json::parse(models->body, nullptr, false);
   int64_t vocab = 0, n_ctx = 0;
@@ -255,9 +260,9 @@ int run_loadgen(LoadgenArgs& a) {
     }
   }
   if (a.model.empty() || vocab <= 0 || n_ctx <= 0) {
-    return report_error(fmt::format(
-        "loadgen: {}/v1/models does not list {} with its vocab_size and context_length",
-        a.url, a.model.empty() ? "a model" : "'" + a.model + "'"));
+    return report_error(
+        fmt::format("loadgen: {}/v1/models does not list {} with its vocab_size and context_length",
+                    a.url, a.model.empty() ? "a model" : "'" + a.model + "'"));
   }
   if (a.concurrency.empty()) a.concurrency.push_back(a.spec.rate > 0 ? 0 : 16);
   if (a.spec.rate > 0) a.concurrency = {0};
@@ -270,9 +275,12 @@ int run_loadgen(LoadgenArgs& a) {
   report["git_sha"] = bench::git_sha(".");
   report["date"] = bench::utc_date();
   report["machine"] = bench::machine_json(machine);
-  report["settings"] = {{"requests", a.spec.requests}, {"input_len", a.spec.input_len},
-                        {"output_len", a.spec.output_len}, {"mix", a.spec.mix},
-                        {"rate", a.spec.rate}, {"duration_s", a.duration_s},
+  report["settings"] = {{"requests", a.spec.requests},
+                        {"input_len", a.spec.input_len},
+                        {"output_len", a.spec.output_len},
+                        {"mix", a.spec.mix},
+                        {"rate", a.spec.rate},
+                        {"duration_s", a.duration_s},
                         {"seed", a.spec.seed}};
   std::string table =
       "| concurrency | ok | failed | output tok/s | total tok/s | TTFT p50 (ms) | TTFT p99 (ms) | "

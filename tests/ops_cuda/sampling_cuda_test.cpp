@@ -236,14 +236,12 @@ TEST_F(CudaSampling, DecodeSamplerMatchesTheHostSampler) {
                 {.chain = {0.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.1f, .last_n = 2000}, n)
                 .code(),
             StatusCode::kUnsupported);
-  EXPECT_EQ(cuda::decode_sampling_supported({.chain = {0.0f, 0, 1.0f, 0.0f},
-                                             .frequency_penalty = 0.5f,
-                                             .last_n = 8},
-                                            n)
+  EXPECT_EQ(cuda::decode_sampling_supported(
+                {.chain = {0.0f, 0, 1.0f, 0.0f}, .frequency_penalty = 0.5f, .last_n = 8}, n)
                 .code(),
             StatusCode::kUnsupported);
   EXPECT_TRUE(cuda::decode_sampling_supported(
-      {.chain = {0.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.1f, .last_n = 64}, n)
+                  {.chain = {0.0f, 0, 1.0f, 0.0f}, .repeat_penalty = 1.1f, .last_n = 64}, n)
                   .ok());
 }
 

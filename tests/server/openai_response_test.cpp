@@ -13,10 +13,10 @@ TEST(OpenAiResponseTest, TheFastDeltaChunkIsTheJsonOne) {
   for (Endpoint ep : {Endpoint::kChat, Endpoint::kCompletion}) {
     const ResponseIds ids{"chatcmpl-abc\"1", 1796000000, "org/model:v1", ep};
     const DeltaChunkWriter fast(ids);
-    for (std::string text : {std::string("hello"), std::string(" \"quoted\" \\ back"),
-                             std::string("line\nbreak\ttab\r\b\f"), std::string("\x01\x1f\x7f"),
-                             std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
-                             std::string(1, '\0')}) {
+    for (std::string text :
+         {std::string("hello"), std::string(" \"quoted\" \\ back"),
+          std::string("line\nbreak\ttab\r\b\f"), std::string("\x01\x1f\x7f"),
+          std::string("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::string(1, '\0')}) {
       EXPECT_EQ(fast(text), stream_chunk(ids, text, {}, false, "", false)) << text;
     }
   }
@@ -24,9 +24,13 @@ TEST(OpenAiResponseTest, TheFastDeltaChunkIsTheJsonOne) {
 
 TEST(OpenAiResponseTest, InvalidUtf8IsReplacedNotPassedOn) {
   std::string out;
-  append_json_string(out, "a\xff" "b\xe2\x82");
+  append_json_string(out,
+                     "a\xff"
+                     "b\xe2\x82");
   // Each byte that starts no valid sequence is one U+FFFD.
-  EXPECT_EQ(out, "\"a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  EXPECT_EQ(out,
+            "\"a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD\"");
   EXPECT_FALSE(nlohmann::json::parse(out).get<std::string>().empty());
   EXPECT_EQ(token_display("\xe2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
@@ -56,7 +60,8 @@ TEST(OpenAiResponseTest, WholeRepliesCarryUsageAndLogprobs) {
   EXPECT_NE(first.find("\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"), std::string::npos)
       << first;
   const std::string usage = stream_usage(chat, {4, 5, 0});
-  EXPECT_NE(usage.find("\"choices\":[],\"usage\":{\"prompt_tokens\":4"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("\"choices\":[],\"usage\":{\"prompt_tokens\":4"), std::string::npos)
+      << usage;
 }
 
 }  // namespace

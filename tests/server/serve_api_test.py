@@ -314,6 +314,32 @@ class QueueAndShutdownTest(unittest.TestCase):
                 self.assertTrue(done)
                 self.assertEqual(events[-1]["choices"][0]["finish_reason"], "length")
 
+    def test_sigterm_aborts_what_outlives_the_drain_deadline(self):
+        with Server(SMOLLM2_RECIPE, "--threads", "2", "--drain-timeout", "1") as srv:
+            body = {"model": SMOLLM2, "prompt": "Once", "max_tokens": 100000, "temperature": 0,
+                    "ignore_eos": True, "stream": True}
+            got = {}
+
+            def stream():
+                got["r"] = srv.post("/v1/completions", body, timeout=120)
+
+            t = threading.Thread(target=stream)
+            t.start()
+            deadline = time.time() + 60
+            while srv.metric("rinfer_requests_running", {"model": SMOLLM2}) < 1 and time.time() < deadline:
+                time.sleep(0.02)
+            t0 = time.time()
+            srv.proc.send_signal(15)
+            t.join(60)
+            self.assertEqual(srv.stop(), 0, "".join(srv.stderr_lines))
+            self.assertLess(time.time() - t0, 30)
+            status, data = got["r"]
+            self.assertEqual(status, 200)
+            events, done = sse_events(data.decode())
+            self.assertTrue(done)
+            self.assertIn("cancelled", events[-1]["error"]["message"])
+            self.assertIn("1 requests aborted at the deadline", "".join(srv.stderr_lines))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
