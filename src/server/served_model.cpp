@@ -294,6 +294,18 @@ void ServedModel::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true);
   thread_.join();
+  // Requests whose last event never came (the loop stopped first): their connections are
+  // answered, so none is left suspended when the HTTP server closes.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::shared_ptr<Completion>& c : active_) {
+    if (c->done.load()) continue;
+    if (c->streaming()) {
+      c->exchange().fail();
+    } else {
+      respond_error(c->exchange(), ApiError{503, "the server stopped", "", "server_shutting_down"});
+    }
+  }
+  active_.clear();
   metrics_->set("rinfer_model_ready", {{"model", name_}}, 0);
 }
 
