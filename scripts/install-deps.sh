@@ -10,6 +10,8 @@ PACKAGES=(
   python3-venv  # scripts/install-python-deps.sh: the openai client for the server tests
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libhwy-dev libcpp-httplib-dev
+  libutf8proc-dev  # Unicode properties and NFD for the WordPiece (BERT) tokenizer
+  libfaiss-dev  # vector search: rinfer index / rinfer search
   libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev  # the HTTP server of rinfer serve
   chromium  # the headless browser that drives the chat page in tests/server/serve_web_test.py

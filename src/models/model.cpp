@@ -1,17 +1,12 @@
 #include "models/model.h"
 
 #include <cstring>
-#include <filesystem>
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "formats/gguf.h"
 #include "formats/model_info.h"
 #include "kv/kv_cache.h"
 #include "models/llama/llama_model.h"
-#if RINFER_WITH_CUDA
-#include "models/llama/cuda/llama_cuda_model.h"
-#endif
 
 namespace rinfer {
 
@@ -103,64 +98,6 @@ Result<DeviceDecodeResult> DecoderModel::decode_on_device(KvCache& /*cache*/,
   return unsupported("decode_on_device: this model samples on the host only ({})", architecture());
 }
 
-namespace {
-
-// A host model stays on the CPU or moves its weights to opts.device.
-Result<std::unique_ptr<ModelSample>> place_on_device(std::unique_ptr<llama::LlamaModel> m,
-                                                     const LoadOptions& opts,
-                                                     const std::string& path) {
-  if (opts.device.is_cpu()) {
-    if (opts.kv_dtype && *opts.kv_dtype != DType::kF32) {
-      return unsupported("{}: the CPU keeps its KV cache in f32 only, not {}", path,
-                         dtype_name(*opts.kv_dtype));
-    }
-    return std::unique_ptr<ModelSample>(std::move(m));
-  }
-#if RINFER_WITH_CUDA
-  auto g = llama::make_cuda_model(std::move(m), opts);
-  if (!g.ok()) return g.status().with_context(path + " on " + opts.device.to_string());
-  return std::unique_ptr<ModelSample>(std::move(g).value());
-#else
-  return unsupported("{}: device {}: this build has no CUDA backend (build the cuda preset)", path,
-                     opts.device.to_string());
-#endif
-}
-
-}  // namespace
-
-Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts) {
-  // A Hugging Face checkpoint: a directory with config.json + safetensors, or a .safetensors
-  // (or sharded .safetensors.index.json) file with config.json next to it.
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const bool is_dir = fs::is_directory(path, ec);
-  if (is_dir || path.ends_with(".safetensors") || path.ends_with(".safetensors.index.json")) {
-    if (is_dir && !fs::exists(fs::path(path) / "model.safetensors", ec) &&
-        !fs::exists(fs::path(path) / "model.safetensors.index.json", ec)) {
-      return not_found(
-          "{}: the directory holds no model.safetensors or model.safetensors.index.json "
-          "(a model directory needs config.json and safetensors weights)",
-          path);
-    }
-    auto m = llama::LlamaModel::load_hf(path, opts);
-    if (!m.ok()) return m.status();
-    return place_on_device(std::move(m).value(), opts, path);
-  }
-  auto file = GgufFile::open(path);
-  if (!file.ok()) return file.status();
-  auto gguf = std::make_shared<const GgufFile>(std::move(file).value());
-  RINFER_ASSIGN_OR_RETURN(std::string_view arch, gguf->require_string("general.architecture"));
-  if (llama::supports_architecture(arch)) {
-    auto m = llama::LlamaModel::load(gguf, opts);
-    if (!m.ok()) return m.status();
-    return place_on_device(std::move(m).value(), opts, path);
-  }
-  return unsupported(
-      "{}: no model sample for architecture {} yet (supported: llama, mistral, "
-      "qwen2, gemma3)",
-      path, rinfer::quoted(arch));
-}
-
 Status check_text_generation(const ModelInfo& info) {
   if (!llama::supports_architecture(info.architecture)) {
     return unsupported(
@@ -181,15 +118,6 @@ Status check_text_generation(const ModelInfo& info) {
         "generation needs one");
   }
   return ok_status();
-}
-
-Result<std::unique_ptr<DecoderModel>> load_decoder_model(const std::string& path,
-                                                         const LoadOptions& opts) {
-  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<ModelSample> m, load_model(path, opts));
-  if (m->task() != ModelTask::kTextGeneration) {
-    return unsupported("{}: a {} model cannot generate text", path, model_task_name(m->task()));
-  }
-  return std::unique_ptr<DecoderModel>(static_cast<DecoderModel*>(m.release()));
 }
 
 }  // namespace rinfer

@@ -110,6 +110,22 @@ Status parse_serve(const YamlMap& m, ServeConfig& sv) {
   return ok_status();
 }
 
+Status parse_embedding(const YamlMap& m, EmbeddingConfig& e) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"pooling", "normalize", "max_length"}));
+  RINFER_ASSIGN_OR_RETURN(auto pooling, m.get_enum("pooling", {"mean", "cls"}));
+  if (pooling) e.pooling = *pooling == 0 ? cpu::PoolKind::kMean : cpu::PoolKind::kCls;
+  RINFER_ASSIGN_OR_RETURN(auto normalize, m.get_bool("normalize"));
+  if (normalize) e.normalize = *normalize;
+  RINFER_ASSIGN_OR_RETURN(auto max_length, m.get_int("max_length", 0, kMaxContext));
+  if (max_length) {
+    if (*max_length == 1) {
+      return m.error("max_length", "1 leaves no room for [CLS] and [SEP] (0: the model's)");
+    }
+    e.max_length = *max_length;
+  }
+  return ok_status();
+}
+
 Status parse_precision(const YamlMap& m, PrecisionGate& g) {
   RINFER_RETURN_IF_ERROR(m.check_keys({"min_top1", "max_mean_kl", "max_ppl_change"}));
   RINFER_ASSIGN_OR_RETURN(auto top1, m.get_number("min_top1", {0.0, 1.0}));
@@ -223,7 +239,7 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
     RINFER_ASSIGN_OR_RETURN(YamlMap root, YamlMap::from(doc, path, ""));
     RINFER_RETURN_IF_ERROR(
         root.check_keys({"base", "model", "device", "scenario", "context_length", "strategies",
-                         "sampling", "chat_template", "bench", "precision", "serve"}));
+                         "sampling", "chat_template", "bench", "precision", "serve", "embedding"}));
     RINFER_RETURN_IF_ERROR(apply_base(root, path, r, stack));
     r.chain.push_back(path);
     KeyOrigins& o = r.strategies.origins;
@@ -249,9 +265,10 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
 
     RINFER_ASSIGN_OR_RETURN(auto scenario, root.get_string("scenario"));
     if (scenario) {
-      if (*scenario != "llm-chat" && *scenario != "llm-serve") {
-        return root.error("scenario",
-                          fmt::format("expected llm-chat or llm-serve, got {}", *scenario));
+      if (*scenario != "llm-chat" && *scenario != "llm-serve" && *scenario != "embedding") {
+        return root.error("scenario", fmt::format("expected llm-chat, llm-serve or embedding, "
+                                                  "got {}",
+                                                  *scenario));
       }
       r.scenario = *scenario;
     }
@@ -284,6 +301,11 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
       RINFER_RETURN_IF_ERROR(parse_serve(*serve, r.serve));
       note_keys(*serve, o);
     }
+    RINFER_ASSIGN_OR_RETURN(auto embedding, root.get_map("embedding"));
+    if (embedding) {
+      RINFER_RETURN_IF_ERROR(parse_embedding(*embedding, r.embedding));
+      note_keys(*embedding, o);
+    }
     RINFER_ASSIGN_OR_RETURN(auto precision, root.get_map("precision"));
     if (precision) {
       RINFER_RETURN_IF_ERROR(parse_precision(*precision, r.precision));
@@ -314,6 +336,12 @@ Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& pa
       return invalid_argument("{}: {}: missing (required{})", path, key,
                               r.chain.size() > 1 ? "; not set by this recipe or its bases" : "");
     }
+  }
+  if (o.has("embedding") && r.scenario != "embedding") {
+    return invalid_argument(
+        "{}: embedding: set, but the scenario is {} (embedding settings "
+        "belong to scenario: embedding)",
+        o.where("embedding"), r.scenario);
   }
   return r;
 }

@@ -25,6 +25,7 @@
 //   bench: {prompt_tokens: 512, gen_tokens: 128, repeat: 5, warmup: 1, prompts: ./p.txt}
 //   precision: {min_top1: 0.95, max_mean_kl: 0.02, max_ppl_change: 0.01}
 //   serve: {name: smollm2, aliases: [gpt-4o-mini]}   # rinfer serve's model names
+//   embedding: {pooling: mean, normalize: true, max_length: 0}   # scenario: embedding
 //
 // Parsing is strict: an unknown key, a wrong type (a quoted "0.5" is a string, not a number),
 // an out-of-range value, a duplicate key or a YAML syntax error is a Status naming the file,
@@ -69,6 +70,15 @@ struct PrecisionGate {
   bool empty() const { return !min_top1 && !max_mean_kl && !max_ppl_change; }
 };
 
+// embedding: what an embedding recipe (scenario: embedding) makes of the encoder's output.
+struct EmbeddingConfig {
+  cpu::PoolKind pooling = cpu::PoolKind::kMean;  // mean | cls
+  bool normalize = true;                         // L2-normalize each embedding
+  // Tokens per input, [CLS] and [SEP] included; longer inputs are truncated. 0: the model's
+  // own (sentence_bert_config.json's max_seq_length, else max_position_embeddings).
+  int64_t max_length = 0;
+};
+
 // serve: how `rinfer serve` names this recipe's model (the `model` field of a request).
 struct ServeConfig {
   std::string name;                  // empty: the recipe's `model` as written
@@ -81,7 +91,7 @@ struct RecipeConfig {
   std::string model_ref;  // what resolve_model() gets: a path made relative to the recipe's
                           // folder for ./ and ../, else the value as written (cache name/path)
   Device device;
-  std::string scenario;           // "llm-chat"
+  std::string scenario;           // "llm-chat", "llm-serve", "embedding"
   int64_t context_length = 2048;  // 0: the model's training context
   StrategyConfig strategies;
   SamplingParams sampling;  // sampling.seed absent: seed_set is false (a random seed)
@@ -92,6 +102,7 @@ struct RecipeConfig {
   BenchConfig bench;
   PrecisionGate precision;
   ServeConfig serve;
+  EmbeddingConfig embedding;
   // The files applied, the deepest base first and this recipe last.
   std::vector<std::string> chain;
 

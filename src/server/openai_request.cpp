@@ -261,9 +261,8 @@ std::optional<ApiError> parse_stop(const json& body, GenerationRequest* r) {
   return std::nullopt;
 }
 
-}  // namespace
-
-ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint) {
+// The body as a JSON object: valid UTF-8, nesting bounded, parsed, an object.
+ApiResult<json> parse_body(std::string_view body) {
   size_t bad_at = 0;
   if (!unicode::is_valid_utf8(body, &bad_at)) {
     return bad("", fmt::format("the body is not valid UTF-8 (at byte {})", bad_at));
@@ -281,6 +280,86 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
   if (!doc.is_object()) {
     return bad("", fmt::format("the body must be a JSON object, got {}", type_name(doc)));
   }
+  return doc;
+}
+
+// One token-id input: an array of integers in [0, 2^31).
+std::optional<ApiError> token_array(const json& a, const std::string& where,
+                                    std::vector<int32_t>* out) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const json& v = a[i];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return bad("input", fmt::format("'{}[{}]': expected a token id (an integer >= 0), got {}",
+                                      where, i, v.is_number_integer() ? v.dump() : type_name(v)));
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiResult<EmbeddingRequest> parse_embedding_request(std::string_view body) {
+  auto parsed = parse_body(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& doc = std::get<json>(parsed);
+  EmbeddingRequest r;
+  Fields f(doc);
+  auto model = f.string("model");
+  auto format = f.string("encoding_format");
+  auto dims = f.integer("dimensions", 1, 1 << 20);
+  f.string("user");
+  if (f.error()) return *f.error();
+  if (!model || model->empty()) return bad("model", "'model': missing (required)");
+  r.model = *model;
+  if (format && *format != "float" && *format != "base64") {
+    return bad("encoding_format",
+               fmt::format("'encoding_format': expected float or base64, got '{}'", *format));
+  }
+  r.base64 = format && *format == "base64";
+  r.dimensions = dims;
+  auto it = doc.find("input");
+  if (it == doc.end() || it->is_null()) return bad("input", "'input': missing (required)");
+  const json& in = *it;
+  if (in.is_string()) {
+    r.texts.push_back(in.get<std::string>());
+    return r;
+  }
+  if (!in.is_array() || in.empty()) {
+    return bad("input", fmt::format("'input': expected a string or a non-empty array, got {}",
+                                    in.is_array() ? "an empty array" : type_name(in)));
+  }
+  if (in.size() > kMaxEmbeddingInputs) {
+    return bad("input", fmt::format("'input': {} inputs; at most {} per request", in.size(),
+                                    kMaxEmbeddingInputs));
+  }
+  if (in[0].is_number_integer()) {  // one input of token ids
+    r.token_ids.emplace_back();
+    if (auto e = token_array(in, "input", &r.token_ids.back())) return *e;
+    return r;
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    const json& v = in[i];
+    const std::string where = fmt::format("input[{}]", i);
+    if (v.is_string() && r.token_ids.empty()) {
+      r.texts.push_back(v.get<std::string>());
+    } else if (v.is_array() && r.texts.empty()) {
+      if (v.empty()) return bad("input", fmt::format("'{}': an empty token array", where));
+      r.token_ids.emplace_back();
+      if (auto e = token_array(v, where, &r.token_ids.back())) return *e;
+    } else {
+      return bad("input", fmt::format("'{}': expected {}, got {}", where,
+                                      r.token_ids.empty() ? "a string" : "an array of token ids",
+                                      type_name(v)));
+    }
+  }
+  return r;
+}
+
+ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint) {
+  auto parsed = parse_body(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& doc = std::get<json>(parsed);
   GenerationRequest r;
   r.endpoint = endpoint;
   Fields f(doc);

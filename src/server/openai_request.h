@@ -56,4 +56,20 @@ inline constexpr int kMaxJsonDepth = 64;
 
 ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint);
 
+// POST /v1/embeddings: `input` is a string, an array of strings, an array of token ids or an
+// array of such arrays (at most kMaxEmbeddingInputs inputs); `encoding_format` float (default)
+// or base64 (little-endian float32, what the official client asks for); `dimensions`, when
+// given, must be the model's (checked by the server); `user` is ignored.
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<std::string> texts;               // string inputs ...
+  std::vector<std::vector<int32_t>> token_ids;  // ... or token-id inputs (one kind per request)
+  bool base64 = false;
+  std::optional<int64_t> dimensions;
+  size_t size() const { return texts.empty() ? token_ids.size() : texts.size(); }
+};
+inline constexpr size_t kMaxEmbeddingInputs = 2048;
+
+ApiResult<EmbeddingRequest> parse_embedding_request(std::string_view body);
+
 }  // namespace rinfer::server

@@ -21,6 +21,7 @@ void declare_server_metrics(Metrics& m) {
   m.counter("rinfer_preemptions_total", "Requests preempted when the KV pool ran out.");
   m.counter("rinfer_prefix_cache_queries_total", "KV blocks looked up in the prefix cache.");
   m.counter("rinfer_prefix_cache_hits_total", "KV blocks found in the prefix cache.");
+  m.counter("rinfer_embedding_inputs_total", "Inputs embedded (POST /v1/embeddings).");
   m.gauge("rinfer_requests_running", "Requests being computed (holding KV blocks).");
   m.gauge("rinfer_requests_waiting", "Requests queued for a seat (the queue depth).");
   m.gauge("rinfer_requests_in_flight", "Requests accepted and not yet answered.");

@@ -52,15 +52,24 @@ bool is_json(std::string_view content_type) {
   return trimmed == "application/json";
 }
 
+ApiError not_json(const HttpRequest& req) {
+  return ApiError{415,
+                  fmt::format("the body must be JSON (Content-Type: application/json), got '{}'",
+                              req.header("content-type")),
+                  "", "invalid_request_error"};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::start(std::vector<RecipeConfig> recipes,
                                               ServerOptions opts) {
   if (recipes.empty()) return invalid_argument("rinfer serve: no recipe given");
   for (const RecipeConfig& r : recipes) {
-    if (r.scenario != "llm-chat" && r.scenario != "llm-serve") {
-      return unsupported("{}: scenario '{}' cannot be served yet (llm-chat and llm-serve can)",
-                         r.path, r.scenario);
+    if (r.scenario != "llm-chat" && r.scenario != "llm-serve" && r.scenario != "embedding") {
+      return unsupported(
+          "{}: scenario '{}' cannot be served (llm-chat, llm-serve and embedding "
+          "can)",
+          r.path, r.scenario);
     }
   }
   // Two recipes must not answer to one name.
@@ -94,6 +103,17 @@ Result<std::unique_ptr<Server>> Server::start(std::vector<RecipeConfig> recipes,
   s->loader_ = std::thread([self] {
     Status st;
     for (const RecipeConfig& r : self->recipes_) {
+      if (r.scenario == "embedding") {
+        auto e = ServedEmbedder::load(r, self->opts_.serve, self->metrics_);
+        if (!e.ok()) {
+          st = e.status();
+          break;
+        }
+        (*e)->start();
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->embedders_.push_back(std::move(e).value());
+        continue;
+      }
       auto m = ServedModel::load(r, self->opts_.serve, self->metrics_);
       if (!m.ok()) {
         st = m.status();
@@ -132,8 +152,18 @@ size_t Server::shutdown() {
     for (auto& m : models_) models.push_back(m.get());
   }
   for (ServedModel* m : models) m->stop_admitting();
+  std::vector<ServedEmbedder*> embedders;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : embedders_) embedders.push_back(e.get());
+  }
+  for (ServedEmbedder* e : embedders) e->stop_admitting();
   const auto deadline = std::chrono::steady_clock::now() + opts_.drain;
   size_t aborted = 0;
+  for (ServedEmbedder* e : embedders) {
+    if (!e->wait_idle(deadline)) aborted += e->in_flight();
+    e->stop();
+  }
   for (ServedModel* m : models) {
     if (!m->wait_idle(deadline)) {
       aborted += m->in_flight();
@@ -148,6 +178,14 @@ size_t Server::shutdown() {
   http_->stop();
   http_.reset();
   return aborted;
+}
+
+ServedEmbedder* Server::find_embedder(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : embedders_) {
+    if (e->answers_to(name)) return e.get();
+  }
+  return nullptr;
 }
 
 ServedModel* Server::find_model(std::string_view name) {
@@ -178,16 +216,25 @@ std::string Server::models_json() {
         vocab = m->vocab_size();
       }
     }
+    for (auto& e : embedders_) {
+      if (e->name() == name) {
+        ready = true;
+        ctx = e->max_length();
+        vocab = e->vocab_size();
+      }
+    }
     auto entry = [&](const std::string& id) {
-      return nlohmann::ordered_json{{"id", id},
-                                    {"object", "model"},
-                                    {"created", 0},
-                                    {"owned_by", "recipes-infer"},
-                                    {"root", name},
-                                    {"recipe", r.path},
-                                    {"context_length", ctx},
-                                    {"vocab_size", vocab},
-                                    {"ready", ready}};
+      return nlohmann::ordered_json{
+          {"id", id},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "recipes-infer"},
+          {"root", name},
+          {"recipe", r.path},
+          {"context_length", ctx},
+          {"vocab_size", vocab},
+          {"task", r.scenario == "embedding" ? "embedding" : "text-generation"},
+          {"ready", ready}};
     };
     data.push_back(entry(name));
     for (const std::string& a : r.serve.aliases) data.push_back(entry(a));
@@ -239,11 +286,8 @@ void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
         ex, path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion);
   }
   if (path == "/v1/embeddings") {
-    return reply_error(*ex,
-                       ApiError{404,
-                                "no embedding model is served here: /v1/embeddings needs an "
-                                "embedding recipe, and this server serves text generation only",
-                                "model", "not_found_error"});
+    if (!post) return wrong_method("POST");
+    return handle_embeddings(ex);
   }
   if (get) {
     for (const WebAsset& a : web_assets()) {
@@ -262,34 +306,57 @@ void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
 
 void Server::handle_generation(const std::shared_ptr<HttpExchange>& ex, Endpoint endpoint) {
   const HttpRequest& req = ex->request();
-  if (!is_json(req.header("content-type"))) {
-    return reply_error(
-        *ex,
-        ApiError{415,
-                 fmt::format("the body must be JSON (Content-Type: application/json), got '{}'",
-                             req.header("content-type")),
-                 "", "invalid_request_error"});
-  }
+  if (!is_json(req.header("content-type"))) return reply_error(*ex, not_json(req));
   auto parsed = parse_generation_request(req.body, endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(*ex, *e);
   const GenerationRequest& g = std::get<GenerationRequest>(parsed);
   ServedModel* m = find_model(g.model);
   if (m == nullptr) {
-    if (!ready_.load()) {
-      return reply_error(
-          *ex, ApiError{503, fmt::format("the models are loading; '{}' is not ready yet", g.model),
-                        "model", "model_loading"});
+    if (find_embedder(g.model) != nullptr) {
+      return reply_error(*ex, ApiError{400,
+                                       fmt::format("model '{}' is an embedding model: use "
+                                                   "/v1/embeddings",
+                                                   g.model),
+                                       "model", "invalid_request_error"});
     }
-    std::string known;
-    for (const RecipeConfig& r : recipes_) {
-      known += (known.empty() ? "" : ", ") + (r.serve.name.empty() ? r.model : r.serve.name);
-    }
-    return reply_error(
-        *ex,
-        ApiError{404, fmt::format("model '{}' is not served here (served: {})", g.model, known),
-                 "model", "model_not_found"});
+    return reply_unknown_model(*ex, g.model);
   }
   m->serve(g, ex);
+}
+
+void Server::reply_unknown_model(HttpExchange& ex, const std::string& model) {
+  if (!ready_.load()) {
+    return reply_error(
+        ex, ApiError{503, fmt::format("the models are loading; '{}' is not ready yet", model),
+                     "model", "model_loading"});
+  }
+  std::string known;
+  for (const RecipeConfig& r : recipes_) {
+    known += (known.empty() ? "" : ", ") + (r.serve.name.empty() ? r.model : r.serve.name);
+  }
+  reply_error(ex,
+              ApiError{404, fmt::format("model '{}' is not served here (served: {})", model, known),
+                       "model", "model_not_found"});
+}
+
+void Server::handle_embeddings(const std::shared_ptr<HttpExchange>& ex) {
+  const HttpRequest& req = ex->request();
+  if (!is_json(req.header("content-type"))) return reply_error(*ex, not_json(req));
+  auto parsed = parse_embedding_request(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(*ex, *e);
+  const EmbeddingRequest& r = std::get<EmbeddingRequest>(parsed);
+  ServedEmbedder* e = find_embedder(r.model);
+  if (e == nullptr) {
+    if (find_model(r.model) != nullptr) {
+      return reply_error(*ex, ApiError{400,
+                                       fmt::format("model '{}' generates text; /v1/embeddings "
+                                                   "needs an embedding recipe",
+                                                   r.model),
+                                       "model", "invalid_request_error"});
+    }
+    return reply_unknown_model(*ex, r.model);
+  }
+  e->serve(r, ex);
 }
 
 }  // namespace rinfer::server

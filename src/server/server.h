@@ -1,7 +1,7 @@
 // `rinfer serve`: the OpenAI-compatible HTTP API over one or more recipes.
 //
 //   POST /v1/chat/completions, /v1/completions   generation, streamed (SSE) or whole
-//   POST /v1/embeddings                          404 until an embedding recipe can be served
+//   POST /v1/embeddings                          embeddings of an embedding recipe
 //   GET  /v1/models                              the served names (with their aliases)
 //   GET  /health                                 200 ready, 503 while the models load
 //   GET  /metrics                                Prometheus text
@@ -23,6 +23,7 @@
 #include "recipe/recipe.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/served_embedder.h"
 #include "server/served_model.h"
 
 namespace rinfer::server {
@@ -55,10 +56,14 @@ class Server {
   Server() = default;
   void handle(const std::shared_ptr<HttpExchange>& ex);
   void handle_generation(const std::shared_ptr<HttpExchange>& ex, Endpoint endpoint);
+  void handle_embeddings(const std::shared_ptr<HttpExchange>& ex);
+  // A 404 naming the served models (or 503 while they load) for an unknown `model`.
+  void reply_unknown_model(HttpExchange& ex, const std::string& model);
   void reply(HttpExchange& ex, HttpResponse r);
   void reply_error(HttpExchange& ex, const ApiError& e);
   std::string models_json();
   ServedModel* find_model(std::string_view name);
+  ServedEmbedder* find_embedder(std::string_view name);
 
   ServerOptions opts_;
   Metrics metrics_;
@@ -67,6 +72,7 @@ class Server {
   std::thread loader_;
   std::mutex mu_;  // models_, load_status_
   std::vector<std::unique_ptr<ServedModel>> models_;
+  std::vector<std::unique_ptr<ServedEmbedder>> embedders_;
   std::atomic<bool> ready_{false};
   bool loaded_ = false;
   Status load_status_;

@@ -19,6 +19,7 @@ const StrategyInfo& cuda_graphs_strategy();
 const StrategyInfo& device_sampling_strategy();
 const StrategyInfo& allocator_strategy();
 const StrategyInfo& batching_strategy();
+const StrategyInfo& dynamic_batching_strategy();
 
 // Records where `key` of `m` was written, when it is present.
 inline void note_origin(const YamlMap& m, std::string_view key, StrategyConfig& s) {

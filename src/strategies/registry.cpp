@@ -39,9 +39,10 @@ Status validate_cuda_decode_switch(const StrategyConfig& s, const Device& device
 
 const std::vector<StrategyInfo>& strategy_registry() {
   static const std::vector<StrategyInfo> all{
-      kv_cache_strategy(),        kernels_strategy(),      threads_strategy(),
-      fusion_strategy(),          quantization_strategy(), cuda_graphs_strategy(),
-      device_sampling_strategy(), allocator_strategy(),    batching_strategy(),
+      kv_cache_strategy(),         kernels_strategy(),      threads_strategy(),
+      fusion_strategy(),           quantization_strategy(), cuda_graphs_strategy(),
+      device_sampling_strategy(),  allocator_strategy(),    batching_strategy(),
+      dynamic_batching_strategy(),
   };
   return all;
 }

@@ -66,6 +66,20 @@ struct BatchingConfig {
   bool priority = false;    // order the queue by request priority, then arrival
 };
 
+// strategies.dynamic_batching (docs/strategies/dynamic_batching.md): how an embedding recipe
+// groups many inputs into forward passes.
+enum class EmbedBatching : uint8_t {
+  kSingle,  // one input per forward pass (the baseline)
+  kPadded,  // batches in input order, every sequence padded to the batch's longest
+  kPacked,  // inputs sorted by length into batches, packed back to back without padding
+};
+std::string_view embed_batching_name(EmbedBatching p);
+struct DynamicBatchingConfig {
+  EmbedBatching policy = EmbedBatching::kPacked;
+  int64_t max_seqs = 256;     // inputs per forward pass
+  int64_t max_tokens = 8192;  // rows per forward pass (padding included)
+};
+
 enum class ActivationFormat : uint8_t {
   kInt8,   // quantize activations to int8 per block of 32, integer dot products (CPU fast)
   kFloat,  // f32 activations; quantized weights dequantized on the fly
@@ -92,6 +106,7 @@ struct StrategyConfig {
   bool prefix_caching = true;                 // strategies.kv_cache.prefix_caching
   KvPrealloc kv_prealloc = KvPrealloc::kMax;  // strategies.kv_cache.prealloc.policy
   BatchingConfig batching;                    // strategies.batching.*
+  DynamicBatchingConfig dynamic_batching;     // strategies.dynamic_batching.* (embeddings)
   cpu::Impl kernels = cpu::Impl::kFast;       // strategies.kernels.impl
   int threads = 0;                            // strategies.threads.count (0: all cores)
   FusionOptions fusion;                       // strategies.fusion.{attention, residual_norm, ...}

@@ -67,9 +67,10 @@ int run_cli(int argc, char** argv) {
   // the output checks report, instead of a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   log_to_stderr();
-  CLI::App app{"recipes-infer: LLM and multimodal inference, with optimization recipes measured "
-               "side by side.",
-               "rinfer"};
+  CLI::App app{
+      "recipes-infer: LLM and multimodal inference, with optimization recipes measured "
+      "side by side.",
+      "rinfer"};
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
@@ -89,6 +90,8 @@ int run_cli(int argc, char** argv) {
   add_bench_serve_command(app, exit_code);
   add_serve_command(app, exit_code);
   add_loadgen_command(app, exit_code);
+  add_embed_command(app, exit_code);
+  add_index_commands(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {

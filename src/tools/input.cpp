@@ -32,6 +32,30 @@ Status check_utf8(std::string_view text, std::string_view what, bool allow_inval
       what, bad);
 }
 
+Result<std::vector<std::string>> read_text_lines(const std::string& path, std::string_view what) {
+  RINFER_ASSIGN_OR_RETURN(std::string text, read_text_input(path, what));
+  const std::string name = path == "-" ? std::string("stdin") : path;
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  for (int64_t line = 1; pos < text.size(); ++line) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view l(text.data() + pos, end - pos);
+    if (l.ends_with('\r')) l.remove_suffix(1);
+    size_t bad = 0;
+    if (!unicode::is_valid_utf8(l, &bad)) {
+      return invalid_argument("{}:{}: not valid UTF-8 (byte {} of the line)", name, line, bad);
+    }
+    if (l.find_first_not_of(" \t") == std::string_view::npos) {
+      return invalid_argument("{}:{}: empty line (each line is one input; remove it)", name, line);
+    }
+    lines.emplace_back(l);
+    pos = end + 1;
+  }
+  if (lines.empty()) return invalid_argument("{}: {} holds no lines", what, name);
+  return lines;
+}
+
 void warn_if_oversubscribed(int threads, std::string_view source) {
   const int hw = ThreadPool::hardware_threads();
   if (threads > hw) {

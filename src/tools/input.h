@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rinfer/status.h"
 
@@ -18,6 +19,11 @@ Result<std::string> read_text_input(const std::string& path, std::string_view wh
 // ok, or "<what> is not valid UTF-8 (byte N): ..." naming --allow-invalid-utf8; ok whatever
 // the bytes when `allow_invalid` is set.
 Status check_utf8(std::string_view text, std::string_view what, bool allow_invalid);
+
+// The lines of a text file ("-": stdin), one input each ("\r\n" endings taken too; a last line
+// without "\n" counts). Errors name the file and the line: invalid UTF-8 (with the byte in the
+// line), an empty or blank line, no lines at all.
+Result<std::vector<std::string>> read_text_lines(const std::string& path, std::string_view what);
 
 // Warns on stderr when `threads` (0: all cores) is more than the machine's hardware threads;
 // `source` names where it was set (the flag or the recipe file).

@@ -56,9 +56,9 @@ TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
                           "b.yaml");
     EXPECT_TRUE(r.ok()) << s.name << ": " << r.status().to_string();
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion", "quantization",
-                                      "cuda_graphs", "device_sampling", "allocator", "batching"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"kv_cache", "kernels", "threads", "fusion",
+                                             "quantization", "cuda_graphs", "device_sampling",
+                                             "allocator", "batching", "dynamic_batching"}));
   ASSERT_NE(find_strategy("fusion"), nullptr);
   EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
   EXPECT_EQ(find_strategy("paged_attention"), nullptr);

@@ -155,7 +155,8 @@ INSTANTIATE_TEST_SUITE_P(
             "strategies.threads.count: expected an integer in [0, 1024], got -2"},
         Bad{BASE "strategies:\n  paged_attention: {enabled: true}\n",
             "strategies.paged_attention: unknown key (allowed here: kv_cache, kernels, threads, "
-            "fusion, quantization, cuda_graphs, device_sampling, allocator, batching)"},
+            "fusion, quantization, cuda_graphs, device_sampling, allocator, batching, "
+            "dynamic_batching)"},
         // The strategies added with the registry, bench and precision.
         Bad{BASE "strategies:\n  fusion: {attention: yes}\n",
             "bad.yaml:4:23: strategies.fusion.attention: expected true or false, got yes"},
@@ -211,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{BASE "context_length: 8\n", "context_length: expected 0 (the model's) or at least 16"},
         Bad{BASE "context_length: 1e9\n", "context_length: expected an integer"},
         Bad{"model: m\nscenario: image-classification\n",
-            "scenario: expected llm-chat or llm-serve, got image-classification"},
+            "scenario: expected llm-chat, llm-serve or embedding, got image-classification"},
         Bad{BASE "device: tpu\n", "device: expected cpu or cuda:N, got tpu"},
         Bad{BASE "chat_template: \n", "chat_template: expected a non-empty string, got nothing"},
         Bad{BASE "sampling: {temperature: 1e-39}\n",

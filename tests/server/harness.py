@@ -29,9 +29,13 @@ def model_dir():
     return os.path.join(base, "recipes-infer", "models")
 
 
+MINILM_RECIPE = os.path.join(SOURCE_DIR, "recipes/embedding/all-minilm-l6-v2/optimized.yaml")
+MINILM = "all-minilm-l6-v2"
+
+
 def require_model(name=SMOLLM2):
     path = os.path.join(model_dir(), name + ".gguf")
-    if not os.path.exists(path):
+    if not os.path.exists(path) and not os.path.isdir(os.path.join(model_dir(), name)):
         print(f"SKIP: reference model '{name}' not in {model_dir()} (run scripts/fetch-models.sh)")
         sys.exit(SKIP)
 
@@ -111,8 +115,9 @@ class Server:
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        """(status, body bytes); body may be bytes, str or a JSON-able object."""
+    def request(self, method, path, body=None, headers=None, timeout=120, on_headers=None):
+        """(status, body bytes); body may be bytes, str or a JSON-able object. on_headers, if
+        given, is called with the status once the response's headers are in (before its body)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         h = dict(headers or {})
         if body is not None and not isinstance(body, (bytes, str)):
@@ -121,6 +126,8 @@ class Server:
         try:
             conn.request(method, path, body=body, headers=h)
             r = conn.getresponse()
+            if on_headers is not None:
+                on_headers(r.status)
             return r.status, r.read()
         finally:
             conn.close()

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/quantize.h"
 #include "core/strings.h"
-#include "models/llama/bind_util.h"
+#include "models/bind_util.h"
 #include "models/llama/llama_model.h"
 
 namespace rinfer::llama {
@@ -86,8 +86,8 @@ Result<DecoderHParams> read_hparams(const GgufFile& f) {
   RINFER_ASSIGN_OR_RETURN(std::string_view arch, f.require_string("general.architecture"));
   if (!supports_architecture(arch)) {
     return unsupported(
-        "{}: architecture {} is not a Llama-family model (llama, mistral, qwen2, gemma3)",
-        f.path(), rinfer::quoted(arch));
+        "{}: architecture {} is not a Llama-family model (llama, mistral, qwen2, gemma3)", f.path(),
+        rinfer::quoted(arch));
   }
   hp.architecture = std::string(arch);
   const std::string p = hp.architecture + ".";

@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
-#include "models/llama/bind_util.h"
+#include "models/bind_util.h"
 #include "models/llama/llama_model.h"
 
 namespace rinfer::llama {

@@ -187,4 +187,31 @@ Status paged_attention(const OpContext& ctx, const PagedAttentionShape& s,
                        std::span<const AttentionSeq> seqs, const float* q, const float* k,
                        const float* v, float* out);
 
+// ---- encoder ops (BERT) ----------------------------------------------------------------------
+
+// y[r, :] = (z - mean(z)) / sqrt(var(z) + eps) * gamma + beta with z = x[r, :] + res[r, :]
+// (res may be nullptr: z = x), the biased variance, for n_rows rows of n. y may alias x or res.
+// Reference: mean and variance in double. Fast: f32 two-pass sums, relative error ~1e-7.
+void layer_norm(const OpContext& ctx, const float* x, const float* res, const float* gamma,
+                const float* beta, int64_t n_rows, int64_t n, float eps, float* y);
+
+// x[r, :] += bias[:] in place, for n_rows rows of n.
+void add_bias(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n);
+
+// x[r, i] = gelu(x[r, i] + bias[i]) in place (bias may be nullptr), the exact (erf) GELU:
+// gelu(z) = 0.5 z (1 + erf(z / sqrt(2))). Reference: double with std::erf. Fast: f32, erf from
+// Abramowitz-Stegun 7.1.26 (absolute error <= 1.5e-7) with the negative tail taken as erfc, so
+// small outputs keep their relative accuracy.
+void gelu_erf(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n);
+
+enum class PoolKind : uint8_t {
+  kMean,  // the mean of a sequence's rows (padding excluded)
+  kCls,   // its first row (BERT's [CLS])
+};
+// out[s, :] = pool of hidden rows [starts[s], starts[s] + lengths[s]) (each length >= 1), for
+// n_seqs sequences of rows of n; normalize: each out row divided by its L2 norm (a zero row
+// stays zero). Reference and fast: sums in double.
+void pool_rows(PoolKind kind, bool normalize, const float* hidden, int64_t n,
+               std::span<const int32_t> starts, std::span<const int32_t> lengths, float* out);
+
 }  // namespace rinfer::cpu

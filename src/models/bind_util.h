@@ -1,5 +1,5 @@
-// What the GGUF and the safetensors binders of the llama sample share (internal): shape text,
-// the shape check, zero-copy views and norm vectors as f32.
+// What the model samples' binders share (internal): shape text, the shape check, zero-copy
+// views of mapped tensors and vectors (norm weights, biases) as f32.
 #pragma once
 
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
-namespace rinfer::llama {
+namespace rinfer {
 
 inline std::string shape_string(std::span<const int64_t> shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -45,4 +45,4 @@ inline Result<Tensor> vector_as_f32(Tensor t, const std::string& name) {
   return f32;
 }
 
-}  // namespace rinfer::llama
+}  // namespace rinfer
