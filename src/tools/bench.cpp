@@ -44,6 +44,7 @@
 #include "engine/llm_engine.h"
 #include "engine/precision.h"
 #include "recipe/recipe.h"
+#include "tools/bench_embed.h"
 #include "tools/bench_report.h"
 #include "tools/input.h"
 #include "tools/tools.h"
@@ -69,6 +70,8 @@ struct BenchArgs {
   bool readme = false;
   bool no_precision = false;
   std::string text_file;  // default: the baseline's bench.prompts, else GPL-3
+  std::string peer_json;  // embedding recipes: bench/embedding_peer.py's result
+  int64_t limit = 0;      // embedding recipes: texts used (0: all)
 };
 
 struct Variant {
@@ -341,6 +344,20 @@ int run_bench(const BenchArgs& a) {
   auto variants = collect_variants(a, &folder);
   if (!variants.ok()) return report_error(variants.status().message());
   const RecipeConfig& base_recipe = variants->front().recipe;
+  if (base_recipe.scenario == "embedding") {
+    std::vector<EmbedBenchVariant> ev;
+    for (const Variant& v : *variants) ev.push_back({v.name, v.path, v.recipe});
+    EmbedBenchOptions eo;
+    eo.folder = folder;
+    eo.text_file = a.text_file;
+    eo.repeat = a.repeat.value_or(static_cast<int>(base_recipe.bench.repeat));
+    eo.warmup = a.warmup.value_or(static_cast<int>(base_recipe.bench.warmup));
+    eo.limit = a.limit;
+    eo.json = a.json;
+    eo.peer_json = a.peer_json;
+    eo.readme = a.readme;
+    return run_embedding_bench(ev, eo);
+  }
   const Settings st = settings_for(a, base_recipe);
   if (st.repeat < 1 || st.prompt_tokens < 1 || st.gen_tokens < 1 || st.warmup < 0) {
     return report_error("--repeat, --prompt-tokens and --gen-tokens must be >= 1");
@@ -653,6 +670,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--readme", a->readme,
                 "Rewrite the table between the bench markers of the folder's README.md");
   cmd->add_flag("--no-precision", a->no_precision, "Skip the precision comparison");
+  cmd->add_option("--peer", a->peer_json,
+                  "Embedding recipes: a peer's result on the same texts (bench/embedding_peer.py)");
+  cmd->add_option("--limit", a->limit, "Embedding recipes: use the first N texts (default all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->callback([&exit_code, a] { exit_code = run_bench(*a); });
 }
 

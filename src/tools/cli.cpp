@@ -92,6 +92,7 @@ int run_cli(int argc, char** argv) {
   add_loadgen_command(app, exit_code);
   add_embed_command(app, exit_code);
   add_index_commands(app, exit_code);
+  add_bench_search_command(app, exit_code);
 
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {

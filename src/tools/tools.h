@@ -20,6 +20,7 @@ void add_serve_command(CLI::App& app, int& exit_code);
 void add_loadgen_command(CLI::App& app, int& exit_code);
 void add_embed_command(CLI::App& app, int& exit_code);
 void add_index_commands(CLI::App& app, int& exit_code);
+void add_bench_search_command(CLI::App& app, int& exit_code);
 
 // Prints "rinfer: error: <message>" on stderr (one line) and returns the exit code 1.
 int report_error(const std::string& message);
