@@ -60,11 +60,7 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
   }
   LoadOptions opts;
   GeneratorOptions unused;
-  RINFER_RETURN_IF_ERROR(apply_strategies(r, opts, unused));
-  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
-  auto path = resolve_model(r.model_ref);
-  if (!path.ok()) return path.status().with_context(r.path + ": model");
-  e->model_path_ = *path;
+  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, unused));
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
   opts.ops.pool = e->pool_.get();
   RINFER_ASSIGN_OR_RETURN(e->model_, load_encoder_model(e->model_path_, opts));

@@ -70,18 +70,15 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   e->recipe_ = recipe;
   RecipeConfig& r = e->recipe_;
   if (r.scenario != "llm-chat" && r.scenario != "llm-serve") {
-    return unsupported("{}: scenario '{}' is not an LLM scenario", r.path, r.scenario);
+    return unsupported(
+        "{}: scenario '{}' is not an LLM scenario{}", r.path, r.scenario,
+        r.scenario == "embedding" ? " (embedding recipes: rinfer embed, index, search)" : "");
   }
   RINFER_RETURN_IF_ERROR(r.sampling.validate().with_context(r.path + ": sampling"));
   // The strategies composed and validated, then the device checked against this machine.
   LoadOptions opts;
   GeneratorOptions g;
-  RINFER_RETURN_IF_ERROR(apply_strategies(r, opts, g));
-  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
-
-  auto path = resolve_model(r.model_ref);
-  if (!path.ok()) return path.status().with_context(r.path + ": model");
-  e->model_path_ = *path;
+  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, g));
 
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
   opts.ops.pool = e->pool_.get();
@@ -108,8 +105,8 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
 
   // CUDA serves many requests through the engine core; one request at a time (rinfer run and
   // bench) stays on the single-sequence path, whose decode graphs the runner does not have yet.
-  const bool use_core = options.engine_core && r.strategies.kv_cache &&
-                    (opts.device.is_cpu() || options.seats != 1);
+  const bool use_core =
+      options.engine_core && r.strategies.kv_cache && (opts.device.is_cpu() || options.seats != 1);
   if (use_core) {
     EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
     co.memory_hint = kv_memory_hint(r, opts, hp, ctx_from_model);

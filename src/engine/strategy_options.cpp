@@ -1,5 +1,6 @@
 #include "engine/strategy_options.h"
 
+#include "formats/model_cache.h"
 #include "strategies/registry.h"
 
 namespace rinfer {
@@ -54,6 +55,15 @@ EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
   sc.watermark = b.watermark;
   sc.order = b.priority ? QueueOrder::kPriority : QueueOrder::kFcfs;
   return o;
+}
+
+Result<std::string> prepare_model_load(const RecipeConfig& r, LoadOptions& load,
+                                       GeneratorOptions& gen) {
+  RINFER_RETURN_IF_ERROR(apply_strategies(r, load, gen));
+  RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
+  auto path = resolve_model(r.model_ref);
+  if (!path.ok()) return path.status().with_context(r.path + ": model");
+  return path;
 }
 
 }  // namespace rinfer

@@ -26,6 +26,11 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
 // check that a CUDA device exists: check_device_available() does, at load.
 Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen);
 
+// What every engine does first with a recipe: apply_strategies, check_device_available, then
+// resolve the model (errors name the recipe's keys). Returns the model's path.
+Result<std::string> prepare_model_load(const RecipeConfig& recipe, LoadOptions& load,
+                                       GeneratorOptions& gen);
+
 // The engine core's options: kv_cache.layout / block_size / prefix_caching, batching.* and the
 // context length.
 EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx);

@@ -13,8 +13,9 @@
 // own infer() signature on top: DecoderModel below is the one for text generation, where infer
 // runs a batch of tokens through the transformer against a KV cache. The text stages around
 // it (chat template + tokenizer, streaming detokenizer + stop strings) live in
-// models/text_generation.h; embedding and classification samples will add EncoderModel-style
-// interfaces next to DecoderModel and reuse load_model's dispatch.
+// models/text_generation.h. EncoderModel (models/encoder.h) is the task interface of encoders
+// (BERT embeddings; the image classifier and vision encoder take its form); load_model's
+// registry (models/registry.cpp) picks the sample from the file's metadata.
 #pragma once
 
 #include <atomic>
@@ -47,7 +48,7 @@ class KvArena;
 
 enum class ModelTask : uint8_t {
   kTextGeneration,  // decoder-only LLM: logits for the next token
-  kEmbedding,       // sentence embeddings (later)
+  kEmbedding,       // sentence embeddings (EncoderModel)
   kClassification,  // class scores (later)
 };
 std::string_view model_task_name(ModelTask task);
@@ -253,8 +254,11 @@ class TokenTextStream {
   virtual std::string finish() = 0;
 };
 
-// Reads the model file's metadata, picks the sample for its architecture and loads it. A GGUF
-// with general.architecture llama, mistral, qwen2 or gemma3 gives a DecoderModel (models/llama).
+// Reads the model file's metadata, picks the sample for its architecture and loads it
+// (models/registry.cpp). A GGUF with general.architecture llama, mistral, qwen2 or gemma3, or a
+// Hugging Face checkpoint whose config.json says LlamaForCausalLM, MistralForCausalLM or
+// Qwen2ForCausalLM, gives a DecoderModel (models/llama); config.json model_type bert an
+// EncoderModel (models/bert).
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts);
 
 // Whether `rinfer run` can generate text with the model `info` describes, from its metadata

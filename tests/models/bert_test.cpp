@@ -24,6 +24,14 @@ namespace fs = std::filesystem;
 
 constexpr const char* kModel = "all-minilm-l6-v2";
 
+// Under the sanitizers (the debug preset, unoptimized SIMD) the encoder is some 30x slower: the
+// checks there cover fewer inputs. Every input is checked in the optimized builds.
+#if !defined(NDEBUG) && defined(__SANITIZE_ADDRESS__)
+constexpr size_t kSlow = 12;
+#else
+constexpr size_t kSlow = 1;
+#endif
+
 struct Reference {
   std::vector<std::string> texts;
   std::vector<float> emb;  // [n, dim]
@@ -101,42 +109,47 @@ void expect_matches_reference(const std::string& strategies, size_t count, doubl
     }
   }
   EXPECT_GE(worst, min_cos) << strategies << ": input " << worst_i << ": " << texts[worst_i];
-  if (count >= ref.texts.size()) EXPECT_GE(st.truncated, 10) << "some inputs must be over 256";
+  if (count >= ref.texts.size()) {
+    EXPECT_GE(st.truncated, 10) << "some inputs must be over 256";
+  }
   ::testing::Test::RecordProperty("worst_cosine", std::to_string(worst));
 }
 
 TEST(BertSentenceTransformers, PackedBatchesMatchAllThousandInputs) {
   REQUIRE_MODEL();
-  expect_matches_reference("{dynamic_batching: {policy: packed, max_seqs: 32}}", 100000, 0.9999);
+  expect_matches_reference("{dynamic_batching: {policy: packed, max_seqs: 32}}",
+                           kSlow == 1 ? 100000 : 80, 0.9999);
 }
 
 TEST(BertSentenceTransformers, PaddedBatchesMatch) {
   REQUIRE_MODEL();
-  expect_matches_reference("{dynamic_batching: {policy: padded, max_seqs: 16}}", 400, 0.9999);
+  expect_matches_reference("{dynamic_batching: {policy: padded, max_seqs: 16}}", 400 / kSlow,
+                           0.9999);
 }
 
 TEST(BertSentenceTransformers, OneAtATimeMatches) {
   REQUIRE_MODEL();
-  expect_matches_reference("{dynamic_batching: {policy: single}}", 120, 0.9999);
+  expect_matches_reference("{dynamic_batching: {policy: single}}", 120 / kSlow, 0.9999);
 }
 
 TEST(BertSentenceTransformers, ReferenceKernelsMatch) {
   REQUIRE_MODEL();
   expect_matches_reference(
-      "{kernels: {impl: reference}, threads: {count: 1}, dynamic_batching: {policy: packed}}", 24,
-      0.9999);
+      "{kernels: {impl: reference}, threads: {count: 1}, dynamic_batching: {policy: packed}}",
+      kSlow == 1 ? 24 : 2, 0.9999);
 }
 
 TEST(BertSentenceTransformers, Int8WeightsStayClose) {
   REQUIRE_MODEL();
   expect_matches_reference("{quantization: {weights: q8_0}, dynamic_batching: {policy: packed}}",
-                           300, 0.995);
+                           300 / kSlow, 0.995);
 }
 
 TEST(BertBatching, PoliciesAgreeAndKeepInputOrder) {
   REQUIRE_MODEL();
   const Reference& ref = reference();
-  const std::vector<std::string> texts(ref.texts.begin() + 500, ref.texts.begin() + 600);
+  const std::vector<std::string> texts(ref.texts.begin() + 500,
+                                       ref.texts.begin() + (kSlow == 1 ? 600 : 530));
   auto packed = make_embedder("{dynamic_batching: {policy: packed, max_seqs: 7, max_tokens: 300}}");
   auto padded = make_embedder("{dynamic_batching: {policy: padded, max_seqs: 5}}");
   ASSERT_TRUE(packed && padded);
@@ -146,7 +159,7 @@ TEST(BertBatching, PoliciesAgreeAndKeepInputOrder) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(sp.rows, sp.tokens);  // packed: no padding
   EXPECT_GT(sd.rows, sd.tokens);  // padded: some
-  EXPECT_GE(sp.batches, 100 / 7);
+  EXPECT_GE(sp.batches, static_cast<int64_t>(texts.size() / 7));
   for (size_t i = 0; i < texts.size(); ++i) {
     EXPECT_GE(cosine(a->data() + i * 384, b->data() + i * 384, 384), 0.999999) << i;
   }
