@@ -96,13 +96,29 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
 }
 
 Result<std::vector<TokenEncoding>> Embedder::tokenize(std::span<const std::string> texts) const {
-  std::vector<TokenEncoding> out;
-  out.reserve(texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) {
-    auto enc = tokenizer_->encode(texts[i], max_length_);
-    if (!enc.ok()) return enc.status().with_context(fmt::format("input {}", i));
-    out.push_back(std::move(enc).value());
-  }
+  // Spread over the pool's threads (the tokenizer is immutable); the first failing input (by
+  // index) is the error.
+  std::vector<TokenEncoding> out(texts.size());
+  std::mutex mu;
+  size_t bad = texts.size();
+  Status bad_status;
+  const auto n = static_cast<int64_t>(texts.size());
+  pool_->parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto k = static_cast<size_t>(i);
+      auto enc = tokenizer_->encode(texts[k], max_length_);
+      if (!enc.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (k < bad) {
+          bad = k;
+          bad_status = enc.status().with_context(fmt::format("input {}", k));
+        }
+        return;
+      }
+      out[k] = std::move(enc).value();
+    }
+  });
+  if (bad < texts.size()) return bad_status;
   return out;
 }
 

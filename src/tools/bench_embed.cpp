@@ -77,7 +77,11 @@ std::string markdown(const ordered_json& r) {
       "\n{} inputs ({} tokens) from {}; medians of {} runs; {}; cosine against the "
       "baseline's vectors (a variant under {} fails).\n",
       r["texts"].get<int64_t>(), r["tokens"].get<int64_t>(), r["text_file"].get<std::string>(),
-      r["repeat"].get<int>(), r["machine"]["cpu"].get<std::string>(),
+      r["repeat"].get<int>(),
+      r["device"].value("kind", "") == "cuda"
+          ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
+                        r["machine"]["cpu"].get<std::string>())
+          : r["machine"]["cpu"].get<std::string>(),
       r["min_cosine_gate"].get<double>());
   return t;
 }
@@ -144,14 +148,19 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
     int64_t tokens = 0;
     for (const TokenEncoding& t : *enc) tokens += static_cast<int64_t>(t.ids.size());
     const double flops = encoder_flops(e.model().hparams(), *enc);
-    std::vector<double> secs;
+    std::vector<double> secs, tok_secs, fwd_secs;
     std::vector<float> vecs;
     for (int run = 0; run < o.warmup + o.repeat; ++run) {
+      EmbedStats st;
       const auto t0 = Clock::now();
-      auto r = e.embed(texts);  // tokenization included, as a user's call
+      auto r = e.embed(texts, &st);  // tokenization included, as a user's call
       const double s = seconds_since(t0);
       if (!r.ok()) return report_error(r.status().with_context(v.path).message());
-      if (run >= o.warmup) secs.push_back(s);
+      if (run >= o.warmup) {
+        secs.push_back(s);
+        tok_secs.push_back(st.tokenize_s);
+        fwd_secs.push_back(st.forward_s);
+      }
       vecs = std::move(r).value();
       std::fprintf(stderr, "bench: %s run %d/%d: %.2f s\n", v.name.c_str(), run + 1,
                    o.warmup + o.repeat, s);
@@ -175,6 +184,8 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
                         ? std::string("single")
                         : fmt::format("{} {}", embed_batching_name(db.policy), db.max_seqs);
     j["seconds"] = secs;
+    j["tokenize_seconds"] = bench::median(tok_secs);  // medians of the parts
+    j["forward_seconds"] = bench::median(fwd_secs);
     j["inputs_per_s"] = double(texts.size()) / med;
     j["tokens_per_s"] = double(tokens) / med;
     j["gflops"] = flops / med / 1e9;

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/quant_blocks.h"
 #include "engine/embedder.h"
+#include "minilm_reference.h"
 #include "models/bert/bert_model.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
@@ -32,88 +33,22 @@ constexpr size_t kSlow = 12;
 constexpr size_t kSlow = 1;
 #endif
 
-struct Reference {
-  std::vector<std::string> texts;
-  std::vector<float> emb;  // [n, dim]
-  int64_t dim = 0;
-};
-
-const Reference& reference() {
-  static const Reference ref = [] {
-    Reference r;
-    std::ifstream f(test::test_data_path("embedding/minilm_reference.json"), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const auto j = nlohmann::json::parse(ss.str());
-    r.texts = j["texts"].get<std::vector<std::string>>();
-    r.dim = j["dim"].get<int64_t>();
-    std::ifstream b(test::test_data_path("embedding/minilm_reference.f16"), std::ios::binary);
-    std::vector<uint16_t> h(r.texts.size() * static_cast<size_t>(r.dim));
-    b.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size() * 2));
-    EXPECT_TRUE(b.good());
-    r.emb.resize(h.size());
-    for (size_t i = 0; i < h.size(); ++i) r.emb[i] = f16_to_f32(h[i]);
-    return r;
-  }();
-  return ref;
-}
-
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
-
-std::string recipe_text(const std::string& strategies) {
-  return "model: all-minilm-l6-v2\ndevice: cpu\nscenario: embedding\nstrategies: " + strategies +
-         "\nembedding: {pooling: mean, normalize: true}\n";
-}
+using test::cosine;
+using test::Reference;
+using test::reference;
 
 std::unique_ptr<Embedder> make_embedder(const std::string& strategies) {
-  auto r = parse_recipe(recipe_text(strategies), "test.yaml");
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return nullptr;
-  auto e = Embedder::create(*r);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
-  return e.ok() ? std::move(e).value() : nullptr;
+  return test::make_minilm_embedder("cpu", strategies);
+}
+
+void expect_matches_reference(const std::string& strategies, size_t count, double min_cos) {
+  test::expect_minilm_matches("cpu", strategies, count, min_cos);
 }
 
 #define REQUIRE_MODEL()                                  \
   if (!test::reference_model(kModel)) {                  \
     GTEST_SKIP() << test::missing_model_message(kModel); \
   }
-
-// Every input against sentence-transformers: cos >= 0.9999 in f32, for each batching policy.
-void expect_matches_reference(const std::string& strategies, size_t count, double min_cos) {
-  const Reference& ref = reference();
-  ASSERT_GE(ref.texts.size(), 1000u);
-  auto e = make_embedder(strategies);
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->dim(), ref.dim);
-  ASSERT_EQ(e->max_length(), 256);  // sentence_bert_config.json
-  const std::span<const std::string> texts(ref.texts.data(), std::min(count, ref.texts.size()));
-  EmbedStats st;
-  auto out = e->embed(texts, &st);
-  ASSERT_TRUE(out.ok()) << out.status().to_string();
-  double worst = 1.0;
-  size_t worst_i = 0;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const double c = cosine(out->data() + i * ref.dim, ref.emb.data() + i * ref.dim, ref.dim);
-    if (c < worst) {
-      worst = c;
-      worst_i = i;
-    }
-  }
-  EXPECT_GE(worst, min_cos) << strategies << ": input " << worst_i << ": " << texts[worst_i];
-  if (count >= ref.texts.size()) {
-    EXPECT_GE(st.truncated, 10) << "some inputs must be over 256";
-  }
-  ::testing::Test::RecordProperty("worst_cosine", std::to_string(worst));
-}
 
 TEST(BertSentenceTransformers, PackedBatchesMatchAllThousandInputs) {
   REQUIRE_MODEL();

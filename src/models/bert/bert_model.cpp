@@ -216,8 +216,16 @@ std::string BertModel::describe() const {
 
 Result<std::unique_ptr<EncoderRunner>> BertModel::create_runner(
     const EncoderRunnerOptions& opts) const {
+  if (opts_.device.is_cuda()) {
+#if defined(RINFER_WITH_CUDA)
+    return make_cuda_runner(*this, opts);
+#else
+    return unsupported("bert: {} needs a CUDA build (cmake --preset cuda)",
+                       opts_.device.to_string());
+#endif
+  }
   if (!opts_.device.is_cpu()) {
-    return unsupported("bert: no runner for {} yet (the CPU only)", opts_.device.to_string());
+    return unsupported("bert: no runner for {}", opts_.device.to_string());
   }
   return make_cpu_runner(*this, opts);
 }

@@ -69,5 +69,8 @@ class BertModel : public EncoderModel {
 // The CPU runner (models/bert/bert_runner.cpp).
 Result<std::unique_ptr<EncoderRunner>> make_cpu_runner(const BertModel& m,
                                                        const EncoderRunnerOptions& opts);
+// The CUDA runner (models/bert/cuda/bert_cuda_runner.cpp; CUDA builds only).
+Result<std::unique_ptr<EncoderRunner>> make_cuda_runner(const BertModel& m,
+                                                        const EncoderRunnerOptions& opts);
 
 }  // namespace rinfer::bert

@@ -199,9 +199,9 @@ void layer_norm(const OpContext& ctx, const float* x, const float* res, const fl
 void add_bias(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n);
 
 // x[r, i] = gelu(x[r, i] + bias[i]) in place (bias may be nullptr), the exact (erf) GELU:
-// gelu(z) = 0.5 z (1 + erf(z / sqrt(2))). Reference: double with std::erf. Fast: f32, erf from
-// Abramowitz-Stegun 7.1.26 (absolute error <= 1.5e-7) with the negative tail taken as erfc, so
-// small outputs keep their relative accuracy.
+// gelu(z) = 0.5 z (1 + erf(z / sqrt(2))). Reference: double, as 0.5 z erfc(-z / sqrt(2)). Fast:
+// f32, erf from Abramowitz-Stegun 7.1.26 (absolute error <= 1.5e-7) with the negative tail taken as
+// erfc, so small outputs keep their relative accuracy.
 void gelu_erf(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n);
 
 enum class PoolKind : uint8_t {

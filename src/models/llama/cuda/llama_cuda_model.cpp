@@ -49,26 +49,6 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
 
 namespace {
 
-// The f32 vectors of a layer packed into one device allocation.
-struct VecPack {
-  std::vector<float> host;
-  std::vector<std::pair<const float**, size_t>> slots;
-  void add(const float** slot, const float* src, int64_t n) {
-    slots.emplace_back(slot, host.size());
-    host.insert(host.end(), src, src + n);
-    host.resize((host.size() + 63) / 64 * 64, 0.0f);  // 256-byte aligned starts
-  }
-  Status upload(DeviceBuffer& buf, int device, cudaStream_t stream, cuda::DeviceAllocator* a) {
-    if (host.empty()) return ok_status();
-    RINFER_ASSIGN_OR_RETURN(buf, DeviceBuffer::create(host.size() * 4, device, stream, a));
-    RINFER_CUDA_RETURN(
-        cudaMemcpyAsync(buf.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream));
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
-    for (auto& [slot, off] : slots) *slot = buf.as<float>() + off;
-    return ok_status();
-  }
-};
-
 const float* f32_data(const Tensor& t) { return t.defined() ? t.data_as<float>() : nullptr; }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "core/cuda/stream.h"
 #include "core/error.h"
 #include "kv/kv_cache.h"
+#include "models/cuda_weight_pack.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "ops/cpu/sampler.h"
 #include "ops/cuda/model_ops.h"
@@ -69,37 +70,6 @@ class DeviceKvStorage final : public KvBackendStorage {
 };
 
 inline bool q16_layout(const DeviceWeight& w) { return cuda::matvec_q16_supported(w.dtype); }
-
-// Rows [a; b; c] of host matrices of one dtype and row length, as one host tensor (quantized
-// rows are whole blocks, so rows concatenate byte-wise).
-inline Result<Tensor> concat_rows(std::initializer_list<const Tensor*> parts) {
-  const Tensor& first = **parts.begin();
-  int64_t n_out = 0;
-  for (const Tensor* t : parts) {
-    if (t->dtype() != first.dtype() || t->dim(1) != first.dim(1) || !t->is_contiguous()) {
-      return invalid_argument("concat_rows: parts differ");
-    }
-    n_out += t->dim(0);
-  }
-  RINFER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({n_out, first.dim(1)}, first.dtype()));
-  auto* dst = static_cast<uint8_t*>(out.mutable_data());
-  for (const Tensor* t : parts) {
-    std::memcpy(dst, t->data(), t->nbytes());
-    dst += t->nbytes();
-  }
-  return out;
-}
-
-inline bool can_merge(std::initializer_list<const Tensor*> parts) {
-  const Tensor& first = **parts.begin();
-  for (const Tensor* t : parts) {
-    if (!t->defined() || t->dtype() != first.dtype() || t->dim(1) != first.dim(1) ||
-        !t->is_contiguous()) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // How the matrices after a pre-norm get their input in decode. kKernel: a norm kernel wrote h
 // (and its int16 form). The norm without a kernel of its own (fusion.residual_norm; measured
