@@ -5,7 +5,10 @@ encode() call over every text, tokenization included), written as JSON for `rinf
 --peer`. scripts/bench-embedding.sh runs both, one after the other, on the same machine.
 
     python3 bench/embedding_peer.py MODEL_DIR TEXTS.txt OUT.json [--device cpu|cuda]
-        [--batch-size 32] [--threads N] [--fp16] [--repeat 3] [--warmup 1] [--limit N]
+        [--batch-size 32] [--threads N] [--fp16 | --bf16] [--repeat 3] [--warmup 1] [--limit N]
+
+--bf16 on a CPU with AMX runs PyTorch's oneDNN bf16 kernels on the tiles, the peer of the
+recipes with `quantization: {activations: bf16}`.
 """
 import argparse
 import json
@@ -25,7 +28,9 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--fp16", action="store_true")
+    dt = p.add_mutually_exclusive_group()
+    dt.add_argument("--fp16", action="store_true")
+    dt.add_argument("--bf16", action="store_true")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--limit", type=int, default=0)
@@ -39,6 +44,8 @@ def main():
     model = SentenceTransformer(a.model, device=a.device)
     if a.fp16:
         model = model.half()
+    elif a.bf16:
+        model = model.to(torch.bfloat16)
     tokens = sum(len(model.tokenizer(t, truncation=True, max_length=model.max_seq_length)["input_ids"])
                  for t in texts)
     secs = []
@@ -54,7 +61,7 @@ def main():
             secs.append(s)
     med = statistics.median(secs)
     out = {"name": "sentence-transformers", "version": sentence_transformers.__version__,
-           "torch": torch.__version__, "device": a.device, "dtype": "fp16" if a.fp16 else "fp32",
+           "torch": torch.__version__, "device": a.device, "dtype": "fp16" if a.fp16 else "bf16" if a.bf16 else "fp32",
            "threads": torch.get_num_threads(), "batch_size": a.batch_size, "texts": len(texts),
            "tokens": tokens, "seconds": secs, "inputs_per_s": len(texts) / med,
            "tokens_per_s": tokens / med}

@@ -116,9 +116,9 @@ Result<Measured> measure(const std::string& path, const Config& c,
                          const std::vector<int32_t>& prompt) {
   ThreadPool pool(c.threads);
   LoadOptions opts;
-  opts.ops.impl = c.impl;
-  opts.ops.pool = &pool;
-  opts.ops.quantize_activations = c.quantize_activations;
+  opts.cpu.ops.impl = c.impl;
+  opts.cpu.ops.pool = &pool;
+  opts.cpu.ops.quantize_activations = c.quantize_activations;
   opts.max_batch = 512;
   RINFER_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, load_decoder_model(path, opts));
   const DecoderHParams& hp = model->hparams();

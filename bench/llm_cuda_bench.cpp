@@ -232,7 +232,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
   // logits copied to the host every step (the generator then samples there).
   auto decode_steps = [&](int64_t p0, int64_t n, std::vector<double>& ms) {
     ms.clear();
-    if (v.opts.device_sampling && v.kv_cache) {
+    if (v.opts.cuda.device_sampling && v.kv_cache) {
       if (Status st = greedy_on_device(model, *cache, tokens, p0, n, &ms); !st.ok()) {
         r.error = st.to_string();
       }
@@ -502,7 +502,7 @@ int main_impl(int argc, char** argv) {
       if (host_rows) {
         Variant h{"host sampling " + std::string(dtype_name(t)),
                   "device_sampling off (logits to the host every step)", t, base};
-        h.opts.device_sampling = false;
+        h.opts.cuda.device_sampling = false;
         vs.push_back(h);
       }
     }
@@ -513,26 +513,26 @@ int main_impl(int argc, char** argv) {
       v.pdl = false;
       vs.push_back(v);
       v = {"no cuda graphs " + tn, "cuda_graphs off", t0, base};
-      v.opts.cuda_graphs = false;
+      v.opts.cuda.graphs = false;
       vs.push_back(v);
       v = {"unfused " + tn, "fusion qkv/swiglu/residual_norm off", t0, base};
       v.opts.fusion = FusionOptions{true, false, false, false};
       vs.push_back(v);
       v = {"plain allocator, no graphs " + tn, "allocator plain (cudaMalloc per step)", t0, base};
-      v.opts.allocator = AllocatorKind::kPlain;
-      v.opts.cuda_graphs = false;
-      v.opts.device_sampling = false;  // infer() allocates per step; the device loop once
+      v.opts.cuda.allocator = AllocatorKind::kPlain;
+      v.opts.cuda.graphs = false;
+      v.opts.cuda.device_sampling = false;  // infer() allocates per step; the device loop once
       vs.push_back(v);
       v = {"host sampling " + tn, "device_sampling off (logits to the host every step)", t0, base};
-      v.opts.device_sampling = false;
+      v.opts.cuda.device_sampling = false;
       vs.push_back(v);
       v = {"f32 kv cache " + tn, "kv_cache dtype f32 (keys and values unrounded)", t0, base};
       v.opts.kv_dtype = DType::kF32;
       vs.push_back(v);
       v = {"no kv cache " + tn, "kv_cache off (recompute the prefix)", t0, base};
       v.kv_cache = false;
-      v.opts.cuda_graphs = false;
-      v.opts.device_sampling = false;
+      v.opts.cuda.graphs = false;
+      v.opts.cuda.device_sampling = false;
       vs.push_back(v);
     }
     std::printf("## %s shape (%lld layers, hidden %lld, FFN %lld, %lld/%lld heads, vocab %lld)\n\n",
@@ -575,14 +575,14 @@ int main_impl(int argc, char** argv) {
       e["variant"] = v.name;
       e["change"] = v.change;
       e["weights"] = std::string(dtype_name(v.dtype));
-      e["cuda_graphs"] = v.opts.cuda_graphs;
+      e["cuda_graphs"] = v.opts.cuda.graphs;
       e["fusion"] = {{"qkv", v.opts.fusion.qkv},
                      {"swiglu", v.opts.fusion.swiglu},
                      {"residual_norm", v.opts.fusion.residual_norm}};
-      e["allocator"] = v.opts.allocator == AllocatorKind::kPlain ? "plain" : "caching";
+      e["allocator"] = v.opts.cuda.allocator == AllocatorKind::kPlain ? "plain" : "caching";
       e["kv_cache"] = v.kv_cache;
       e["kv_dtype"] = std::string(dtype_name(v.opts.kv_dtype.value_or(DType::kBF16)));
-      e["device_sampling"] = v.opts.device_sampling && v.kv_cache;
+      e["device_sampling"] = v.opts.cuda.device_sampling && v.kv_cache;
       e["pdl"] = v.pdl;
       e["weight_bytes_per_token"] = r.weight_bytes;
       e["decode_tok_s"] = r.decode_tok_s;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures the embedding recipes of a folder against sentence-transformers on the same machine,
 # one after the other: the peer first (bench/embedding_peer.py, in a Python that has torch and
-# sentence-transformers: $PYTHON), then `rinfer bench` with its result.
+# sentence-transformers: $PYTHON), then `rinfer bench` with its result. The peer runs in each of
+# $PEER_DTYPES (fp32, plus bf16 on a CPU with AMX tiles); the first is the "vs peer" column's.
 #   PYTHON=/path/to/python scripts/bench-embedding.sh [FOLDER] [TEXTS] [-- rinfer bench args]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,8 +12,18 @@ shift $(( $# > 2 ? 2 : $# )); [ "${1:-}" = "--" ] && shift
 rinfer="${RINFER:-$root/build/default/rinfer}"
 python="${PYTHON:-python3}"
 model="${RINFER_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/recipes-infer/models}/all-minilm-l6-v2"
-peer="$(mktemp --suffix=.json)"
-trap 'rm -f "$peer"' EXIT
-"$python" "$root/bench/embedding_peer.py" "$model" "$texts" "$peer" --batch-size 32 \
-  --threads "$(nproc)" ${PEER_ARGS:-}
-"$rinfer" bench "$folder" --text "$texts" --peer "$peer" "$@"
+if [ -z "${PEER_DTYPES:-}" ]; then
+  PEER_DTYPES=fp32
+  grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && PEER_DTYPES="fp32 bf16"
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+peers=()
+for dt in $PEER_DTYPES; do
+  flag=""
+  [ "$dt" = fp32 ] || flag="--$dt"
+  "$python" "$root/bench/embedding_peer.py" "$model" "$texts" "$tmp/peer-$dt.json" \
+    --batch-size 32 --threads "$(nproc)" $flag ${PEER_ARGS:-}
+  peers+=(--peer "$tmp/peer-$dt.json")
+done
+"$rinfer" bench "$folder" --text "$texts" "${peers[@]}" "$@"

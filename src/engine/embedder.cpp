@@ -62,7 +62,7 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
   GeneratorOptions unused;
   RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, unused));
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
-  opts.ops.pool = e->pool_.get();
+  opts.cpu.ops.pool = e->pool_.get();
   RINFER_ASSIGN_OR_RETURN(e->model_, load_encoder_model(e->model_path_, opts));
   const EncoderHParams& hp = e->model_->hparams();
 

@@ -81,7 +81,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, g));
 
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
-  opts.ops.pool = e->pool_.get();
+  opts.cpu.ops.pool = e->pool_.get();
   opts.max_batch = 512;
   auto sample = TextGenerationSample::load_model(e->model_path_, opts,
                                                  r.chat_template.value_or(std::string()));

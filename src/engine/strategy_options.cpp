@@ -13,7 +13,7 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
   gen.kv_cache = s.kv_cache;
   load.kv_dtype = s.kv_dtype;
   // kernels
-  load.ops.impl = s.kernels;
+  load.cpu.ops.impl = s.kernels;
   // fusion
   load.fusion = s.fusion;
   // quantization
@@ -21,12 +21,13 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
   load.weight_format = q.weights;
   load.keep_precision_layers = q.effective_keep_layers();
   load.convert_embeddings = q.weights.has_value() && q.embeddings;
-  load.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
+  load.cpu.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
+  load.cpu.bf16_matmuls = q.activations == ActivationFormat::kBf16;
   // cuda_graphs, device_sampling
-  load.cuda_graphs = cuda_decode_switch_on(s, device, s.cuda_graphs);
-  load.device_sampling = cuda_decode_switch_on(s, device, s.device_sampling);
+  load.cuda.graphs = cuda_decode_switch_on(s, device, s.cuda_graphs);
+  load.cuda.device_sampling = cuda_decode_switch_on(s, device, s.device_sampling);
   // allocator
-  load.allocator = s.allocator;
+  load.cuda.allocator = s.allocator;
   return ok_status();
 }
 

@@ -16,7 +16,7 @@
 
 namespace rinfer {
 
-// Validates the composition (validate_strategies), then sets load.device, load.ops (impl,
+// Validates the composition (validate_strategies), then sets load.device, load.cpu.ops (impl,
 // quantize_activations), weight_format / keep_precision_layers / convert_embeddings, fusion,
 // cuda_graphs, device_sampling, allocator, kv_dtype, and gen.kv_cache. The thread count stays
 // in s.threads: the engine sizes its pool with it.

@@ -55,10 +55,27 @@ std::string_view model_task_name(ModelTask task);
 
 // How to load and run a model. The thread pool is created once by the caller (the engine) and
 // must outlive the model.
+// What the CPU kernels need: the op context, and how encoders multiply their matrices.
+struct CpuLoadOptions {
+  cpu::OpContext ops;  // kernels (reference | fast), the thread pool, int8 activations
+  // Matrices rounded to bf16 at load and multiplied on AMX tiles with bf16 activations
+  // (strategies.quantization.activations: bf16; encoders on a CPU with AMX-BF16).
+  bool bf16_matmuls = false;
+};
+
+// What the CUDA models need beyond the generic part.
+struct CudaLoadOptions {
+  bool graphs = true;  // decode steps replayed from a CUDA graph (strategies.cuda_graphs)
+  // Decode with each token sampled on the device and the next step queued before the host reads
+  // it (strategies.device_sampling; DecoderModel::decode_on_device). Off: the logits go to the
+  // host every step and the host Sampler picks the token (the baseline).
+  bool device_sampling = true;
+  AllocatorKind allocator = AllocatorKind::kCaching;  // device memory (strategies.allocator)
+};
+
 struct LoadOptions {
-  cpu::OpContext ops;       // kernels (reference | fast) and the thread pool
-  int64_t max_batch = 512;  // tokens per forward chunk: sizes the scratch buffers, allocated once
   Device device;            // cpu or cuda:N (CUDA builds)
+  int64_t max_batch = 512;  // tokens per forward chunk: sizes the scratch buffers, allocated once
   // Weight format at load (strategies.quantization.weights):
   // nullopt keeps each tensor's stored dtype; otherwise matrices are converted (bf16, f16,
   // q8_0, q4_0, q4_1, ...).
@@ -69,15 +86,11 @@ struct LoadOptions {
   std::vector<int64_t> keep_precision_layers;
   bool convert_embeddings = false;
   FusionOptions fusion;
-  bool cuda_graphs = true;  // decode steps replayed from a CUDA graph
-  AllocatorKind allocator = AllocatorKind::kCaching;
   // The KV cache's element type (strategies.kv_cache.dtype): nullopt is the device's default,
   // bf16 on CUDA and f32 on the CPU (whose cache is f32 only); CUDA also takes f32.
   std::optional<DType> kv_dtype;
-  // Decode with each token sampled on the device and the next step queued before the host reads
-  // it (strategies.device_sampling, CUDA; DecoderModel::decode_on_device). Off: the logits go
-  // to the host every step and the host Sampler picks the token (the baseline).
-  bool device_sampling = true;
+  CpuLoadOptions cpu;    // read by the CPU models (and for the thread pool by every loader)
+  CudaLoadOptions cuda;  // read by the CUDA models
 };
 
 class ModelSample {

@@ -83,7 +83,9 @@ struct DynamicBatchingConfig {
 enum class ActivationFormat : uint8_t {
   kInt8,   // quantize activations to int8 per block of 32, integer dot products (CPU fast)
   kFloat,  // f32 activations; quantized weights dequantized on the fly
+  kBf16,   // encoders: matrices rounded to bf16 at load, bf16 activations on AMX tiles
 };
+std::string_view activation_format_name(ActivationFormat a);
 
 struct QuantizationConfig {
   // strategies.quantization.weights: nullopt = keep each tensor's stored format.

@@ -69,9 +69,9 @@ struct BenchArgs {
   std::string svg;
   bool readme = false;
   bool no_precision = false;
-  std::string text_file;  // default: the baseline's bench.prompts, else GPL-3
-  std::string peer_json;  // embedding recipes: bench/embedding_peer.py's result
-  int64_t limit = 0;      // embedding recipes: texts used (0: all)
+  std::string text_file;                // default: the baseline's bench.prompts, else GPL-3
+  std::vector<std::string> peer_jsons;  // embedding recipes: bench/embedding_peer.py's results
+  int64_t limit = 0;                    // embedding recipes: texts used (0: all)
 };
 
 struct Variant {
@@ -354,7 +354,7 @@ int run_bench(const BenchArgs& a) {
     eo.warmup = a.warmup.value_or(static_cast<int>(base_recipe.bench.warmup));
     eo.limit = a.limit;
     eo.json = a.json;
-    eo.peer_json = a.peer_json;
+    eo.peer_jsons = a.peer_jsons;
     eo.readme = a.readme;
     return run_embedding_bench(ev, eo);
   }
@@ -670,8 +670,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--readme", a->readme,
                 "Rewrite the table between the bench markers of the folder's README.md");
   cmd->add_flag("--no-precision", a->no_precision, "Skip the precision comparison");
-  cmd->add_option("--peer", a->peer_json,
-                  "Embedding recipes: a peer's result on the same texts (bench/embedding_peer.py)");
+  cmd->add_option("--peer", a->peer_jsons,
+                  "Embedding recipes: a peer's result on the same texts (bench/embedding_peer.py); "
+                  "repeat for more peers, the first is the one the 'vs peer' column divides by");
   cmd->add_option("--limit", a->limit, "Embedding recipes: use the first N texts (default all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->callback([&exit_code, a] { exit_code = run_bench(*a); });

@@ -68,10 +68,17 @@ std::string markdown(const ordered_json& r) {
                      v["min_cosine"].get<double>(), v["mean_cosine"].get<double>());
   }
   if (peer > 0) {
-    const auto& p = r["peer"];
-    t += fmt::format("| {} (peer) | batch {} | {:.1f} | {:.0f} | - | {:.2f}x | 1.00x | - | - |\n",
-                     p.value("name", "peer"), p.value("batch_size", 0), peer,
-                     p.value("tokens_per_s", 0.0), peer / base);
+    std::vector<const ordered_json*> peers{&r["peer"]};
+    if (r.contains("other_peers")) {
+      for (const auto& p : r["other_peers"]) peers.push_back(&p);
+    }
+    for (const ordered_json* p : peers) {
+      const double ips = (*p)["inputs_per_s"].get<double>();
+      t += fmt::format(
+          "| {} {} (peer) | batch {} | {:.1f} | {:.0f} | - | {:.2f}x | {:.2f}x | - | - |\n",
+          p->value("name", "peer"), p->value("dtype", ""), p->value("batch_size", 0), ips,
+          p->value("tokens_per_s", 0.0), ips / base, ips / peer);
+    }
   }
   t += fmt::format(
       "\n{} inputs ({} tokens) from {}; medians of {} runs; {}; cosine against the "
@@ -123,18 +130,22 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
   if (auto c = check_output_path(json_path, {text_file}); !c.ok()) {
     return report_error(c.status().message());
   }
-  if (!o.peer_json.empty()) {
-    auto peer = read_regular_file(o.peer_json, 1 << 20);
+  for (const std::string& path : o.peer_jsons) {
+    auto peer = read_regular_file(path, 1 << 20);
     if (!peer.ok()) return report_error(peer.status().message());
     const auto pj = nlohmann::json::parse(*peer, nullptr, false);
     if (pj.is_discarded() || !pj.contains("inputs_per_s")) {
-      return report_error(o.peer_json + ": not a peer result (bench/embedding_peer.py writes one)");
+      return report_error(path + ": not a peer result (bench/embedding_peer.py writes one)");
     }
     if (pj.value("texts", int64_t{0}) != static_cast<int64_t>(texts.size())) {
-      return report_error(fmt::format("{}: the peer embedded {} texts, this run {}", o.peer_json,
+      return report_error(fmt::format("{}: the peer embedded {} texts, this run {}", path,
                                       pj.value("texts", int64_t{0}), texts.size()));
     }
-    report["peer"] = ordered_json::parse(pj.dump());
+    if (!report.contains("peer")) {
+      report["peer"] = ordered_json::parse(pj.dump());
+    } else {
+      report["other_peers"].push_back(ordered_json::parse(pj.dump()));
+    }
   }
 
   std::vector<float> base_vecs;

@@ -31,9 +31,9 @@ struct EmbedBenchOptions {
   std::string text_file;  // empty: the baseline's bench.prompts
   int repeat = 3;
   int warmup = 1;
-  int64_t limit = 0;  // texts used (0: all)
-  std::string json;   // empty: bench/results/<machine>/<folder>.json
-  std::string peer_json;
+  int64_t limit = 0;                    // texts used (0: all)
+  std::string json;                     // empty: bench/results/<machine>/<folder>.json
+  std::vector<std::string> peer_jsons;  // the first is "peer", the rest "other_peers"
   bool readme = false;
 };
 

@@ -85,8 +85,8 @@ struct ParityResult {
 Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
   RINFER_ASSIGN_OR_RETURN(const Device device, parse_device(a.device));
   LoadOptions opts;
-  opts.ops.pool = &pool;
-  if (a.kernels == "reference") opts.ops.impl = cpu::Impl::kReference;
+  opts.cpu.ops.pool = &pool;
+  if (a.kernels == "reference") opts.cpu.ops.impl = cpu::Impl::kReference;
   opts.device = device;
   if (a.kv != "auto") opts.kv_dtype = dtype_from_name(a.kv);  // bf16 or f32 (checked by CLI11)
   if (a.weights != "keep") {

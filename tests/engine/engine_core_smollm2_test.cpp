@@ -17,7 +17,7 @@ TEST(EngineCoreSmolLM2, SixtyFourPromptsTogetherMatchEachAlone) {
 #endif
   ThreadPool pool(0);
   LoadOptions lo;
-  lo.ops.pool = &pool;
+  lo.cpu.ops.pool = &pool;
   test::expect_smollm2_batched_matches_alone(lo, "SmolLM2 on the CPU");
 }
 

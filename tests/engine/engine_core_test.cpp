@@ -24,9 +24,9 @@ namespace {
 std::unique_ptr<DecoderModel> load(const std::string& rel, cpu::Impl impl,
                                    ThreadPool* pool = nullptr) {
   LoadOptions o;
-  o.ops.impl = impl;
-  o.ops.pool = pool;
-  o.ops.quantize_activations = false;
+  o.cpu.ops.impl = impl;
+  o.cpu.ops.pool = pool;
+  o.cpu.ops.quantize_activations = false;
   auto m = load_decoder_model(test::test_data_path(rel), o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? std::move(m).value() : nullptr;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "models/llama/llama_model.h"
 #include "gguf_copy.h"
+#include "models/llama/llama_model.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -37,8 +37,8 @@ struct Rig {
 
 Rig make(int64_t n_ctx = 64, int64_t max_batch = 512) {
   LoadOptions o;
-  o.ops.impl = cpu::Impl::kFast;
-  o.ops.quantize_activations = false;  // exact: runs compare bit-for-bit-ish logits
+  o.cpu.ops.impl = cpu::Impl::kFast;
+  o.cpu.ops.quantize_activations = false;  // exact: runs compare bit-for-bit-ish logits
   o.max_batch = max_batch;
   auto m = load_decoder_model(test::test_data_path("llama/tiny_llama.gguf"), o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
@@ -376,7 +376,7 @@ TEST(GeneratorTest, NaNWeightsAreAnErrorNamingTheStep) {
                                                "nan_norm.gguf", "output_norm.weight", 3, NAN);
   ASSERT_FALSE(path.empty());
   LoadOptions o;
-  o.ops.impl = cpu::Impl::kFast;
+  o.cpu.ops.impl = cpu::Impl::kFast;
   auto m = load_decoder_model(path, o);
   ASSERT_TRUE(m.ok()) << m.status().to_string();  // the file is well-formed: only its numbers
   const DecoderHParams& hp = (*m)->hparams();

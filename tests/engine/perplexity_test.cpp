@@ -26,8 +26,8 @@ struct Rig {
 
 Rig load(const std::string& path, ThreadPool* pool, int64_t n_ctx) {
   LoadOptions o;
-  o.ops.impl = cpu::Impl::kFast;
-  o.ops.pool = pool;
+  o.cpu.ops.impl = cpu::Impl::kFast;
+  o.cpu.ops.pool = pool;
   auto m = load_decoder_model(path, o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   const DecoderHParams& hp = (*m)->hparams();

@@ -23,9 +23,9 @@ struct Loaded {
 
 Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch = 512) {
   LoadOptions opts;
-  opts.ops.impl = cpu::Impl::kFast;
-  opts.ops.pool = &pool;
-  opts.ops.quantize_activations = quantize_activations;
+  opts.cpu.ops.impl = cpu::Impl::kFast;
+  opts.cpu.ops.pool = &pool;
+  opts.cpu.ops.quantize_activations = quantize_activations;
   opts.max_batch = max_batch;
   auto m = load_decoder_model(test::test_data_path("llama/tiny_llama.gguf"), opts);
   EXPECT_TRUE(m.ok()) << m.status().to_string();

@@ -134,8 +134,8 @@ constexpr int64_t kCtx = 64;
 
 std::unique_ptr<DecoderModel> load_tiny(int64_t max_batch) {
   LoadOptions o;
-  o.ops.impl = cpu::Impl::kFast;
-  o.ops.quantize_activations = false;
+  o.cpu.ops.impl = cpu::Impl::kFast;
+  o.cpu.ops.quantize_activations = false;
   o.max_batch = max_batch;
   auto m = load_decoder_model(test::test_data_path("gemma3/tiny_gemma3.gguf"), o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();

@@ -80,6 +80,30 @@ TEST(BertSentenceTransformers, Int8WeightsStayClose) {
                            300 / kSlow, 0.995);
 }
 
+// bf16 matrices and activations (AMX tiles; their reference, the same bf16 values accumulated in
+// double, runs anywhere): within the 0.999 that bf16 is held to on the GPU too.
+TEST(BertSentenceTransformers, Bf16MatmulsStayClose) {
+  REQUIRE_MODEL();
+  expect_matches_reference(
+      "{kernels: {impl: reference}, threads: {count: 1}, quantization: {activations: bf16}, "
+      "dynamic_batching: {policy: packed}}",
+      kSlow == 1 ? 24 : 2, 0.999);
+  if (!cpu::amx_bf16_available()) {
+    auto r = parse_recipe(
+        "model: all-minilm-l6-v2\ndevice: cpu\nscenario: embedding\n"
+        "strategies: {quantization: {activations: bf16}}\n",
+        "amx.yaml");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto e = Embedder::create(*r);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().to_string().find("AMX-BF16"), std::string::npos) << e.status().to_string();
+    return;
+  }
+  expect_matches_reference(
+      "{quantization: {activations: bf16}, dynamic_batching: {policy: packed}}",
+      kSlow == 1 ? 100000 : 80, 0.999);
+}
+
 TEST(BertBatching, PoliciesAgreeAndKeepInputOrder) {
   REQUIRE_MODEL();
   const Reference& ref = reference();

@@ -85,9 +85,9 @@ class Gemma3Test : public ::testing::Test {
 
   std::unique_ptr<DecoderModel> load(cpu::Impl impl, ThreadPool* pool, bool q8) {
     LoadOptions opts;
-    opts.ops.impl = impl;
-    opts.ops.pool = pool;
-    opts.ops.quantize_activations = q8;
+    opts.cpu.ops.impl = impl;
+    opts.cpu.ops.pool = pool;
+    opts.cpu.ops.quantize_activations = q8;
     auto m = load_decoder_model(path_, opts);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     return m.ok() ? std::move(m).value() : nullptr;
@@ -134,9 +134,9 @@ class TinyGemma3Test : public ::testing::Test {
   }
   std::unique_ptr<DecoderModel> load(cpu::Impl impl, ThreadPool* pool) {
     LoadOptions opts;
-    opts.ops.impl = impl;
-    opts.ops.pool = pool;
-    opts.ops.quantize_activations = false;
+    opts.cpu.ops.impl = impl;
+    opts.cpu.ops.pool = pool;
+    opts.cpu.ops.quantize_activations = false;
     auto m = load_decoder_model(test_data_path("gemma3/tiny_gemma3.gguf"), opts);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     return m.ok() ? std::move(m).value() : nullptr;
@@ -278,9 +278,9 @@ class Gemma3RingTest : public Gemma3Test {
 
   std::unique_ptr<DecoderModel> load_batch(ThreadPool* pool) {
     LoadOptions opts;
-    opts.ops.impl = cpu::Impl::kFast;
-    opts.ops.pool = pool;
-    opts.ops.quantize_activations = false;
+    opts.cpu.ops.impl = cpu::Impl::kFast;
+    opts.cpu.ops.pool = pool;
+    opts.cpu.ops.quantize_activations = false;
     opts.max_batch = kBatch;
     auto m = load_decoder_model(path_, opts);
     EXPECT_TRUE(m.ok()) << m.status().to_string();

@@ -22,7 +22,7 @@ const std::vector<int32_t> kIds = {1, 17, 299, 42, 0, 150, 7};  // 7 tokens
 
 std::vector<float> logits_of(const std::string& path, cpu::Impl impl = cpu::Impl::kFast) {
   LoadOptions opts;
-  opts.ops.impl = impl;
+  opts.cpu.ops.impl = impl;
   auto m = load_decoder_model(path, opts);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};

@@ -61,9 +61,9 @@ struct Loaded {
 Loaded load(const std::string& path, cpu::Impl impl, ThreadPool* pool, int64_t max_batch = 512,
             int64_t n_ctx = 64, bool quantize_activations = true) {
   LoadOptions opts;
-  opts.ops.impl = impl;
-  opts.ops.pool = pool;
-  opts.ops.quantize_activations = quantize_activations;
+  opts.cpu.ops.impl = impl;
+  opts.cpu.ops.pool = pool;
+  opts.cpu.ops.quantize_activations = quantize_activations;
   opts.max_batch = max_batch;
   auto m = load_decoder_model(path, opts);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
@@ -334,6 +334,15 @@ std::string edited_model(const std::string& name, const Edit& e) {
 std::string load_error(const std::string& path) {
   auto m = load_model(path, LoadOptions{});
   return m.ok() ? std::string("loaded") : m.status().message();
+}
+
+TEST(LlamaValidation, Bf16MatmulsAreAnEncoderStrategy) {
+  LoadOptions opts;
+  opts.cpu.bf16_matmuls = true;
+  auto m = load_decoder_model(test_data_path("llama/tiny_llama.gguf"), opts);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().to_string().find("activations: bf16"), std::string::npos)
+      << m.status().to_string();
 }
 
 TEST(LlamaValidation, MissingTensorIsNamedWithItsShape) {

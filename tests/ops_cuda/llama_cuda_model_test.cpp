@@ -217,7 +217,7 @@ std::vector<float> match_cpu_reference(const TinySpec& spec, std::span<const Var
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(spec.n_vocab));
 
   LoadOptions cpu_opts;
-  cpu_opts.ops.impl = cpu::Impl::kReference;
+  cpu_opts.cpu.ops.impl = cpu::Impl::kReference;
   cpu_opts.max_batch = 16;
   auto cpu_model = load_decoder_model(path, cpu_opts);
   EXPECT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
@@ -232,9 +232,9 @@ std::vector<float> match_cpu_reference(const TinySpec& spec, std::span<const Var
     LoadOptions o;
     o.device = Device::cuda(0);
     o.max_batch = 16;
-    o.cuda_graphs = v.graphs;
+    o.cuda.graphs = v.graphs;
     o.fusion = v.fusion;
-    o.allocator = v.allocator;
+    o.cuda.allocator = v.allocator;
     if (v.to_bf16) o.weight_format = DType::kBF16;
     o.kv_dtype = v.kv;
     auto gpu_model = load_decoder_model(path, o);
@@ -316,7 +316,7 @@ TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
         tk = static_cast<int32_t>(rng() % static_cast<uint32_t>(spec.n_vocab));
       }
       LoadOptions cpu_opts;
-      cpu_opts.ops.impl = cpu::Impl::kReference;
+      cpu_opts.cpu.ops.impl = cpu::Impl::kReference;
       auto cpu_model = load_decoder_model(path, cpu_opts);
       ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
       const std::vector<float> want = run(**cpu_model, tokens, 1, 64);
@@ -458,8 +458,8 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
           LoadOptions o;
           o.device = Device::cuda(0);
           o.max_batch = 4;  // Gemma's rings: window + 3 rows, under the context
-          o.cuda_graphs = graphs;
-          o.device_sampling = dev == 1;
+          o.cuda.graphs = graphs;
+          o.cuda.device_sampling = dev == 1;
           auto m = load_decoder_model(path, o);
           ASSERT_TRUE(m.ok()) << m.status().to_string();
           auto cache = (*m)->create_cache(48);
@@ -521,7 +521,7 @@ TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
     LoadOptions o;
     o.device = Device::cuda(0);
     o.max_batch = 512;
-    o.cuda_graphs = graphs == 1;
+    o.cuda.graphs = graphs == 1;
     auto m = load_decoder_model(path, o);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto cache = (*m)->create_cache(n_ctx);

@@ -165,12 +165,12 @@ TEST(StrategyRegistryTest, KeysAgreeWithTheParserAndTheDocs) {
 TEST(ApplyStrategiesTest, CpuDefaults) {
   Applied a = apply_ok(BASE);
   EXPECT_TRUE(a.load.device.is_cpu());
-  EXPECT_EQ(a.load.ops.impl, cpu::Impl::kFast);
-  EXPECT_TRUE(a.load.ops.quantize_activations);
+  EXPECT_EQ(a.load.cpu.ops.impl, cpu::Impl::kFast);
+  EXPECT_TRUE(a.load.cpu.ops.quantize_activations);
   EXPECT_FALSE(a.load.weight_format.has_value());
   EXPECT_TRUE(a.load.keep_precision_layers.empty());
   EXPECT_FALSE(a.load.convert_embeddings);
-  EXPECT_FALSE(a.load.cuda_graphs);  // resolved off on the CPU
+  EXPECT_FALSE(a.load.cuda.graphs);  // resolved off on the CPU
   EXPECT_TRUE(a.gen.kv_cache);
   EXPECT_FALSE(a.load.kv_dtype.has_value());  // the device's default
 }
@@ -199,10 +199,10 @@ TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
                        "strategies:\n  kv_cache: {enabled: false}\n  kernels: {impl: reference}\n"
                        "  threads: {count: 1}\n  quantization: {activations: float}\n"
                        "  cuda_graphs: {enabled: false}\n");
-  EXPECT_EQ(a.load.ops.impl, cpu::Impl::kReference);
-  EXPECT_FALSE(a.load.ops.quantize_activations);
+  EXPECT_EQ(a.load.cpu.ops.impl, cpu::Impl::kReference);
+  EXPECT_FALSE(a.load.cpu.ops.quantize_activations);
   EXPECT_FALSE(a.gen.kv_cache);
-  EXPECT_FALSE(a.load.cuda_graphs);
+  EXPECT_FALSE(a.load.cuda.graphs);
   auto r = parse_recipe(BASE "strategies:\n  threads: {count: 3}\n", "r.yaml");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->strategies.threads, 3);
@@ -210,11 +210,22 @@ TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
             "kv_cache on, kernels fast, threads 3, fusion swiglu+qkv, activations int8");
 }
 
+TEST(ApplyStrategiesTest, Bf16ActivationsPackTheMatrices) {
+  Applied a = apply_ok(BASE "strategies:\n  quantization: {activations: bf16}\n");
+  EXPECT_TRUE(a.load.cpu.bf16_matmuls);
+  EXPECT_FALSE(a.load.cpu.ops.quantize_activations);
+  auto r = parse_recipe(BASE "strategies:\n  quantization: {activations: bf16}\n", "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(describe_strategies(r->strategies, r->device).find("activations bf16"),
+            std::string::npos);
+  EXPECT_FALSE(apply_ok(BASE).load.cpu.bf16_matmuls);
+}
+
 TEST(ApplyStrategiesTest, CudaDefaultsAreTheOptimizedSettings) {
   Applied a = apply_ok(BASE "device: cuda:1\n");
   EXPECT_EQ(a.load.device, Device::cuda(1));
-  EXPECT_TRUE(a.load.cuda_graphs);
-  EXPECT_EQ(a.load.allocator, AllocatorKind::kCaching);
+  EXPECT_TRUE(a.load.cuda.graphs);
+  EXPECT_EQ(a.load.cuda.allocator, AllocatorKind::kCaching);
   EXPECT_TRUE(a.load.fusion.attention && a.load.fusion.residual_norm && a.load.fusion.swiglu &&
               a.load.fusion.qkv);
   EXPECT_FALSE(a.load.weight_format.has_value());
@@ -231,8 +242,8 @@ TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
       "device: cuda:0\nstrategies:\n  cuda_graphs: {enabled: false}\n  allocator: {kind: plain}\n"
       "  fusion: {residual_norm: false, swiglu: false, qkv: false}\n";
   Applied a = apply_ok(text);
-  EXPECT_FALSE(a.load.cuda_graphs);
-  EXPECT_EQ(a.load.allocator, AllocatorKind::kPlain);
+  EXPECT_FALSE(a.load.cuda.graphs);
+  EXPECT_EQ(a.load.cuda.allocator, AllocatorKind::kPlain);
   EXPECT_TRUE(a.load.fusion.attention);
   EXPECT_FALSE(a.load.fusion.residual_norm);
   EXPECT_FALSE(a.load.fusion.swiglu);
@@ -247,16 +258,16 @@ TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
 TEST(ApplyStrategiesTest, CudaWithoutKvCacheTurnsTheDefaultGraphsOff) {
   Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {enabled: false}}\n");
   EXPECT_FALSE(a.gen.kv_cache);
-  EXPECT_FALSE(a.load.cuda_graphs);
-  EXPECT_FALSE(a.load.device_sampling);
+  EXPECT_FALSE(a.load.cuda.graphs);
+  EXPECT_FALSE(a.load.cuda.device_sampling);
 }
 
 TEST(ApplyStrategiesTest, DeviceSamplingIsOnForCudaAndOffElsewhere) {
-  EXPECT_TRUE(apply_ok(BASE "device: cuda:0\n").load.device_sampling);
-  EXPECT_FALSE(apply_ok(BASE).load.device_sampling);  // the CPU samples on the host
+  EXPECT_TRUE(apply_ok(BASE "device: cuda:0\n").load.cuda.device_sampling);
+  EXPECT_FALSE(apply_ok(BASE).load.cuda.device_sampling);  // the CPU samples on the host
   Applied a = apply_ok(BASE "device: cuda:0\nstrategies:\n  device_sampling: {enabled: false}\n");
-  EXPECT_FALSE(a.load.device_sampling);
-  EXPECT_TRUE(a.load.cuda_graphs);
+  EXPECT_FALSE(a.load.cuda.device_sampling);
+  EXPECT_TRUE(a.load.cuda.graphs);
   auto r = parse_recipe(BASE "device: cuda:0\nstrategies:\n  device_sampling: {enabled: false}\n",
                         "r.yaml");
   ASSERT_TRUE(r.ok());
@@ -562,9 +573,9 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   LoadOptions load;
   GeneratorOptions gen;
   ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
-  EXPECT_FALSE(load.cuda_graphs);
-  EXPECT_FALSE(load.device_sampling);
-  EXPECT_EQ(load.allocator, AllocatorKind::kPlain);
+  EXPECT_FALSE(load.cuda.graphs);
+  EXPECT_FALSE(load.cuda.device_sampling);
+  EXPECT_EQ(load.cuda.allocator, AllocatorKind::kPlain);
   EXPECT_FALSE(load.fusion.residual_norm || load.fusion.swiglu || load.fusion.qkv);
   EXPECT_TRUE(load.fusion.attention);  // the only attention on CUDA
 
@@ -579,14 +590,14 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   LoadOptions load32;
   ASSERT_TRUE(apply_strategies(*v, load32, gen).ok());
   EXPECT_EQ(load32.kv_dtype, std::optional<DType>(DType::kF32));
-  EXPECT_TRUE(load32.cuda_graphs);
+  EXPECT_TRUE(load32.cuda.graphs);
 
   v = load_recipe(dir + "cuda-host-sampling.yaml");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   LoadOptions loadh;
   ASSERT_TRUE(apply_strategies(*v, loadh, gen).ok());
-  EXPECT_FALSE(loadh.device_sampling);
-  EXPECT_TRUE(loadh.cuda_graphs);
+  EXPECT_FALSE(loadh.cuda.device_sampling);
+  EXPECT_TRUE(loadh.cuda.graphs);
 }
 
 // ---- the engine core's strategies: kv_cache layout and batching ------------------------------

@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
             "strategies.quantization.keep_layers: expected a list of integers in [-65535, 65535], "
             "got 0"},
         Bad{BASE "strategies:\n  quantization: {activations: int4}\n",
-            "strategies.quantization.activations: expected int8 or float, got int4"},
+            "strategies.quantization.activations: expected one of int8, float or bf16, got int4"},
         Bad{BASE "strategies:\n  quantization: {embeddings: \"true\"}\n",
             "strategies.quantization.embeddings: expected true or false, got the string \"true\""},
         Bad{BASE "strategies:\n  cuda_graphs: {enable: true}\n",

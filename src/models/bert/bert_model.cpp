@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/quantize.h"
@@ -176,13 +177,46 @@ Status BertModel::convert() {
                            {&l.w1, "intermediate"},
                            {&l.w2, "output"}}) {
       if (t->dtype() == to) continue;
-      auto c = convert_weight(*t, to, opts_.ops.pool);
+      auto c = convert_weight(*t, to, opts_.cpu.ops.pool);
       if (!c.ok()) {
         return c.status().with_context(
             fmt::format("converting layer {} {} to {}", il, what, dtype_name(to)));
       }
       weight_bytes_ = weight_bytes_ - t->nbytes() + c->nbytes();
       *t = std::move(c).value();
+    }
+  }
+  return ok_status();
+}
+
+Status BertModel::pack_bf16() {
+  if (!opts_.cpu.bf16_matmuls) return ok_status();
+  if (!opts_.device.is_cpu()) {
+    return unsupported("strategies.quantization.activations: bf16 is a CPU strategy, not for {}",
+                       opts_.device.to_string());
+  }
+  if (opts_.cpu.ops.impl == cpu::Impl::kFast && !cpu::amx_bf16_available()) {
+    return unsupported(
+        "strategies.quantization.activations: bf16 needs a CPU with AMX-BF16 tiles (Intel Xeon "
+        "4th generation or later) and a kernel that grants them; this CPU has none: use float");
+  }
+  w_.bf16.resize(w_.layers.size());
+  for (size_t il = 0; il < w_.layers.size(); ++il) {
+    BertLayer& l = w_.layers[il];
+    BertBf16Layer& p = w_.bf16[il];
+    for (auto [t, to, what] : {std::tuple{&l.wq, &p.wq, "query"},
+                               {&l.wk, &p.wk, "key"},
+                               {&l.wv, &p.wv, "value"},
+                               {&l.wo, &p.wo, "attention output"},
+                               {&l.w1, &p.w1, "intermediate"},
+                               {&l.w2, &p.w2, "output"}}) {
+      auto packed = cpu::PackedBf16::pack(*t);
+      if (!packed.ok()) {
+        return packed.status().with_context(fmt::format("packing layer {} {} to bf16", il, what));
+      }
+      *to = std::move(packed).value();
+      weight_bytes_ =
+          weight_bytes_ - t->nbytes() + static_cast<uint64_t>(to->n_pad() * to->k_pad()) * 2;
     }
   }
   return ok_status();
@@ -202,6 +236,7 @@ Result<std::unique_ptr<BertModel>> BertModel::load(const std::string& path,
   m->file_ = std::make_shared<const SafetensorsModel>(std::move(st));
   RINFER_RETURN_IF_ERROR(m->bind(*m->file_));
   RINFER_RETURN_IF_ERROR(m->convert());
+  RINFER_RETURN_IF_ERROR(m->pack_bf16());
   return m;
 }
 

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "formats/safetensors.h"
 #include "models/encoder.h"
+#include "ops/cpu/matmul_bf16.h"
 
 namespace rinfer::bert {
 
@@ -27,12 +28,18 @@ struct BertLayer {
   Tensor ln1_g, ln1_b, ln2_g, ln2_b;  // f32 [n_embd]: after attention, after the FFN
 };
 
+// A layer's matrices rounded to bf16 in the AMX tile layout (LoadOptions::cpu.bf16_matmuls).
+struct BertBf16Layer {
+  cpu::PackedBf16 wq, wk, wv, wo, w1, w2;
+};
+
 struct BertWeights {
   Tensor word_emb;            // [n_vocab, n_embd]
   Tensor pos_emb;             // [n_positions, n_embd]
   Tensor type_emb;            // [n_token_types, n_embd]
   Tensor emb_ln_g, emb_ln_b;  // f32 [n_embd]
   std::vector<BertLayer> layers;
+  std::vector<BertBf16Layer> bf16;  // one per layer with cpu.bf16_matmuls, else empty
 };
 
 // Whether a config.json's model_type is one this sample runs ("bert").
@@ -58,6 +65,7 @@ class BertModel : public EncoderModel {
   BertModel() = default;
   Status bind(const SafetensorsModel& st);
   Status convert();
+  Status pack_bf16();
 
   EncoderHParams hp_;
   BertWeights w_;

@@ -1,6 +1,7 @@
-// The BERT forward pass on the CPU: every matrix through the SIMD matmuls over all rows of the
-// batch at once, bidirectional attention per sequence through paged_attention (block size 1,
-// each sequence's own rows), LayerNorm with the residual fused, the erf GELU with its bias.
+// The BERT forward pass on the CPU: every matrix through the SIMD matmuls (or, with
+// cpu.bf16_matmuls, the AMX bf16 matmul) over all rows of the batch at once, bidirectional
+// attention per sequence through paged_attention (block size 1, each sequence's own rows),
+// LayerNorm with the residual fused, the erf GELU with its bias.
 #include <cmath>
 #include <cstring>
 
@@ -61,7 +62,7 @@ Status CpuRunner::forward(const EncoderBatch& b) {
   const EncoderHParams& hp = m_.hparams();
   RINFER_RETURN_IF_ERROR(check_encoder_batch(b, hp, opts_.max_rows));
   const BertWeights& w = m_.weights();
-  const cpu::OpContext& ctx = m_.load_options().ops;
+  const cpu::OpContext& ctx = m_.load_options().cpu.ops;
   const int64_t n = b.n_rows(), e = hp.n_embd;
 
   // Embeddings: word + position (within the slot) + token type, then LayerNorm.
@@ -118,21 +119,33 @@ Status CpuRunner::forward(const EncoderBatch& b) {
       return cancelled_error("encode: cancelled before layer {}", il);
     }
     const BertLayer& l = w.layers[il];
-    const Tensor* qkv_w[] = {&l.wq, &l.wk, &l.wv};
-    float* qkv_y[] = {q_.data(), k_.data(), v_.data()};
-    RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, qkv_w, x, n, qkv_y));
+    const BertBf16Layer* p = w.bf16.empty() ? nullptr : &w.bf16[il];
+    // x [n, n_in] -> y [n, n_out] through the AMX tiles when the model packed its matrices.
+    auto mm = [&](const Tensor& f32, const cpu::PackedBf16* packed, const float* in, float* out) {
+      return packed != nullptr ? cpu::matmul_bf16(ctx, *packed, in, n, out)
+                               : cpu::matmul(ctx, f32, in, n, out);
+    };
+    if (p != nullptr) {
+      RINFER_RETURN_IF_ERROR(mm(l.wq, &p->wq, x, q_.data()));
+      RINFER_RETURN_IF_ERROR(mm(l.wk, &p->wk, x, k_.data()));
+      RINFER_RETURN_IF_ERROR(mm(l.wv, &p->wv, x, v_.data()));
+    } else {
+      const Tensor* qkv_w[] = {&l.wq, &l.wk, &l.wv};
+      float* qkv_y[] = {q_.data(), k_.data(), v_.data()};
+      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, qkv_w, x, n, qkv_y));
+    }
     cpu::add_bias(ctx, q_.data(), l.bq.data_as<float>(), n, e);
     cpu::add_bias(ctx, k_.data(), l.bk.data_as<float>(), n, e);
     cpu::add_bias(ctx, v_.data(), l.bv.data_as<float>(), n, e);
     RINFER_RETURN_IF_ERROR(
         cpu::paged_attention(ctx, as, seqs_, q_.data(), k_.data(), v_.data(), attn_.data()));
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn_.data(), n, tmp_.data()));
+    RINFER_RETURN_IF_ERROR(mm(l.wo, p != nullptr ? &p->wo : nullptr, attn_.data(), tmp_.data()));
     cpu::add_bias(ctx, tmp_.data(), l.bo.data_as<float>(), n, e);
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln1_g.data_as<float>(), l.ln1_b.data_as<float>(), n, e,
                     hp.norm_eps, x);
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w1, x, n, ff_.data()));
+    RINFER_RETURN_IF_ERROR(mm(l.w1, p != nullptr ? &p->w1 : nullptr, x, ff_.data()));
     cpu::gelu_erf(ctx, ff_.data(), l.b1.data_as<float>(), n, hp.n_ff);
-    RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w2, ff_.data(), n, tmp_.data()));
+    RINFER_RETURN_IF_ERROR(mm(l.w2, p != nullptr ? &p->w2 : nullptr, ff_.data(), tmp_.data()));
     cpu::add_bias(ctx, tmp_.data(), l.b2.data_as<float>(), n, e);
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln2_g.data_as<float>(), l.ln2_b.data_as<float>(), n, e,
                     hp.norm_eps, x);

@@ -270,11 +270,21 @@ Status LlamaModel::bind_weights(const std::shared_ptr<const GgufFile>& file) {
   return ok_status();
 }
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file,
-                                                     const LoadOptions& opts) {
+Status check_llama_load_options(const LoadOptions& opts) {
   if (opts.max_batch <= 0 || opts.max_batch > (int64_t{1} << 16)) {
     return invalid_argument("max_batch {} is out of range [1, 65536]", opts.max_batch);
   }
+  if (opts.cpu.bf16_matmuls) {
+    return unsupported(
+        "strategies.quantization.activations: bf16 (AMX tiles) is implemented for the "
+        "encoders only; the decoder sample runs int8 or float activations");
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file,
+                                                     const LoadOptions& opts) {
+  RINFER_RETURN_IF_ERROR(check_llama_load_options(opts));
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->file_ = file;
   m->opts_ = opts;
@@ -299,7 +309,7 @@ Status LlamaModel::convert_weights() {
   }
   auto conv = [&](Tensor& w, const std::string& what, bool whole) -> Status {
     if (!w.defined() || w.dtype() == to) return ok_status();
-    auto c = convert_weight(w, to, opts_.ops.pool);
+    auto c = convert_weight(w, to, opts_.cpu.ops.pool);
     if (!c.ok())
       return c.status().with_context(fmt::format("converting {} to {}", what, dtype_name(to)));
     const uint64_t before = w.nbytes(), after = c->nbytes();

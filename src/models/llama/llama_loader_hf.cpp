@@ -286,9 +286,7 @@ Status LlamaModel::bind_hf_weights(const std::shared_ptr<const SafetensorsModel>
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load_hf(const std::string& path,
                                                         const LoadOptions& opts) {
-  if (opts.max_batch <= 0 || opts.max_batch > (int64_t{1} << 16)) {
-    return invalid_argument("max_batch {} is out of range [1, 65536]", opts.max_batch);
-  }
+  RINFER_RETURN_IF_ERROR(check_llama_load_options(opts));
   RINFER_ASSIGN_OR_RETURN(const HfPaths paths, resolve_paths(path));
   RINFER_ASSIGN_OR_RETURN(const HfConfig cfg, read_hf_config(paths.config));
   std::unique_ptr<LlamaModel> m(new LlamaModel());

@@ -151,9 +151,9 @@ Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
   cache.note_written(n_past + nt);
   CacheAccess kv(*this, scratch_, cache, nt);
   RINFER_RETURN_IF_ERROR(
-      run_layers(opts_.ops, scratch_, tokens, {}, positions, kv, n_past, cancel));
+      run_layers(opts_.cpu.ops, scratch_, tokens, {}, positions, kv, n_past, cancel));
   if (rows.empty()) return ok_status();
-  return compute_logits(opts_.ops, scratch_, rows, logits);
+  return compute_logits(opts_.cpu.ops, scratch_, rows, logits);
 }
 
 Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,

@@ -85,6 +85,10 @@ class KvAccess {
   virtual Status attend(int64_t il, const float* q, float* attn) = 0;
 };
 
+// The load options both loaders (GGUF, Hugging Face) accept: max_batch in range, no bf16
+// matmuls (an encoder-only strategy).
+Status check_llama_load_options(const LoadOptions& opts);
+
 class LlamaModel final : public DecoderModel {
  public:
   // Binds and validates every tensor (a missing one or a wrong shape is an error naming the
@@ -124,7 +128,7 @@ class LlamaModel final : public DecoderModel {
   Status compute_logits(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> rows,
                         float* logits) const;
   float attention_scale() const;
-  const cpu::OpContext& ops() const { return opts_.ops; }
+  const cpu::OpContext& ops() const { return opts_.cpu.ops; }
   const LoadOptions& load_options() const { return opts_; }
 
   // Sees the residual stream of every forward chunk: after the embedding (and its scale) with

@@ -1,5 +1,5 @@
 // strategies.allocator: the CUDA device memory allocator, caching (freed blocks reused by size
-// class) or plain (cudaMalloc/cudaFree every time). Hook: LoadOptions::allocator. On the CPU
+// class) or plain (cudaMalloc/cudaFree every time). Hook: LoadOptions::cuda.allocator. On the CPU
 // the model allocates its buffers once at load from the process-wide caching host allocator
 // (src/core/allocator.h), so there is nothing to switch.
 #include <fmt/format.h>
@@ -45,7 +45,7 @@ const StrategyInfo& allocator_strategy() {
       "cudaMalloc/cudaFree",
       {{"kind", "caching|plain", "caching", "plain: every allocation goes to the driver"}},
       "{kind: plain}",
-      "LoadOptions::allocator",
+      "LoadOptions::cuda.allocator",
       "cuda",
       "docs/strategies/allocator.md",
       parse,

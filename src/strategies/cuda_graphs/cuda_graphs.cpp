@@ -1,6 +1,6 @@
 // strategies.cuda_graphs: capture a decode step's kernel launches once and replay them as one
 // CUDA graph. CUDA only; needs the KV cache (a step of one token has fixed shapes).
-// Hook: LoadOptions::cuda_graphs.
+// Hook: LoadOptions::cuda.graphs.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -39,7 +39,7 @@ const StrategyInfo& cuda_graphs_strategy() {
       {{"enabled", "bool", "true (on cuda with the KV cache)",
         "false: launch every kernel from the host each step"}},
       "{enabled: false}",
-      "LoadOptions::cuda_graphs",
+      "LoadOptions::cuda.graphs",
       "cuda",
       "docs/strategies/cuda_graphs.md",
       parse,

@@ -1,6 +1,6 @@
 // strategies.device_sampling: decode with each token sampled on the device and the next step
 // queued before the host reads it (no logits copy, no host round trip between steps). CUDA only;
-// needs the KV cache (steps of one token). Hook: LoadOptions::device_sampling.
+// needs the KV cache (steps of one token). Hook: LoadOptions::cuda.device_sampling.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -40,7 +40,7 @@ const StrategyInfo& device_sampling_strategy() {
       {{"enabled", "bool", "true (on cuda with the KV cache)",
         "false: copy the logits to the host every step and sample there"}},
       "{enabled: false}",
-      "LoadOptions::device_sampling",
+      "LoadOptions::cuda.device_sampling",
       "cuda",
       "docs/strategies/device_sampling.md",
       parse,

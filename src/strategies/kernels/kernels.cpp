@@ -1,5 +1,5 @@
 // strategies.kernels: the CPU kernel set, fast (SIMD, tiled, integer dot products) or the
-// scalar reference (f64 accumulation). Hook: LoadOptions::ops.impl. CUDA has one kernel set.
+// scalar reference (f64 accumulation). Hook: LoadOptions::cpu.ops.impl. CUDA has one kernel set.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -41,7 +41,7 @@ const StrategyInfo& kernels_strategy() {
       {{"impl", "reference|fast", "fast",
         "fast: Highway SIMD, tiled prefill, integer dot products; reference: scalar, f64 sums"}},
       "{impl: reference}",
-      "LoadOptions::ops.impl",
+      "LoadOptions::cpu.ops.impl",
       "cpu",
       "docs/strategies/kernels.md",
       parse,

@@ -2,7 +2,7 @@
 // stay in their stored precision: by default the first and the last), whether the token
 // embedding / output projection convert too, and the CPU activation format.
 // Hooks: LoadOptions::weight_format, keep_precision_layers, convert_embeddings,
-// ops.quantize_activations.
+// cpu.ops.quantize_activations, cpu.bf16_matmuls.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -59,8 +59,12 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
   }
   RINFER_ASSIGN_OR_RETURN(auto embeddings, m.get_bool("embeddings"));
   if (embeddings) q.embeddings = *embeddings;
-  RINFER_ASSIGN_OR_RETURN(auto act, m.get_enum("activations", {"int8", "float"}));
-  if (act) q.activations = *act == 0 ? ActivationFormat::kInt8 : ActivationFormat::kFloat;
+  RINFER_ASSIGN_OR_RETURN(auto act, m.get_enum("activations", {"int8", "float", "bf16"}));
+  if (act) {
+    constexpr ActivationFormat kFormats[] = {ActivationFormat::kInt8, ActivationFormat::kFloat,
+                                             ActivationFormat::kBf16};
+    q.activations = kFormats[*act];
+  }
   for (const char* k : {"weights", "keep_layers", "embeddings", "activations"}) {
     note_origin(m, k, s);
   }
@@ -110,8 +114,7 @@ std::string describe(const StrategyConfig& s, const Device& device) {
   }
   if (device.is_cpu()) {
     if (!out.empty()) out += ", ";
-    out +=
-        fmt::format("activations {}", q.activations == ActivationFormat::kInt8 ? "int8" : "float");
+    out += fmt::format("activations {}", activation_format_name(q.activations));
   }
   return out;
 }
@@ -122,6 +125,15 @@ std::vector<int64_t> QuantizationConfig::effective_keep_layers() const {
   if (!weights) return {};
   if (keep_layers) return *keep_layers;
   return {0, -1};
+}
+
+std::string_view activation_format_name(ActivationFormat a) {
+  switch (a) {
+    case ActivationFormat::kInt8: return "int8";
+    case ActivationFormat::kFloat: return "float";
+    case ActivationFormat::kBf16: return "bf16";
+  }
+  return "?";
 }
 
 std::string weight_format_name(const std::optional<DType>& weights) {
@@ -138,11 +150,12 @@ const StrategyInfo& quantization_strategy() {
        {"keep_layers", "list of int in [-65535, 65535]", "[0, -1] when weights converts",
         "blocks left in their stored format; negative from the last (-1: the last)"},
        {"embeddings", "bool", "false", "convert the token embedding / output projection too"},
-       {"activations", "int8|float", "int8",
-        "CPU fast kernels: int8 activations with integer dot products, or f32"}},
+       {"activations", "int8|float|bf16", "int8",
+        "CPU fast kernels: int8 activations with integer dot products, f32, or (encoders on "
+        "a CPU with AMX-BF16) bf16 matrices and activations on AMX tiles"}},
       "{weights: keep, activations: float}",
       "LoadOptions::weight_format, keep_precision_layers, convert_embeddings, "
-      "ops.quantize_activations",
+      "cpu.ops.quantize_activations, cpu.bf16_matmuls",
       "weights: cpu, cuda; activations: cpu",
       "docs/strategies/quantization.md",
       parse,

@@ -30,7 +30,7 @@ const StrategyInfo& threads_strategy() {
                                  "host threads for the CPU kernels (on CUDA: host-side work only)",
                                  {{"count", "int in [0, 1024]", "0", "0: all cores"}},
                                  "{count: 1}",
-                                 "the engine's ThreadPool size (LoadOptions::ops.pool)",
+                                 "the engine's ThreadPool size (LoadOptions::cpu.ops.pool)",
                                  "cpu, cuda",
                                  "docs/strategies/threads.md",
                                  parse,

@@ -117,7 +117,7 @@ Status CudaRunner::upload_matrix(std::initializer_list<const Tensor*> parts, Dev
   // Float matrices go up as bf16 (the GEMM's operand type); quantized ones keep their layout and
   // are dequantized per GEMM into dequant_.
   if (t.dtype() == DType::kF32 || t.dtype() == DType::kF16) {
-    auto c = convert_weight(t, DType::kBF16, m_.load_options().ops.pool);
+    auto c = convert_weight(t, DType::kBF16, m_.load_options().cpu.ops.pool);
     if (!c.ok()) return c.status().with_context(what);
     t = std::move(c).value();
   }
@@ -202,7 +202,7 @@ Status CudaRunner::init() {
   const LoadOptions& lo = m_.load_options();
   device_ = lo.device.index;
   RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-  if (lo.allocator == AllocatorKind::kPlain) {
+  if (lo.cuda.allocator == AllocatorKind::kPlain) {
     RINFER_ASSIGN_OR_RETURN(alloc_, cuda::plain_device_allocator(device_));
   } else {
     RINFER_ASSIGN_OR_RETURN(alloc_, cuda::default_device_allocator(device_));

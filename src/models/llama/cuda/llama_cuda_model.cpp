@@ -27,7 +27,7 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
     return invalid_argument("n_head {} is not a multiple of n_head_kv {}", hp.n_head, hp.n_head_kv);
   }
   RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m->device_));
-  if (opts.allocator == AllocatorKind::kPlain) {
+  if (opts.cuda.allocator == AllocatorKind::kPlain) {
     RINFER_ASSIGN_OR_RETURN(m->alloc_, cuda::plain_device_allocator(m->device_));
   } else {
     RINFER_ASSIGN_OR_RETURN(m->alloc_, cuda::default_device_allocator(m->device_));
@@ -215,7 +215,7 @@ std::string LlamaCudaModel::describe() const {
       hp_.head_dim, hp_.n_vocab, static_cast<double>(weight_device_bytes_) / 1e6,
       layers_.empty() ? "?" : dtype_name(layers_[0].wo.dtype),
       static_cast<double>(weight_bytes_) / 1e6, dtype_name(kv_dtype_),
-      opts_.cuda_graphs ? "on" : "off", alloc_->name());
+      opts_.cuda.graphs ? "on" : "off", alloc_->name());
 }
 
 Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
@@ -742,7 +742,7 @@ Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* l
         logits == nullptr ? nullptr : logits + static_cast<int64_t>(first) * hp_.n_vocab;
     const int64_t past = cache.size();
     Status st;
-    if (nc == 1 && opts_.cuda_graphs) {
+    if (nc == 1 && opts_.cuda.graphs) {
       st = decode_step_graph(batch.tokens[static_cast<size_t>(c0)], past, *kv,
                              rows_.empty() ? nullptr : chunk_logits);
     } else {

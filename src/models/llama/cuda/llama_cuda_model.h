@@ -18,7 +18,7 @@
 // One token (decode) runs matrix-vector kernels: f32 activations for bf16/f16/f32 weights, int16
 // activations quantized once per input and shared by every matrix that reads it for Q8_0, Q4_0,
 // Q4_1 and Q4_K weights. More tokens (prefill) run bf16 GEMMs through cuBLASLt (quantized
-// weights dequantized per call into one workspace). With LoadOptions::cuda_graphs, a decode
+// weights dequantized per call into one workspace). With LoadOptions::cuda.graphs, a decode
 // step is captured into a CUDA graph per KV cache and attention length bound (1024, 2048, ...
 // up to the cache's n_ctx) and replayed: the token, its position and the KV length are read
 // from device memory, so one graph serves every step up to its bound. The

@@ -86,7 +86,7 @@ Status LlamaCudaModel::decode_step_graph(int32_t token, int64_t pos, DeviceKvSto
 
 Status LlamaCudaModel::queue_sampled_step(int64_t pos, DeviceKvStorage& kv, const Scratch& s) {
   cudaStream_t st = stream_.get();
-  if (opts_.cuda_graphs) {
+  if (opts_.cuda.graphs) {
     RINFER_ASSIGN_OR_RETURN(cudaGraphExec_t g, ensure_graph(true, pos, kv));
     RINFER_CUDA_RETURN(cudaGraphLaunch(g, st));
   } else {
@@ -100,7 +100,7 @@ Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, cons
   if (d.sampling == nullptr || !d.on_token) {
     return invalid_argument("decode_on_device: no sampling settings or no on_token callback");
   }
-  if (!opts_.device_sampling) {
+  if (!opts_.cuda.device_sampling) {
     return unsupported("decode_on_device: device sampling is off (strategies.device_sampling)");
   }
   const cuda::DecodeSampling ds = decode_sampling(*d.sampling);
@@ -132,7 +132,7 @@ Result<DeviceDecodeResult> LlamaCudaModel::decode_on_device(KvCache& cache, cons
   // The scratch of the steps: the graphs' (one set per cache), or one set for this call.
   std::optional<Scratch> own;
   const Scratch* s = nullptr;
-  if (opts_.cuda_graphs) {
+  if (opts_.cuda.graphs) {
     RINFER_RETURN_IF_ERROR(ensure_graph(true, p0, *kv).status());
     s = &*graph_scratch_;
   } else {

@@ -100,7 +100,7 @@ class LlamaCudaModel final : public DecoderModel {
   Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
   Result<KvCache> create_cache(int64_t n_ctx) const override;
   bool can_decode_on_device(const SamplingParams& sp) const override {
-    return opts_.device_sampling &&
+    return opts_.cuda.device_sampling &&
            cuda::decode_sampling_supported(decode_sampling(sp), hp_.n_vocab).ok();
   }
   Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d) override;
