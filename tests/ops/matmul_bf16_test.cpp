@@ -94,6 +94,18 @@ TEST(MatmulBf16, AmxMatchesReferenceOddSizesTokensThreads) {
             << (pool != nullptr ? pool->size() : 1);
         for (float v : y) ASSERT_TRUE(std::isfinite(v));
       }
+      // With a bias: the same products plus the bias of each column, fast as reference.
+      const auto bias = random_floats(static_cast<size_t>(s.n_out), seed++);
+      std::vector<float> yb(ref.size(), NAN), rb(ref.size(), NAN);
+      ASSERT_TRUE(
+          matmul_bf16({Impl::kFast, &pool2}, *p, x.data(), n_tokens, yb.data(), bias.data()).ok());
+      ASSERT_TRUE(
+          matmul_bf16({Impl::kReference, nullptr}, *p, x.data(), n_tokens, rb.data(), bias.data())
+              .ok());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ASSERT_NEAR(rb[i], ref[i] + bias[i % static_cast<size_t>(s.n_out)], 1e-5f);
+      }
+      EXPECT_LE(rel_l2(yb, rb), 1e-5);
     }
   }
 }

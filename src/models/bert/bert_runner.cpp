@@ -1,12 +1,14 @@
 // The BERT forward pass on the CPU: every matrix through the SIMD matmuls (or, with
 // cpu.bf16_matmuls, the AMX bf16 matmul) over all rows of the batch at once, bidirectional
-// attention per sequence through paged_attention (block size 1, each sequence's own rows),
+// attention per sequence through paged_attention (block size 1, each sequence's own rows; AMX
+// attention_bf16 with cpu.bf16_matmuls),
 // LayerNorm with the residual fused, the erf GELU with its bias.
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "models/bert/bert_model.h"
+#include "ops/cpu/attention_bf16.h"
 
 namespace rinfer::bert {
 
@@ -102,6 +104,10 @@ Status CpuRunner::forward(const EncoderBatch& b) {
   as.n_blocks = n;
   as.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim()));
   as.causal = false;
+  // With the matrices on AMX tiles, attention too (head sizes the tile kernel takes).
+  const cpu::EncoderAttentionShape bf16_as{hp.n_head, hp.head_dim(), e, as.scale};
+  const bool amx_attention = !w.bf16.empty() && ctx.impl == cpu::Impl::kFast &&
+                             hp.head_dim() % 32 == 0 && hp.head_dim() <= 256;
   const bool padded = [&] {
     for (int64_t s = 0; s < b.n_seqs(); ++s) {
       if (b.slot_starts[static_cast<size_t>(s) + 1] - b.slot_starts[static_cast<size_t>(s)] !=
@@ -120,33 +126,48 @@ Status CpuRunner::forward(const EncoderBatch& b) {
     }
     const BertLayer& l = w.layers[il];
     const BertBf16Layer* p = w.bf16.empty() ? nullptr : &w.bf16[il];
-    // x [n, n_in] -> y [n, n_out] through the AMX tiles when the model packed its matrices.
-    auto mm = [&](const Tensor& f32, const cpu::PackedBf16* packed, const float* in, float* out) {
-      return packed != nullptr ? cpu::matmul_bf16(ctx, *packed, in, n, out)
-                               : cpu::matmul(ctx, f32, in, n, out);
+    // y [n, n_out] = x [n, n_in] W^T + bias: the AMX tiles with the bias in their epilogue when
+    // the model packed its matrices, else the SIMD matmul and add_bias.
+    auto mm = [&](const Tensor& f32, const cpu::PackedBf16* packed, const Tensor& bias,
+                  const float* in, float* out, int64_t n_out) -> Status {
+      if (packed != nullptr)
+        return cpu::matmul_bf16(ctx, *packed, in, n, out, bias.data_as<float>());
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, f32, in, n, out));
+      cpu::add_bias(ctx, out, bias.data_as<float>(), n, n_out);
+      return ok_status();
     };
     if (p != nullptr) {
-      RINFER_RETURN_IF_ERROR(mm(l.wq, &p->wq, x, q_.data()));
-      RINFER_RETURN_IF_ERROR(mm(l.wk, &p->wk, x, k_.data()));
-      RINFER_RETURN_IF_ERROR(mm(l.wv, &p->wv, x, v_.data()));
+      RINFER_RETURN_IF_ERROR(mm(l.wq, &p->wq, l.bq, x, q_.data(), e));
+      RINFER_RETURN_IF_ERROR(mm(l.wk, &p->wk, l.bk, x, k_.data(), e));
+      RINFER_RETURN_IF_ERROR(mm(l.wv, &p->wv, l.bv, x, v_.data(), e));
     } else {
       const Tensor* qkv_w[] = {&l.wq, &l.wk, &l.wv};
       float* qkv_y[] = {q_.data(), k_.data(), v_.data()};
       RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, qkv_w, x, n, qkv_y));
+      cpu::add_bias(ctx, q_.data(), l.bq.data_as<float>(), n, e);
+      cpu::add_bias(ctx, k_.data(), l.bk.data_as<float>(), n, e);
+      cpu::add_bias(ctx, v_.data(), l.bv.data_as<float>(), n, e);
     }
-    cpu::add_bias(ctx, q_.data(), l.bq.data_as<float>(), n, e);
-    cpu::add_bias(ctx, k_.data(), l.bk.data_as<float>(), n, e);
-    cpu::add_bias(ctx, v_.data(), l.bv.data_as<float>(), n, e);
+    if (amx_attention) {
+      RINFER_RETURN_IF_ERROR(
+          cpu::attention_bf16(ctx, bf16_as, seqs_, q_.data(), k_.data(), v_.data(), attn_.data()));
+    } else {
+      RINFER_RETURN_IF_ERROR(
+          cpu::paged_attention(ctx, as, seqs_, q_.data(), k_.data(), v_.data(), attn_.data()));
+    }
     RINFER_RETURN_IF_ERROR(
-        cpu::paged_attention(ctx, as, seqs_, q_.data(), k_.data(), v_.data(), attn_.data()));
-    RINFER_RETURN_IF_ERROR(mm(l.wo, p != nullptr ? &p->wo : nullptr, attn_.data(), tmp_.data()));
-    cpu::add_bias(ctx, tmp_.data(), l.bo.data_as<float>(), n, e);
+        mm(l.wo, p != nullptr ? &p->wo : nullptr, l.bo, attn_.data(), tmp_.data(), e));
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln1_g.data_as<float>(), l.ln1_b.data_as<float>(), n, e,
                     hp.norm_eps, x);
-    RINFER_RETURN_IF_ERROR(mm(l.w1, p != nullptr ? &p->w1 : nullptr, x, ff_.data()));
+    // The intermediate bias goes with the GELU (one pass).
+    if (p != nullptr) {
+      RINFER_RETURN_IF_ERROR(cpu::matmul_bf16(ctx, p->w1, x, n, ff_.data()));
+    } else {
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w1, x, n, ff_.data()));
+    }
     cpu::gelu_erf(ctx, ff_.data(), l.b1.data_as<float>(), n, hp.n_ff);
-    RINFER_RETURN_IF_ERROR(mm(l.w2, p != nullptr ? &p->w2 : nullptr, ff_.data(), tmp_.data()));
-    cpu::add_bias(ctx, tmp_.data(), l.b2.data_as<float>(), n, e);
+    RINFER_RETURN_IF_ERROR(
+        mm(l.w2, p != nullptr ? &p->w2 : nullptr, l.b2, ff_.data(), tmp_.data(), e));
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln2_g.data_as<float>(), l.ln2_b.data_as<float>(), n, e,
                     hp.norm_eps, x);
   }

@@ -1,6 +1,11 @@
 // The AMX bf16 matmul (see matmul_bf16.h). Only the functions marked with a target attribute use
 // AVX-512 / AMX instructions, so the rest of the library runs on any x86-64 CPU; they are called
 // only after amx_bf16_available().
+// GCC 12's AVX-512 intrinsics pass an undefined register as the merge source of unmasked
+// operations and warn about it inside functions with a target attribute (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "ops/cpu/matmul_bf16.h"
 
 #include <algorithm>
@@ -10,13 +15,12 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/amx_internal.h"
 
-#if defined(__x86_64__)
+#if RINFER_HAVE_AMX_CODE
 #include <cpuid.h>
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#define RINFER_HAVE_AMX_CODE 1
 #endif
 
 namespace rinfer::cpu {
@@ -47,14 +51,6 @@ bool probe_amx_bf16() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Rows [r0, r0 + 32) of x rounded to bf16 into a [32, k_pad] buffer, zero beyond n_tokens and
 // n_in.
 __attribute__((target("avx512f,avx512bf16"))) void x_block_to_bf16(const float* x, int64_t n_tokens,
@@ -80,16 +76,10 @@ __attribute__((target("avx512f,avx512bf16"))) void x_block_to_bf16(const float* 
 
 // One 32-row block of tokens (already in bf16, xb [32, k_pad]) times the 32-column weight
 // blocks [nb2_begin, nb2_end): four f32 accumulator tiles, two A and two B tiles per step.
-__attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t* xb, int64_t k_pad,
-                                                           const uint16_t* wp, int64_t nb2_begin,
-                                                           int64_t nb2_end, int64_t r0,
-                                                           int64_t n_tokens, int64_t n_out,
-                                                           float* y) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = kTile;
-    cfg.colsb[t] = 64;
-  }
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) void amx_rows(
+    const uint16_t* xb, int64_t k_pad, const uint16_t* wp, int64_t nb2_begin, int64_t nb2_end,
+    int64_t r0, int64_t n_tokens, int64_t n_out, const float* bias, float* y) {
+  const amx::TileConfig cfg;
   _tile_loadconfig(&cfg);
   const int64_t kb_count = k_pad / kTileK;
   const int64_t a_stride = k_pad * 2;
@@ -120,13 +110,21 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_rows(const uint16_t* xb, i
     _tile_stored(3, c[3], 64);
     const int64_t col0 = nb2 * kBlock;
     const int64_t cols = std::min(kBlock, n_out - col0);
+    // Epilogue: the valid part of the block, plus the bias, to y.
+    const auto m_lo = static_cast<__mmask16>(cols >= kTile ? 0xFFFF : (1u << cols) - 1u);
+    const auto m_hi = static_cast<__mmask16>(cols >= kBlock ? 0xFFFF
+                                             : cols > kTile ? (1u << (cols - kTile)) - 1u
+                                                            : 0u);
+    const __m512 b_lo =
+        bias != nullptr ? _mm512_maskz_loadu_ps(m_lo, bias + col0) : _mm512_setzero_ps();
+    const __m512 b_hi =
+        bias != nullptr ? _mm512_maskz_loadu_ps(m_hi, bias + col0 + kTile) : _mm512_setzero_ps();
     for (int64_t r = 0; r < rows; ++r) {
       float* yr = y + (r0 + r) * n_out + col0;
       const float* lo = c[(r / kTile) * 2] + (r % kTile) * kTile;
       const float* hi = c[(r / kTile) * 2 + 1] + (r % kTile) * kTile;
-      const int64_t n_lo = std::min(kTile, cols);
-      std::memcpy(yr, lo, static_cast<size_t>(n_lo) * 4);
-      if (cols > kTile) std::memcpy(yr + kTile, hi, static_cast<size_t>(cols - kTile) * 4);
+      _mm512_mask_storeu_ps(yr, m_lo, _mm512_add_ps(_mm512_load_ps(lo), b_lo));
+      _mm512_mask_storeu_ps(yr + kTile, m_hi, _mm512_add_ps(_mm512_load_ps(hi), b_hi));
     }
   }
   _tile_release();
@@ -139,7 +137,8 @@ size_t tile_offset(int64_t kb_count, int64_t o, int64_t i) {
   return static_cast<size_t>((nb * kb_count + kb) * kTileElems + p * 2 * kTile + c * 2 + j);
 }
 
-Status matmul_bf16_reference(const PackedBf16& w, const float* x, int64_t n_tokens, float* y) {
+Status matmul_bf16_reference(const PackedBf16& w, const float* x, int64_t n_tokens, float* y,
+                             const float* bias) {
   const int64_t n_out = w.n_out(), n_in = w.n_in();
   std::vector<double> xr(static_cast<size_t>(n_tokens * n_in));
   for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
@@ -150,7 +149,7 @@ Status matmul_bf16_reference(const PackedBf16& w, const float* x, int64_t n_toke
       const double* xt = xr.data() + t * n_in;
       double acc = 0.0;
       for (int64_t i = 0; i < n_in; ++i) acc += row[static_cast<size_t>(i)] * xt[i];
-      y[t * n_out + o] = static_cast<float>(acc);
+      y[t * n_out + o] = static_cast<float>(acc) + (bias != nullptr ? bias[o] : 0.0f);
     }
   }
   return ok_status();
@@ -203,14 +202,14 @@ float PackedBf16::at(int64_t o, int64_t i) const {
 }
 
 Status matmul_bf16(const OpContext& ctx, const PackedBf16& w, const float* x, int64_t n_tokens,
-                   float* y) {
+                   float* y, const float* bias) {
   if (!w.defined()) return invalid_argument("matmul_bf16: the weight is not packed");
   if (n_tokens < 0) return invalid_argument("matmul_bf16: negative n_tokens {}", n_tokens);
   if (n_tokens == 0) return ok_status();
   if (x == nullptr || y == nullptr) {
     return invalid_argument("matmul_bf16: null {} pointer", x == nullptr ? "x" : "y");
   }
-  if (ctx.impl == Impl::kReference) return matmul_bf16_reference(w, x, n_tokens, y);
+  if (ctx.impl == Impl::kReference) return matmul_bf16_reference(w, x, n_tokens, y, bias);
   if (!amx_bf16_available()) {
     return unsupported("matmul_bf16: this CPU (or its OS) does not offer AMX-BF16 tiles");
   }
@@ -237,7 +236,7 @@ Status matmul_bf16(const OpContext& ctx, const PackedBf16& w, const float* x, in
         converted = mb;
       }
       const int64_t b0 = ns * per_task, b1 = std::min(n_blocks, b0 + per_task);
-      if (b0 < b1) amx_rows(xb.data(), k_pad, wp, b0, b1, mb * kBlock, n_tokens, n_out, y);
+      if (b0 < b1) amx_rows(xb.data(), k_pad, wp, b0, b1, mb * kBlock, n_tokens, n_out, bias, y);
     }
   };
   const int64_t n_tasks = m_blocks * n_split;

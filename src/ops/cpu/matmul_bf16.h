@@ -40,13 +40,13 @@ class PackedBf16 {
   Tensor data_;  // bf16 [n_pad * k_pad] in the tile layout
 };
 
-// y[n_tokens, n_out] = bf16(x[n_tokens, n_in]) * W^T, products of bf16 values accumulated in
-// f32. Reference (ctx.impl kReference): the same bf16 values, accumulated in double. Fast: AMX
-// tiles, the output's 32-column blocks split over ctx.pool; an error on a CPU without AMX-BF16
-// (amx_bf16_available). The relative L2 error against the f32 matmul is that of rounding both
-// operands to bf16 (~3e-3 on random data); fast against reference ~1e-6. x and y must not
-// overlap.
+// y[n_tokens, n_out] = bf16(x[n_tokens, n_in]) * W^T (+ bias[n_out], f32, when not null),
+// products of bf16 values accumulated in f32. Reference (ctx.impl kReference): the same bf16
+// values, accumulated in double. Fast: AMX tiles, the output's 32-column blocks split over
+// ctx.pool; an error on a CPU without AMX-BF16 (amx_bf16_available). The relative L2 error against
+// the f32 matmul is that of rounding both operands to bf16 (~3e-3 on random data); fast against
+// reference ~1e-6. x and y must not overlap.
 Status matmul_bf16(const OpContext& ctx, const PackedBf16& w, const float* x, int64_t n_tokens,
-                   float* y);
+                   float* y, const float* bias = nullptr);
 
 }  // namespace rinfer::cpu

@@ -121,8 +121,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<TokenProb> cand_;  // [n_vocab]; the live candidates are the first n_cand_
   size_t n_cand_ = 0;
-  bool sorted_ = false;        // cand_[0, n_cand_) sorted by p, descending
-  std::vector<uint8_t> seen_;  // [n_vocab] marks for the penalties, all 0 between calls
+  bool sorted_ = false;          // cand_[0, n_cand_) sorted by p, descending
+  std::vector<uint8_t> seen_;    // [n_vocab] marks for the penalties, all 0 between calls
   std::vector<int32_t> counts_;  // [n_vocab] occurrences (frequency_penalty), 0 between calls
 };
 
