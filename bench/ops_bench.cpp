@@ -1,6 +1,8 @@
 // CPU kernel benchmark: memory bandwidth (the limit of decode), thread-pool round trip, and the
 // matmul shapes of SmolLM2-135M (Q4_1 layers, Q8_0 tied output) for 1 and 512 tokens,
-// reference vs fast, 1 vs 2 threads; then attention and the small ops. Prints a table and, with
+// reference vs fast, 1 vs 2 threads; then attention, the small ops, and on CPUs with AMX the
+// bf16 matmul and attention of the encoders on all-MiniLM-L6-v2's shapes against the tile
+// roof (and the f32 kernels on the same shapes). Prints a table and, with
 // --out FILE, writes JSON (git sha, date, machine).
 //
 //   ops_bench [--out FILE] [--reps N] [--quick]
@@ -31,11 +33,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/amx_internal.h"
+#include "ops/cpu/attention_bf16.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "ops/cpu/ops.h"
-#include "bench_util.h"
 
 namespace {
 
@@ -253,6 +258,36 @@ __attribute__((target("avx512f"), noinline)) double f32_roof(long iters) {
   const double sec = seconds_since(t0);
   keep(acc);
   return static_cast<double>(iters) * 16 * 16 * 2 / sec / 1e9;
+}
+
+// The AMX bf16 roof on one core: four independent 16 x 16 accumulators fed from four resident
+// operand tiles, 4 x 16 x 16 x 32 x 2 FLOPs per iteration.
+__attribute__((target("amx-tile,amx-bf16"), noinline)) double amx_roof(long iters) {
+  alignas(64) static thread_local uint16_t operand[4][512] = {};
+  alignas(64) float c[256];
+  const cpu::amx::TileConfig cfg;
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand[0], 64);
+  _tile_loadd(5, operand[1], 64);
+  _tile_loadd(6, operand[2], 64);
+  _tile_loadd(7, operand[3], 64);
+  const auto t0 = Clock::now();
+  for (long it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  const double sec = seconds_since(t0);
+  _tile_stored(0, c, 64);
+  _tile_release();
+  volatile float sink = c[0];
+  (void)sink;
+  return static_cast<double>(iters) * 4 * 16 * 16 * 32 * 2 / sec / 1e9;
 }
 #pragma GCC diagnostic pop
 #endif
@@ -566,6 +601,112 @@ int main(int argc, char** argv) {
       }
     }
   }
+
+  // 5. The encoders' AMX bf16 kernels on all-MiniLM-L6-v2's shapes (1,024 tokens), against
+  // the tile roof and the f32 kernels on the same shapes.
+#ifdef RINFER_BENCH_X86
+  if (cpu::amx_bf16_available()) {
+    double amx_peak[3] = {0, 0, 0};
+    for (int rep = 0; rep < 3; ++rep) {
+      for (ThreadPool* p : pools) {
+        amx_peak[p->size()] = std::max(amx_peak[p->size()], roof_on_pool(*p, amx_roof, 200000));
+      }
+    }
+    std::printf("\n%-34s %10.1f (1 thread) %10.1f (2 threads)\n", "AMX bf16 roof (GFLOP/s)",
+                amx_peak[1], amx_peak[2]);
+    j["amx_bf16_roof"] = {{"gflops_1_thread", amx_peak[1]}, {"gflops_2_threads", amx_peak[2]}};
+    std::printf("%-22s %-9s %2s %11s %9s %7s\n", "encoder matmul", "kernel", "th", "us/call",
+                "GFLOP/s", "%roof");
+    const int64_t nt = 1024;
+    const struct {
+      const char* name;
+      int64_t n_out, n_in;
+    } enc[] = {{"q|k|v|o [384, 384]", 384, 384},
+               {"ffn up [1536, 384]", 1536, 384},
+               {"ffn down [384, 1536]", 384, 1536}};
+    for (const auto& e : enc) {
+      const auto bytes = make_weights(DType::kF32, e.n_out, e.n_in, 7);
+      auto w = Tensor::wrap(bytes.data(), bytes.size(), {e.n_out, e.n_in}, DType::kF32,
+                            rinfer::Device::cpu(), nullptr);
+      if (!w.ok()) std::abort();
+      auto packed = cpu::PackedBf16::pack(*w);
+      if (!packed.ok()) std::abort();
+      std::vector<float> x(static_cast<size_t>(nt * e.n_in)), y(static_cast<size_t>(nt * e.n_out));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
+      const double flops = 2.0 * static_cast<double>(nt * e.n_out * e.n_in);
+      for (ThreadPool* p : pools) {
+        for (bool amx : {true, false}) {
+          const cpu::OpContext ctx{cpu::Impl::kFast, p, false};
+          const double sec = time_median(reps, [&] {
+            const rinfer::Status st = amx ? cpu::matmul_bf16(ctx, *packed, x.data(), nt, y.data())
+                                          : cpu::matmul(ctx, *w, x.data(), nt, y.data());
+            if (!st.ok()) std::abort();
+          });
+          const double gf = flops / sec / 1e9;
+          const double roof = amx ? amx_peak[p->size()] : f32_peak[p->size()];
+          std::printf("%-22s %-9s %2d %11.1f %9.1f %6.1f%%\n", e.name, amx ? "amx bf16" : "f32",
+                      p->size(), sec * 1e6, gf, roof > 0 ? 100.0 * gf / roof : 0.0);
+          j["encoder_matmul"].push_back(
+              {{"shape", e.name},
+               {"tokens", nt},
+               {"kernel", amx ? "amx_bf16" : "f32"},
+               {"threads", p->size()},
+               {"us_per_call", sec * 1e6},
+               {"gflops", gf},
+               {"pct_of_compute_roof", roof > 0 ? 100.0 * gf / roof : 0.0}});
+        }
+      }
+    }
+    // Bidirectional attention, 12 heads of 32: 32 sequences of 40 tokens, 4 of 256.
+    const struct { int64_t n_seq, len; } sa[] = {{32, 40}, {4, 256}};
+    for (const auto& a : sa) {
+      const int64_t rows = a.n_seq * a.len, e = 384;
+      std::vector<float> q(static_cast<size_t>(rows * e)), o(q.size());
+      for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(static_cast<float>(i) * 0.11f);
+      std::vector<int32_t> table(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) table[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+      std::vector<cpu::AttentionSeq> seqs;
+      for (int64_t sq = 0; sq < a.n_seq; ++sq) {
+        seqs.push_back({sq * a.len, a.len, a.len, table.data() + sq * a.len});
+      }
+      cpu::PagedAttentionShape ps;
+      ps.n_head = 12;
+      ps.n_head_kv = 12;
+      ps.head_dim = 32;
+      ps.kv_row_stride = e;
+      ps.block_size = 1;
+      ps.n_blocks = rows;
+      ps.scale = 1.0f / std::sqrt(32.0f);
+      ps.causal = false;
+      const cpu::EncoderAttentionShape es{12, 32, e, ps.scale};
+      const double flops = 4.0 * static_cast<double>(a.n_seq * a.len * a.len * e);
+      const std::string name = std::to_string(a.n_seq) + " x " + std::to_string(a.len) + " tokens";
+      for (ThreadPool* p : pools) {
+        for (bool amx : {true, false}) {
+          const cpu::OpContext ctx{cpu::Impl::kFast, p, false};
+          const double sec = time_median(reps, [&] {
+            const rinfer::Status st =
+                amx ? cpu::attention_bf16(ctx, es, seqs, q.data(), q.data(), q.data(), o.data())
+                    : cpu::paged_attention(ctx, ps, seqs, q.data(), q.data(), q.data(), o.data());
+            if (!st.ok()) std::abort();
+          });
+          const double gf = flops / sec / 1e9;
+          const double roof = amx ? amx_peak[p->size()] : f32_peak[p->size()];
+          std::printf("%-22s %-9s %2d %11.1f %9.1f %6.1f%%\n", ("attn " + name).c_str(),
+                      amx ? "amx bf16" : "f32", p->size(), sec * 1e6, gf,
+                      roof > 0 ? 100.0 * gf / roof : 0.0);
+          j["encoder_attention"].push_back(
+              {{"shape", name},
+               {"kernel", amx ? "amx_bf16" : "f32"},
+               {"threads", p->size()},
+               {"us_per_call", sec * 1e6},
+               {"gflops", gf},
+               {"pct_of_compute_roof", roof > 0 ? 100.0 * gf / roof : 0.0}});
+        }
+      }
+    }
+  }
+#endif
 
   if (!out_path.empty()) {
     std::ofstream f(out_path);

@@ -53,8 +53,6 @@ enum class ModelTask : uint8_t {
 };
 std::string_view model_task_name(ModelTask task);
 
-// How to load and run a model. The thread pool is created once by the caller (the engine) and
-// must outlive the model.
 // What the CPU kernels need: the op context, and how encoders multiply their matrices.
 struct CpuLoadOptions {
   cpu::OpContext ops;  // kernels (reference | fast), the thread pool, int8 activations
@@ -73,6 +71,8 @@ struct CudaLoadOptions {
   AllocatorKind allocator = AllocatorKind::kCaching;  // device memory (strategies.allocator)
 };
 
+// How to load and run a model: a generic part and the parts of each backend. The thread pool
+// (cpu.ops.pool) is created once by the caller (the engine) and must outlive the model.
 struct LoadOptions {
   Device device;            // cpu or cuda:N (CUDA builds)
   int64_t max_batch = 512;  // tokens per forward chunk: sizes the scratch buffers, allocated once
