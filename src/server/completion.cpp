@@ -85,6 +85,10 @@ void Completion::finish(const RequestEvent& ev) {
   const RequestStats st = ev.stats != nullptr ? *ev.stats : RequestStats{};
   Usage u{st.prompt_tokens, st.generated_tokens, st.cached_tokens};
   const std::string_view reason = openai_finish_reason(ev.finish);
+  // The metrics are counted and the request marked done before the reply goes out: a client
+  // that reads /metrics, or sends again, the moment it has its answer sees this one finished.
+  metrics_.add("rinfer_prompt_tokens_total", model, static_cast<double>(st.prompt_tokens));
+  metrics_.add("rinfer_generation_tokens_total", model, static_cast<double>(st.generated_tokens));
   if (reason.empty()) {  // aborted (client gone, shutdown) or failed
     const bool aborted = ev.finish == FinishReason::kAborted;
     ApiError e{aborted ? 503 : 500,
@@ -92,6 +96,9 @@ void Completion::finish(const RequestEvent& ev) {
                                      "server is shutting down)")
                        : "the engine failed on this request: " + ev.error.message(),
                "", aborted ? "server_shutting_down" : "server_error"};
+    metrics_.add("rinfer_requests_total",
+                 {{"model", ids_.model}, {"finish", aborted ? "aborted" : "error"}});
+    done.store(true);
     if (stream_) {
       ex_->push(stream_error(e));
       ex_->push(kStreamDone);
@@ -99,34 +106,30 @@ void Completion::finish(const RequestEvent& ev) {
     } else {
       ex_->respond(HttpResponse{e.status, "application/json", e.to_json(), {}, false});
     }
-    metrics_.add("rinfer_requests_total",
-                 {{"model", ids_.model}, {"finish", aborted ? "aborted" : "error"}});
-  } else {
-    if (stream_) {
-      std::string tail = stream_chunk(ids_, "", {}, false, reason, !sent_first_);
-      if (include_usage_) tail += stream_usage(ids_, u);
-      tail += kStreamDone;
-      ex_->push(tail);
-      ex_->finish();
-    } else {
-      ex_->respond(HttpResponse{200,
-                                "application/json",
-                                full_response(ids_, text_, logprobs_, want_logprobs_, reason, u),
-                                {},
-                                false});
-    }
-    metrics_.add("rinfer_requests_total", {{"model", ids_.model}, {"finish", std::string(reason)}});
-    metrics_.observe("rinfer_time_to_first_token_seconds", model, st.ttft_ms / 1e3);
-    if (st.generated_tokens > 1) {
-      metrics_.observe(
-          "rinfer_time_per_output_token_seconds", model,
-          (st.total_ms - st.ttft_ms) / 1e3 / static_cast<double>(st.generated_tokens - 1));
-    }
-    metrics_.observe("rinfer_request_duration_seconds", model, st.total_ms / 1e3);
+    return;
   }
-  metrics_.add("rinfer_prompt_tokens_total", model, static_cast<double>(st.prompt_tokens));
-  metrics_.add("rinfer_generation_tokens_total", model, static_cast<double>(st.generated_tokens));
+  metrics_.add("rinfer_requests_total", {{"model", ids_.model}, {"finish", std::string(reason)}});
+  metrics_.observe("rinfer_time_to_first_token_seconds", model, st.ttft_ms / 1e3);
+  if (st.generated_tokens > 1) {
+    metrics_.observe(
+        "rinfer_time_per_output_token_seconds", model,
+        (st.total_ms - st.ttft_ms) / 1e3 / static_cast<double>(st.generated_tokens - 1));
+  }
+  metrics_.observe("rinfer_request_duration_seconds", model, st.total_ms / 1e3);
   done.store(true);
+  if (stream_) {
+    std::string tail = stream_chunk(ids_, "", {}, false, reason, !sent_first_);
+    if (include_usage_) tail += stream_usage(ids_, u);
+    tail += kStreamDone;
+    ex_->push(tail);
+    ex_->finish();
+  } else {
+    ex_->respond(HttpResponse{200,
+                              "application/json",
+                              full_response(ids_, text_, logprobs_, want_logprobs_, reason, u),
+                              {},
+                              false});
+  }
 }
 
 }  // namespace rinfer::server

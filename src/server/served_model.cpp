@@ -174,6 +174,9 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   p.on_event = [c](const RequestEvent& ev) { c->on_event(ev); };
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A request whose reply has gone out is no longer in flight, even before the loop's next
+    // sweep drops it: a client that sends again the moment it has its answer finds the seat free.
+    std::erase_if(active_, [](const std::shared_ptr<Completion>& a) { return a->done.load(); });
     const int64_t limit = seats() + limits_.max_queue;
     if (static_cast<int64_t>(active_.size()) >= limit) {
       return respond_error(
