@@ -12,6 +12,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "formats/torch_checkpoint.h"
 
 namespace rinfer {
 
@@ -148,6 +149,17 @@ Result<ModelInfo> safetensors_info(const std::string& path) {
   return info;
 }
 
+Result<ModelInfo> torch_info(const std::shared_ptr<const MappedFile>& file) {
+  RINFER_ASSIGN_OR_RETURN(TorchCheckpoint c, TorchCheckpoint::parse(file));
+  ModelInfo info;
+  info.path = file->path();
+  info.format = std::string(torch_format_name(c.format()));
+  info.file_bytes = file->size();
+  info.tokenizer = "none";
+  for (const TorchTensor& t : c.tensors()) add_usage(info, t.dtype, t.numel, t.nbytes);
+  return info;
+}
+
 std::string opt(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 std::string opt(const std::optional<double>& v) { return v ? fmt::format("{:g}", *v) : "-"; }
 
@@ -168,8 +180,11 @@ Result<ModelInfo> read_model_info(const std::string& path) {
   RINFER_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return gguf_info(file);
   if (path.ends_with(".safetensors") || path.ends_with(".json")) return safetensors_info(path);
-  return unsupported("{}: not a GGUF file (magic 'GGUF') nor a .safetensors file or directory",
-                     path);
+  if (TorchCheckpoint::sniff(file->bytes())) return torch_info(file);
+  return unsupported(
+      "{}: not a GGUF file (magic 'GGUF'), a PyTorch checkpoint (a zip, or a pickle with the "
+      "legacy magic number) nor a .safetensors file or directory",
+      path);
 }
 
 std::string format_model_info(const ModelInfo& m) {
@@ -193,10 +208,9 @@ std::string format_model_info(const ModelInfo& m) {
   if (m.sliding_window) line("sliding window", opt(m.sliding_window));
   line("norm eps", opt(m.norm_eps));
   line("vocab size", opt(m.vocab_size));
-  line("tokenizer", m.tokenizer_tokens
-                        ? fmt::format("{}, {} tokens", display_text(m.tokenizer),
-                                      m.tokenizer_tokens)
-                        : display_text(m.tokenizer));
+  line("tokenizer", m.tokenizer_tokens ? fmt::format("{}, {} tokens", display_text(m.tokenizer),
+                                                     m.tokenizer_tokens)
+                                       : display_text(m.tokenizer));
   line("chat template", m.has_chat_template ? "yes" : "no");
   line("tensors", fmt::format("{} ({} parameters, {})", m.n_tensors, m.n_elements,
                               human_bytes(m.tensor_bytes)));

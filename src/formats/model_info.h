@@ -1,5 +1,6 @@
 // A format-independent summary of a model file: what `rinfer info` prints. Reads GGUF files and
-// safetensors models (a file, a directory with config.json, or a sharded index).
+// safetensors models (a file, a directory with config.json, or a sharded index) and PyTorch
+// checkpoints (tensors only).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ struct DTypeUsage {
 
 struct ModelInfo {
   std::string path;
-  std::string format;           // "gguf", "safetensors"
+  std::string format;           // "gguf", "safetensors", "pytorch (legacy)", "pytorch (zip)"
   uint32_t format_version = 0;  // GGUF version; 0 for safetensors
   std::string name;             // general.name, or the config's first architecture
   std::string architecture;     // "llama", "gemma3", "bert", ...

@@ -62,8 +62,8 @@ void add_info_command(CLI::App& app, int& exit_code) {
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("model", *model,
-                  "A GGUF file, a safetensors file or directory, or a model name from the cache "
-                  "(e.g. smollm2-135m-instruct-q4_1)")
+                  "A GGUF file, a safetensors file or directory, a PyTorch checkpoint (.pth), or "
+                  "a model name from the cache (e.g. smollm2-135m-instruct-q4_1)")
       ->required();
   cmd->add_flag("--json", *json, "Print JSON instead of text");
   cmd->callback([&exit_code, model, json] {
