@@ -11,6 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libhwy-dev libcpp-httplib-dev
   libutf8proc-dev  # Unicode properties and NFD for the WordPiece (BERT) tokenizer
+  libjpeg-dev libpng-dev zlib1g-dev  # image decoding for the vision samples (src/image)
   libfaiss-dev  # vector search: rinfer index / rinfer search
   libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev  # the HTTP server of rinfer serve
