@@ -7,7 +7,7 @@
 // clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/contrib/math/math-inl.h"
+#include "ops/cpu/activation-inl.h"
 // clang-format on
 
 #include <algorithm>
@@ -18,18 +18,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace rinfer::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-template <Activation A, class D, class V>
-HWY_INLINE V ActVec(D d, V z) {
-  if constexpr (A == Activation::kRelu) return hn::Max(z, hn::Zero(d));
-  if constexpr (A == Activation::kRelu6) return hn::Min(hn::Max(z, hn::Zero(d)), hn::Set(d, 6.0f));
-  if constexpr (A == Activation::kSilu) {
-    // exp(-z) overflows to inf below z = -88, which gives z / inf = -0: the right limit.
-    const auto e = hn::Exp(d, hn::Neg(z));
-    return hn::Div(z, hn::Add(hn::Set(d, 1.0f), e));
-  }
-  return z;
-}
 
 template <Activation A>
 void EpilogueT(float* y, const float* bias, const float* res, int64_t n_rows, int64_t n) {

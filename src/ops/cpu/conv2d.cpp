@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/conv_internal.h"
+#include "ops/cpu/gemm_packed_f32.h"
 
 namespace rinfer::cpu {
 namespace {
@@ -72,12 +73,37 @@ void im2col(const Conv2dShape& s, const float* x, int64_t r0, int64_t r1, float*
   }
 }
 
+// With packed weights: one GEMM over every pixel row (1x1), or im2col chunks of rows each
+// through the GEMM (the GEMM splits each call over the pool; the epilogue is inside it).
+Status conv_packed(const OpContext& ctx, const Conv2dShape& s, const float* x, const PackedF32& pw,
+                   const ConvEpilogue& ep, float* y, bool direct) {
+  const int64_t rows = s.n * s.out_h() * s.out_w();
+  const int64_t k = s.kh * s.kw * s.c_in;
+  if (pw.n_out() != s.c_out || pw.k() != k) {
+    return invalid_argument("conv2d: packed weights [{}, {}] for a [{}, {}] convolution",
+                            pw.n_out(), pw.k(), s.c_out, k);
+  }
+  if (direct) return gemm_packed_f32(ctx, pw, x, s.c_in, rows, ep, y);
+  // Chunks of about 1 MiB of patches.
+  const int64_t chunk = std::clamp<int64_t>((int64_t{256} << 10) / k, 64, 8192);
+  std::vector<float> patch(static_cast<size_t>(std::min(chunk, rows) * k));  // [chunk, k]
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t r1 = std::min(rows, r0 + chunk);
+    im2col(s, x, r0, r1, patch.data());
+    ConvEpilogue e = ep;
+    if (e.residual != nullptr) e.residual += r0 * s.c_out;
+    RINFER_RETURN_IF_ERROR(gemm_packed_f32(ctx, pw, patch.data(), k, r1 - r0, e, y + r0 * s.c_out));
+  }
+  return Status();
+}
+
 Status conv_gemm(const OpContext& ctx, const Conv2dShape& s, const float* x, const float* w,
-                 const ConvEpilogue& ep, float* y) {
+                 const ConvEpilogue& ep, float* y, const PackedF32* packed) {
   const int64_t rows = s.n * s.out_h() * s.out_w();
   const int64_t k = s.kh * s.kw * s.c_in;
   const bool direct = s.kh == 1 && s.kw == 1 && s.stride_h == 1 && s.stride_w == 1 &&
                       s.pad_top == 0 && s.pad_left == 0 && s.pad_bottom == 0 && s.pad_right == 0;
+  if (packed != nullptr) return conv_packed(ctx, s, x, *packed, ep, y, direct);
   RINFER_ASSIGN_OR_RETURN(Tensor wt,
                           Tensor::wrap(w, static_cast<uint64_t>(s.c_out * k) * sizeof(float),
                                        Dims{s.c_out, k}, DType::kF32, Device::cpu(), nullptr));
@@ -163,7 +189,7 @@ Status check_conv2d(const Conv2dShape& s) {
 }
 
 Status conv2d(const OpContext& ctx, const Conv2dShape& s, const float* x, const float* w,
-              const ConvEpilogue& ep, float* y) {
+              const ConvEpilogue& ep, float* y, const PackedF32* packed) {
   RINFER_RETURN_IF_ERROR(check_conv2d(s));
   if (x == nullptr || w == nullptr || y == nullptr) {
     return invalid_argument("conv2d: null input, weight or output");
@@ -176,7 +202,7 @@ Status conv2d(const OpContext& ctx, const Conv2dShape& s, const float* x, const 
     depthwise_conv2d_fast(ctx, s, x, w, ep, y);
     return Status();
   }
-  return conv_gemm(ctx, s, x, w, ep, y);
+  return conv_gemm(ctx, s, x, w, ep, y, packed);
 }
 
 }  // namespace rinfer::cpu

@@ -65,8 +65,11 @@ struct ConvEpilogue {
 // run im2col over chunks of output rows and the matmul; depthwise ones a SIMD kernel over the
 // channels; other grouped ones the reference loops. The epilogue runs on each chunk while it is
 // in cache. Relative error vs the reference ~1e-6. x and y must not overlap.
+// packed (optional; ungrouped convolutions): w packed for gemm_packed_f32.h's GEMM, which the
+// fast path then uses (the epilogue inside it) instead of the matmul.
+class PackedF32;
 Status conv2d(const OpContext& ctx, const Conv2dShape& s, const float* x, const float* w,
-              const ConvEpilogue& ep, float* y);
+              const ConvEpilogue& ep, float* y, const PackedF32* packed = nullptr);
 
 // In place on rows of n values (any layout): x = act(x + bias[i % n]) (bias may be null).
 void bias_activation(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n,
