@@ -23,17 +23,36 @@ Result<std::string> resolve_model(const std::string& name_or_path) {
   std::error_code ec;
   if (fs::exists(name_or_path, ec)) return name_or_path;
   bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                         name_or_path.ends_with(".gguf") || name_or_path.ends_with(".safetensors");
+                         name_or_path.ends_with(".gguf") ||
+                         name_or_path.ends_with(".safetensors") || name_or_path.ends_with(".pth") ||
+                         name_or_path.ends_with(".pt");
   if (looks_like_path) return not_found("{}: no such file or directory", name_or_path);
   const fs::path cache = model_cache_dir();
   const fs::path gguf = cache / (name_or_path + ".gguf");
   if (fs::is_regular_file(gguf, ec)) return gguf.string();
+  const fs::path pth = cache / (name_or_path + ".pth");
+  if (fs::is_regular_file(pth, ec)) return pth.string();
   const fs::path dir = cache / name_or_path;
   if (fs::is_directory(dir, ec)) return dir.string();
   return not_found(
       "model '{}' is neither a path nor a model in the cache {} (run scripts/fetch-models.sh, "
       "or set RINFER_MODEL_DIR)",
       name_or_path, cache.string());
+}
+
+Result<std::string> resolve_cache_file(const std::string& name_or_path, const std::string& ext) {
+  if (name_or_path.empty()) return invalid_argument("empty file name");
+  std::error_code ec;
+  if (fs::exists(name_or_path, ec)) return name_or_path;
+  if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(ext)) {
+    return not_found("{}: no such file", name_or_path);
+  }
+  const fs::path f = fs::path(model_cache_dir()) / (name_or_path + ext);
+  if (fs::is_regular_file(f, ec)) return f.string();
+  return not_found(
+      "'{}' is neither a path nor a file in the cache ({} does not exist; run "
+      "scripts/fetch-models.sh, or set RINFER_MODEL_DIR)",
+      name_or_path, f.string());
 }
 
 }  // namespace rinfer

@@ -13,7 +13,11 @@ namespace rinfer {
 std::string model_cache_dir();
 
 // A path that exists (file or directory) is returned as is. Otherwise a bare name is looked up
-// in the cache as `<cache>/<name>.gguf`, then `<cache>/<name>/` (safetensors models).
+// in the cache as `<cache>/<name>.gguf`, then `<cache>/<name>.pth` (PyTorch checkpoints), then
+// `<cache>/<name>/` (safetensors models).
 Result<std::string> resolve_model(const std::string& name_or_path);
+// The same for another file kind: a path that exists, else `<cache>/<name><ext>` (ext ".json":
+// class names).
+Result<std::string> resolve_cache_file(const std::string& name_or_path, const std::string& ext);
 
 }  // namespace rinfer

@@ -126,6 +126,64 @@ Status parse_embedding(const YamlMap& m, EmbeddingConfig& e) {
   return ok_status();
 }
 
+Status parse_classifier(const YamlMap& m, ClassifierConfig& c, const std::string& path) {
+  RINFER_RETURN_IF_ERROR(m.check_keys({"network", "preprocess", "labels", "top_k", "max_batch"}));
+  RINFER_ASSIGN_OR_RETURN(auto net, m.get_map("network"));
+  if (net) {
+    RINFER_RETURN_IF_ERROR(
+        net->check_keys({"family", "strides", "activation", "padding", "bn_eps"}));
+    RINFER_ASSIGN_OR_RETURN(auto family, net->get_enum("family", {"inverted_residual", "resnet"}));
+    if (family) c.network.family = *family == 0 ? "inverted_residual" : "resnet";
+    RINFER_ASSIGN_OR_RETURN(auto strides, net->get_int_list("strides", 1, 2));
+    if (strides) {
+      if (strides->empty()) return net->error("strides", "expected one stride per block");
+      c.network.strides = std::move(*strides);
+    }
+    RINFER_ASSIGN_OR_RETURN(auto act,
+                            net->get_enum("activation", {"none", "relu", "relu6", "silu"}));
+    if (act) c.network.activation = static_cast<cpu::Activation>(*act);
+    RINFER_ASSIGN_OR_RETURN(auto padding, net->get_enum("padding", {"symmetric", "same"}));
+    if (padding) c.network.same_padding = *padding == 1;
+    RINFER_ASSIGN_OR_RETURN(auto eps, net->get_number("bn_eps", {0.0, 1.0, true}));
+    if (eps) c.network.bn_eps = static_cast<float>(*eps);
+  }
+  RINFER_ASSIGN_OR_RETURN(auto pre, m.get_map("preprocess"));
+  if (pre) {
+    RINFER_RETURN_IF_ERROR(pre->check_keys({"resize", "crop", "mean", "std"}));
+    RINFER_ASSIGN_OR_RETURN(auto resize, pre->get_int("resize", 0, 4096));
+    if (resize) c.preprocess.resize = *resize;
+    RINFER_ASSIGN_OR_RETURN(auto crop, pre->get_int("crop", 8, 4096));
+    if (crop) c.preprocess.crop = *crop;
+    for (const char* key : {"mean", "std"}) {
+      const bool is_std = std::string_view(key) == "std";
+      RINFER_ASSIGN_OR_RETURN(
+          auto v, pre->get_number_list(key, {is_std ? 0.0 : -10.0, 10.0, is_std, false}));
+      if (!v) continue;
+      if (v->size() != 3) {
+        return pre->error(key, fmt::format("expected 3 numbers (R, G, B), got {}", v->size()));
+      }
+      auto& dst = is_std ? c.preprocess.std : c.preprocess.mean;
+      for (size_t i = 0; i < 3; ++i) dst[i] = static_cast<float>((*v)[i]);
+    }
+    if (c.preprocess.resize != 0 && c.preprocess.resize < c.preprocess.crop) {
+      return pre->error("resize", fmt::format("{} is smaller than the crop {}", c.preprocess.resize,
+                                              c.preprocess.crop));
+    }
+  }
+  RINFER_ASSIGN_OR_RETURN(auto labels, m.get_string("labels"));
+  if (labels) {
+    c.labels = *labels;
+    if (c.labels.starts_with("./") || c.labels.starts_with("../")) {
+      c.labels = (fs::path(path).parent_path() / c.labels).lexically_normal().string();
+    }
+  }
+  RINFER_ASSIGN_OR_RETURN(auto top_k, m.get_int("top_k", 1, 1000));
+  if (top_k) c.top_k = *top_k;
+  RINFER_ASSIGN_OR_RETURN(auto max_batch, m.get_int("max_batch", 1, 4096));
+  if (max_batch) c.max_batch = *max_batch;
+  return ok_status();
+}
+
 Status parse_precision(const YamlMap& m, PrecisionGate& g) {
   RINFER_RETURN_IF_ERROR(m.check_keys({"min_top1", "max_mean_kl", "max_ppl_change"}));
   RINFER_ASSIGN_OR_RETURN(auto top1, m.get_number("min_top1", {0.0, 1.0}));
@@ -237,9 +295,9 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
   RINFER_ASSIGN_OR_RETURN(YAML::Node doc, parse_yaml(text, path));
   try {
     RINFER_ASSIGN_OR_RETURN(YamlMap root, YamlMap::from(doc, path, ""));
-    RINFER_RETURN_IF_ERROR(
-        root.check_keys({"base", "model", "device", "scenario", "context_length", "strategies",
-                         "sampling", "chat_template", "bench", "precision", "serve", "embedding"}));
+    RINFER_RETURN_IF_ERROR(root.check_keys({"base", "model", "device", "scenario", "context_length",
+                                            "strategies", "sampling", "chat_template", "bench",
+                                            "precision", "serve", "embedding", "classifier"}));
     RINFER_RETURN_IF_ERROR(apply_base(root, path, r, stack));
     r.chain.push_back(path);
     KeyOrigins& o = r.strategies.origins;
@@ -265,9 +323,10 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
 
     RINFER_ASSIGN_OR_RETURN(auto scenario, root.get_string("scenario"));
     if (scenario) {
-      if (*scenario != "llm-chat" && *scenario != "llm-serve" && *scenario != "embedding") {
-        return root.error("scenario", fmt::format("expected llm-chat, llm-serve or embedding, "
-                                                  "got {}",
+      if (*scenario != "llm-chat" && *scenario != "llm-serve" && *scenario != "embedding" &&
+          *scenario != "image-classification") {
+        return root.error("scenario", fmt::format("expected llm-chat, llm-serve, embedding or "
+                                                  "image-classification, got {}",
                                                   *scenario));
       }
       r.scenario = *scenario;
@@ -306,6 +365,11 @@ Status apply_file(const std::string& text, const std::string& path, RecipeConfig
       RINFER_RETURN_IF_ERROR(parse_embedding(*embedding, r.embedding));
       note_keys(*embedding, o);
     }
+    RINFER_ASSIGN_OR_RETURN(auto classifier, root.get_map("classifier"));
+    if (classifier) {
+      RINFER_RETURN_IF_ERROR(parse_classifier(*classifier, r.classifier, path));
+      note_keys(*classifier, o);
+    }
     RINFER_ASSIGN_OR_RETURN(auto precision, root.get_map("precision"));
     if (precision) {
       RINFER_RETURN_IF_ERROR(parse_precision(*precision, r.precision));
@@ -342,6 +406,21 @@ Result<RecipeConfig> parse_recipe(const std::string& text, const std::string& pa
         "{}: embedding: set, but the scenario is {} (embedding settings "
         "belong to scenario: embedding)",
         o.where("embedding"), r.scenario);
+  }
+  if (o.has("classifier") != (r.scenario == "image-classification")) {
+    return invalid_argument(
+        "{}: {}", o.has("classifier") ? o.where("classifier") : path,
+        o.has("classifier")
+            ? fmt::format("classifier: set, but the scenario is {} (classifier settings belong "
+                          "to scenario: image-classification)",
+                          r.scenario)
+            : std::string("classifier: missing (an image-classification recipe describes its "
+                          "network: classifier.network.family and strides)"));
+  }
+  if (r.scenario == "image-classification" &&
+      (r.classifier.network.family.empty() || r.classifier.network.strides.empty())) {
+    return invalid_argument("{}: classifier.network: family and strides are required",
+                            o.where("classifier"));
   }
   return r;
 }

@@ -26,6 +26,13 @@
 //   precision: {min_top1: 0.95, max_mean_kl: 0.02, max_ppl_change: 0.01}
 //   serve: {name: smollm2, aliases: [gpt-4o-mini]}   # rinfer serve's model names
 //   embedding: {pooling: mean, normalize: true, max_length: 0}   # scenario: embedding
+//   classifier:                         # scenario: image-classification
+//     network: {family: inverted_residual, strides: [1, 2, ...], activation: relu6,
+//               padding: symmetric, bn_eps: 1.0e-5}
+//     preprocess: {resize: 256, crop: 224, mean: [0.485, 0.456, 0.406], std: [...]}
+//     labels: imagenet-classes          # a JSON list of class names
+//     top_k: 5
+//     max_batch: 32
 //
 // Parsing is strict: an unknown key, a wrong type (a quoted "0.5" is a string, not a number),
 // an out-of-range value, a duplicate key or a YAML syntax error is a Status naming the file,
@@ -38,6 +45,7 @@
 // base or a cycle is an error naming the chain.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +54,7 @@
 #include "core/device.h"
 #include "ops/cpu/ops.h"
 #include "ops/cpu/sampler.h"
+#include "ops/cpu/vision_ops.h"
 #include "rinfer/status.h"
 #include "strategies/strategy_config.h"
 
@@ -79,6 +88,30 @@ struct EmbeddingConfig {
   int64_t max_length = 0;
 };
 
+// classifier: an image-classification recipe's network description (what a PyTorch checkpoint's
+// names and shapes cannot say), its preprocessing and its labels (scenario:
+// image-classification).
+struct ClassifierNetworkConfig {
+  std::string family;                                    // inverted_residual | resnet (required)
+  std::vector<int64_t> strides;                          // one per block (required)
+  cpu::Activation activation = cpu::Activation::kRelu6;  // none | relu | relu6 | silu
+  bool same_padding = false;  // padding: symmetric (PyTorch) | same (TensorFlow)
+  float bn_eps = 1e-5f;
+};
+struct ClassifierPreprocessConfig {
+  int64_t resize = 256;  // the shorter side, before the crop (0: no resize)
+  int64_t crop = 224;    // the centered square the network sees
+  std::array<float, 3> mean{0.485f, 0.456f, 0.406f};  // on the [0, 1] scale, RGB
+  std::array<float, 3> std{0.229f, 0.224f, 0.225f};
+};
+struct ClassifierConfig {
+  ClassifierNetworkConfig network;
+  ClassifierPreprocessConfig preprocess;
+  std::string labels;      // a JSON list of class names (cache name or path; ./ relative), or ""
+  int64_t top_k = 5;       // labels printed per image
+  int64_t max_batch = 32;  // images per forward pass
+};
+
 // serve: how `rinfer serve` names this recipe's model (the `model` field of a request).
 struct ServeConfig {
   std::string name;                  // empty: the recipe's `model` as written
@@ -103,6 +136,7 @@ struct RecipeConfig {
   PrecisionGate precision;
   ServeConfig serve;
   EmbeddingConfig embedding;
+  ClassifierConfig classifier;
   // The files applied, the deepest base first and this recipe last.
   std::vector<std::string> chain;
 

@@ -43,6 +43,13 @@ struct FusionOptions {
   bool residual_norm = true;  // residual add + RMSNorm in one kernel (CUDA decode: in the matvecs)
   bool swiglu = true;         // gate/up activation fused into one kernel pass
   bool qkv = true;            // Q, K, V (and gate, up) read one quantized activation / launch
+  // Image classifiers: each batch norm folded into its convolution's weights and bias at load.
+  bool batchnorm = true;
+  // Image classifiers: bias, residual and activation applied inside the convolution.
+  bool conv_epilogue = true;
+  // Image classifiers: each inverted-residual block (expand, depthwise, project) band by band,
+  // its expanded tensor never whole in memory (needs batchnorm and conv_epilogue).
+  bool blocks = true;
 };
 
 enum class AllocatorKind : uint8_t { kCaching, kPlain };

@@ -292,6 +292,33 @@ Result<std::optional<std::vector<std::string>>> YamlMap::get_string_list(std::st
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 
+Result<std::optional<std::vector<double>>> YamlMap::get_number_list(std::string_view key,
+                                                                    const NumberRange& r) const {
+  const Entry* e = find(key);
+  if (e == nullptr) return std::optional<std::vector<double>>();
+  const std::string what = "a number in " + r.to_string();
+  if (!e->value.IsSequence()) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("expected a list of numbers in {}, got {}", r.to_string(),
+                                describe_node(e->value)));
+  }
+  if (e->value.size() > kMaxListItems) {
+    return error_at(e->value, e->key_node, key,
+                    fmt::format("{} items, at most {} allowed", e->value.size(), kMaxListItems));
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < e->value.size(); ++i) {
+    const YAML::Node item = e->value[i];
+    const std::optional<double> v = is_plain(item) ? parse_number(item.Scalar()) : std::nullopt;
+    if (!v || !r.contains(*v)) {
+      return error_at(item, e->key_node, key,
+                      fmt::format("item {}: expected {}, got {}", i, what, describe_node(item)));
+    }
+    out.push_back(*v);
+  }
+  return std::optional<std::vector<double>>(std::move(out));
+}
+
 Result<std::optional<std::vector<int64_t>>> YamlMap::get_int_list(std::string_view key, int64_t lo,
                                                                   int64_t hi) const {
   const Entry* e = find(key);

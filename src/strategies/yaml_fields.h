@@ -70,6 +70,9 @@ class YamlMap {
   // A list of integers, each in [lo, hi].
   Result<std::optional<std::vector<int64_t>>> get_int_list(std::string_view key, int64_t lo,
                                                            int64_t hi) const;
+  // A list of numbers, each in r.
+  Result<std::optional<std::vector<double>>> get_number_list(std::string_view key,
+                                                             const NumberRange& r) const;
   // A plain string that must be one of `names`; returns its index.
   Result<std::optional<size_t>> get_enum(std::string_view key,
                                          const std::vector<std::string_view>& names) const;

@@ -44,6 +44,7 @@
 #include "engine/llm_engine.h"
 #include "engine/precision.h"
 #include "recipe/recipe.h"
+#include "tools/bench_classify.h"
 #include "tools/bench_embed.h"
 #include "tools/bench_report.h"
 #include "tools/input.h"
@@ -72,6 +73,8 @@ struct BenchArgs {
   std::string text_file;                // default: the baseline's bench.prompts, else GPL-3
   std::vector<std::string> peer_jsons;  // embedding recipes: bench/embedding_peer.py's results
   int64_t limit = 0;                    // embedding recipes: texts used (0: all)
+  std::vector<std::string> images;      // image-classification recipes: the bench photos
+  int64_t n_images = 64;                // image-classification recipes: images per run
 };
 
 struct Variant {
@@ -344,6 +347,20 @@ int run_bench(const BenchArgs& a) {
   auto variants = collect_variants(a, &folder);
   if (!variants.ok()) return report_error(variants.status().message());
   const RecipeConfig& base_recipe = variants->front().recipe;
+  if (base_recipe.scenario == "image-classification") {
+    std::vector<ClassifyBenchVariant> cv;
+    for (const Variant& v : *variants) cv.push_back({v.name, v.path, v.recipe});
+    ClassifyBenchOptions co;
+    co.folder = folder;
+    co.images = a.images;
+    co.n_images = a.n_images;
+    co.repeat = a.repeat.value_or(static_cast<int>(base_recipe.bench.repeat));
+    co.warmup = a.warmup.value_or(static_cast<int>(base_recipe.bench.warmup));
+    co.json = a.json;
+    co.peer_jsons = a.peer_jsons;
+    co.readme = a.readme;
+    return run_classify_bench(cv, co);
+  }
   if (base_recipe.scenario == "embedding") {
     std::vector<EmbedBenchVariant> ev;
     for (const Variant& v : *variants) ev.push_back({v.name, v.path, v.recipe});
@@ -671,10 +688,18 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                 "Rewrite the table between the bench markers of the folder's README.md");
   cmd->add_flag("--no-precision", a->no_precision, "Skip the precision comparison");
   cmd->add_option("--peer", a->peer_jsons,
-                  "Embedding recipes: a peer's result on the same texts (bench/embedding_peer.py); "
+                  "Embedding and image-classification recipes: a peer's result on the same inputs "
+                  "(bench/embedding_peer.py, bench/classifier_peer.py); "
                   "repeat for more peers, the first is the one the 'vs peer' column divides by");
   cmd->add_option("--limit", a->limit, "Embedding recipes: use the first N texts (default all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--image", a->images,
+                  "Image-classification recipes: a photo to classify (repeatable; default the "
+                  "photos of scripts/fetch-models.sh)");
+  cmd->add_option("--images", a->n_images,
+                  "Image-classification recipes: images per run "
+                  "(default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->callback([&exit_code, a] { exit_code = run_bench(*a); });
 }
 

@@ -91,6 +91,7 @@ int run_cli(int argc, char** argv) {
   add_serve_command(app, exit_code);
   add_loadgen_command(app, exit_code);
   add_embed_command(app, exit_code);
+  add_classify_command(app, exit_code);
   add_index_commands(app, exit_code);
   add_bench_search_command(app, exit_code);
 

@@ -19,6 +19,7 @@ void add_bench_serve_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
 void add_loadgen_command(CLI::App& app, int& exit_code);
 void add_embed_command(CLI::App& app, int& exit_code);
+void add_classify_command(CLI::App& app, int& exit_code);
 void add_index_commands(CLI::App& app, int& exit_code);
 void add_bench_search_command(CLI::App& app, int& exit_code);
 

@@ -60,7 +60,7 @@ TEST(StrategyRegistryTest, ListsEveryStrategyWithItsDocument) {
                                              "quantization", "cuda_graphs", "device_sampling",
                                              "allocator", "batching", "dynamic_batching"}));
   ASSERT_NE(find_strategy("fusion"), nullptr);
-  EXPECT_EQ(find_strategy("fusion")->keys.size(), 4u);
+  EXPECT_EQ(find_strategy("fusion")->keys.size(), 7u);
   EXPECT_EQ(find_strategy("paged_attention"), nullptr);
 }
 

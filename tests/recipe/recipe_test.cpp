@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(
             "bad.yaml:5:3: strategies.kv_cache: duplicate key (first set on line 4)"},
         Bad{BASE "strategies:\n  fusion: {rope: true}\n",
             "strategies.fusion.rope: unknown key (allowed here: attention, residual_norm, swiglu, "
-            "qkv)"},
+            "qkv, batchnorm, conv_epilogue, blocks)"},
         Bad{BASE "strategies:\n  quantization: {weights: q3}\n",
             "bad.yaml:4:27: strategies.quantization.weights: expected one of keep, f16, bf16, "
             "q8_0, q4_0 or q4_1, got q3"},
@@ -211,8 +211,28 @@ INSTANTIATE_TEST_SUITE_P(
             "chain: bad.yaml -> missing-base.yaml)"},
         Bad{BASE "context_length: 8\n", "context_length: expected 0 (the model's) or at least 16"},
         Bad{BASE "context_length: 1e9\n", "context_length: expected an integer"},
+        Bad{"model: m\nscenario: vision\n",
+            "scenario: expected llm-chat, llm-serve, embedding or image-classification, got "
+            "vision"},
         Bad{"model: m\nscenario: image-classification\n",
-            "scenario: expected llm-chat, llm-serve or embedding, got image-classification"},
+            "classifier: missing (an image-classification recipe describes its network"},
+        Bad{BASE "classifier: {top_k: 3}\n",
+            "classifier: set, but the scenario is llm-chat (classifier settings belong to "
+            "scenario: "
+            "image-classification)"},
+        Bad{"model: m\nscenario: image-classification\nclassifier: {top_k: 3}\n",
+            "classifier.network: family and strides are required"},
+        Bad{"model: m\nscenario: image-classification\nclassifier:\n  network: {family: vgg}\n",
+            "classifier.network.family: expected inverted_residual or resnet, got vgg"},
+        Bad{"model: m\nscenario: image-classification\nclassifier:\n  network: {strides: [1, 3]}\n",
+            "classifier.network.strides: item 1: expected an integer in [1, 2], got 3"},
+        Bad{"model: m\nscenario: image-classification\nclassifier:\n  preprocess: {mean: [0.5]}\n",
+            "classifier.preprocess.mean: expected 3 numbers (R, G, B), got 1"},
+        Bad{"model: m\nscenario: image-classification\nclassifier:\n  preprocess: {std: [0, 1, "
+            "1]}\n",
+            "classifier.preprocess.std: item 0: expected a number in"},
+        Bad{"model: m\nscenario: image-classification\nclassifier:\n  preprocess: {resize: 100}\n",
+            "classifier.preprocess.resize: 100 is smaller than the crop 224"},
         Bad{BASE "device: tpu\n", "device: expected cpu or cuda:N, got tpu"},
         Bad{BASE "chat_template: \n", "chat_template: expected a non-empty string, got nothing"},
         Bad{BASE "sampling: {temperature: 1e-39}\n",

@@ -1,0 +1,229 @@
+// ConvNetModel: load (checkpoint -> graph -> folded or not) and the CPU runner, which runs the
+// graph's nodes in order over NHWC buffers assigned by liveness (a node's output takes a buffer
+// freed by nodes no longer read), sized once for the runner's largest batch.
+#include "models/convnet/convnet_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "models/convnet/convnet_blocks.h"
+
+namespace rinfer::convnet {
+namespace {
+
+class CpuRunner : public ImageClassifierRunner {
+ public:
+  CpuRunner(const ConvNetModel& m, const ClassifierRunnerOptions& opts) : m_(m), opts_(opts) {}
+
+  const ClassifierRunnerOptions& options() const override { return opts_; }
+
+  Status plan(int64_t n, int64_t h, int64_t w) {
+    const Graph& g = m_.graph();
+    dims_ = node_dims(g, h, w);
+    std::vector<size_t> last_use(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& nd = g.nodes[i];
+      if (nd.input >= 0) last_use[static_cast<size_t>(nd.input)] = i;
+      if (nd.residual >= 0) last_use[static_cast<size_t>(nd.residual)] = i;
+      const NodeDims& d = dims_[i];
+      if (d.h < 1 || d.w < 1) {
+        return invalid_argument("{}x{} images are too small for '{}' ({}x{} out)", h, w, nd.name,
+                                d.h, d.w);
+      }
+    }
+    last_use.back() = g.nodes.size();  // the logits are read after the last node
+    // Fused blocks: the chain's first node writes the last one's output, reading its input all
+    // the while; the two nodes inside have no buffer.
+    fused_.assign(g.nodes.size(), 0);
+    if (m_.fused_blocks()) {
+      for (size_t i = 0; i + 2 < g.nodes.size(); ++i) {
+        if (fused_[i] != 0 || !is_fusable_block(g, i)) continue;
+        fused_[i] = 1;
+        fused_[i + 1] = fused_[i + 2] = 2;
+        const auto in = static_cast<size_t>(g.nodes[i].input);
+        if (g.nodes[i].input >= 0) last_use[in] = std::max(last_use[in], i + 2);
+      }
+    }
+    std::vector<size_t> cap;  // floats per buffer
+    std::vector<int> owner;   // node whose output a buffer holds; -1: free
+    slot_.assign(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (size_t b = 0; b < owner.size(); ++b) {
+        if (owner[b] >= 0 && last_use[static_cast<size_t>(owner[b])] < i) owner[b] = -1;
+      }
+      const bool inside = fused_[i] == 1 || (fused_[i] == 2 && fused_[i - 1] == 1);
+      if (inside) {  // the first two nodes of a fused chain write no tensor
+        slot_[i] = -1;
+        continue;
+      }
+      const auto need = static_cast<size_t>(n * dims_[i].h * dims_[i].w * dims_[i].c);
+      int best = -1;
+      for (size_t b = 0; b < owner.size(); ++b) {
+        if (owner[b] >= 0) continue;
+        // The smallest free buffer that fits, else the largest free one (grown).
+        const bool fits = cap[b] >= need;
+        if (best < 0) {
+          best = static_cast<int>(b);
+          continue;
+        }
+        const size_t cb = cap[static_cast<size_t>(best)];
+        const bool best_fits = cb >= need;
+        if ((fits && (!best_fits || cap[b] < cb)) || (!fits && !best_fits && cap[b] > cb)) {
+          best = static_cast<int>(b);
+        }
+      }
+      if (best < 0) {
+        best = static_cast<int>(owner.size());
+        cap.push_back(0);
+        owner.push_back(-1);
+      }
+      cap[static_cast<size_t>(best)] = std::max(cap[static_cast<size_t>(best)], need);
+      owner[static_cast<size_t>(best)] = static_cast<int>(i);
+      slot_[i] = best;
+    }
+    bufs_.resize(cap.size());
+    for (size_t b = 0; b < cap.size(); ++b) bufs_[b].resize(cap[b]);
+    planned_ = {n, h, w};
+    return Status();
+  }
+
+  Status classify(const ImageBatch& batch, float* logits) override {
+    RINFER_RETURN_IF_ERROR(check_image_batch(batch, opts_));
+    if (planned_[0] < batch.n || planned_[1] != batch.height || planned_[2] != batch.width) {
+      RINFER_RETURN_IF_ERROR(plan(std::max(batch.n, opts_.max_batch), batch.height, batch.width));
+    }
+    const Graph& g = m_.graph();
+    const cpu::OpContext& ctx = m_.load_options().cpu.ops;
+    const int64_t n = batch.n;
+    const auto out_of = [&](int i) -> float* {
+      return bufs_[static_cast<size_t>(slot_[static_cast<size_t>(i)])].data();
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& nd = g.nodes[i];
+      const NodeDims in = nd.input < 0 ? NodeDims{batch.height, batch.width, 3}
+                                       : dims_[static_cast<size_t>(nd.input)];
+      const float* x = nd.input < 0 ? batch.pixels.data() : out_of(nd.input);
+      if (fused_[i] == 1) {  // expand, depthwise, project: band by band into the project's output
+        const Node& pj = g.nodes[i + 2];
+        const FusedBlock f{&nd, &g.nodes[i + 1], &pj, &m_.packed(i), &m_.packed(i + 2)};
+        RINFER_RETURN_IF_ERROR(run_fused_block(ctx, f, n, in.h, in.w, x,
+                                               pj.residual >= 0 ? out_of(pj.residual) : nullptr,
+                                               out_of(static_cast<int>(i + 2))));
+        i += 2;
+        continue;
+      }
+      float* y = out_of(static_cast<int>(i));
+      const int64_t rows = n * dims_[i].h * dims_[i].w;  // output pixels
+      switch (nd.kind) {
+        case NodeKind::kConv:
+          RINFER_RETURN_IF_ERROR(run_conv(ctx, nd, m_.packed(i), n, in, x, y, rows));
+          break;
+        case NodeKind::kMaxPool:
+          RINFER_RETURN_IF_ERROR(
+              cpu::max_pool2d(ctx, x, n, in.h, in.w, in.c, nd.k, nd.stride, nd.pad, y));
+          break;
+        case NodeKind::kGlobalAvgPool: cpu::global_avg_pool(ctx, x, n, in.h, in.w, in.c, y); break;
+        case NodeKind::kLinear:
+          RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, m_.head_weight(), x, n, y));
+          if (!nd.bias.empty()) cpu::add_bias(ctx, y, nd.bias.data(), n, nd.c_out);
+          break;
+      }
+      (void)rows;
+    }
+    const float* out = out_of(static_cast<int>(g.nodes.size()) - 1);
+    std::copy(out, out + n * g.n_classes, logits);
+    return Status();
+  }
+
+ private:
+  Status run_conv(const cpu::OpContext& ctx, const Node& nd, const cpu::PackedF32& pw, int64_t n,
+                  const NodeDims& in, const float* x, float* y, int64_t rows) {
+    const cpu::PackedF32* packed = pw.defined() ? &pw : nullptr;
+    const cpu::Conv2dShape s = conv_shape(nd, n, in.h, in.w);
+    const float* res =
+        nd.residual >= 0
+            ? bufs_[static_cast<size_t>(slot_[static_cast<size_t>(nd.residual)])].data()
+            : nullptr;
+    const float* bias = nd.bias.empty() ? nullptr : nd.bias.data();
+    if (m_.fused_epilogue() && !nd.bn.present()) {
+      return cpu::conv2d(ctx, s, x, nd.w.data(), {bias, res, nd.act}, y, packed);
+    }
+    // The unfused baseline: the convolution, then the batch norm, the residual and the
+    // activation each as a pass over the output.
+    RINFER_RETURN_IF_ERROR(
+        cpu::conv2d(ctx, s, x, nd.w.data(), {bias, nullptr, cpu::Activation::kNone}, y));
+    if (nd.bn.present()) {
+      cpu::batch_norm(ctx, y, rows, nd.c_out, nd.bn.gamma.data(), nd.bn.beta.data(),
+                      nd.bn.mean.data(), nd.bn.var.data(), nd.bn.eps, cpu::Activation::kNone);
+    }
+    if (res != nullptr) cpu::add(ctx, y, res, rows * nd.c_out, y);
+    if (nd.act != cpu::Activation::kNone) {
+      cpu::bias_activation(ctx, y, nullptr, rows, nd.c_out, nd.act);
+    }
+    return Status();
+  }
+
+  const ConvNetModel& m_;
+  ClassifierRunnerOptions opts_;
+  std::vector<NodeDims> dims_;
+  std::vector<int> slot_;      // node -> buffer (-1: none, inside a fused block)
+  std::vector<int8_t> fused_;  // 1: a fused block starts here; 2: inside one
+  std::vector<std::vector<float>> bufs_;
+  std::array<int64_t, 3> planned_{0, 0, 0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path,
+                                                         const ConvNetSpec& spec,
+                                                         const LoadOptions& opts) {
+  if (!opts.device.is_cpu()) {
+    return unsupported("{}: the image classifiers run on the CPU in this build, not {}", path,
+                       opts.device.to_string());
+  }
+  RINFER_ASSIGN_OR_RETURN(TorchCheckpoint ckpt, TorchCheckpoint::open(path));
+  auto m = std::unique_ptr<ConvNetModel>(new ConvNetModel());
+  m->path_ = path;
+  m->opts_ = opts;
+  RINFER_ASSIGN_OR_RETURN(m->graph_, build_graph(ckpt, spec));
+  if (opts.fusion.batchnorm) fold_batch_norms(m->graph_);
+  const Node& head = m->graph_.nodes.back();
+  RINFER_ASSIGN_OR_RETURN(
+      m->head_w_, Tensor::wrap(head.w.data(), head.w.size() * sizeof(float),
+                               Dims{head.c_out, head.c_in}, DType::kF32, Device::cpu(), nullptr));
+  m->packed_.resize(m->graph_.nodes.size());
+  for (size_t i = 0; i < m->graph_.nodes.size(); ++i) {
+    const Node& n = m->graph_.nodes[i];
+    m->weight_bytes_ += (n.w.size() + n.bias.size()) * 4;
+    if (n.kind == NodeKind::kConv && n.groups == 1) {
+      m->packed_[i] = cpu::PackedF32::pack(n.w.data(), n.c_out, n.k * n.k * n.c_in);
+    }
+  }
+  return m;
+}
+
+std::string ConvNetModel::describe() const {
+  int64_t convs = 0;
+  for (const Node& n : graph_.nodes) convs += n.kind == NodeKind::kConv ? 1 : 0;
+  return fmt::format(
+      "{} network, {} convolutions, {} classes, {:.2f} M parameters, {:.1f} MB of "
+      "weights, batch norms {}, {} epilogue{}",
+      graph_.family, convs, graph_.n_classes, double(graph_.n_params) / 1e6,
+      double(weight_bytes_) / 1e6, opts_.fusion.batchnorm ? "folded" : "separate",
+      opts_.fusion.conv_epilogue ? "fused" : "separate", fused_blocks() ? ", blocks fused" : "");
+}
+
+Result<std::unique_ptr<ImageClassifierRunner>> ConvNetModel::create_runner(
+    const ClassifierRunnerOptions& opts) const {
+  if (opts.max_batch < 1 || opts.height < 1 || opts.width < 1) {
+    return invalid_argument("classifier runner: max_batch {} and image {}x{} must be >= 1",
+                            opts.max_batch, opts.height, opts.width);
+  }
+  auto r = std::make_unique<CpuRunner>(*this, opts);
+  RINFER_RETURN_IF_ERROR(r->plan(opts.max_batch, opts.height, opts.width));
+  return std::unique_ptr<ImageClassifierRunner>(std::move(r));
+}
+
+}  // namespace rinfer::convnet

@@ -1,0 +1,75 @@
+// The image classification task interface (layer 3): a batch of preprocessed images -> class
+// logits. The convolutional networks (models/convnet: MobileNetV2, EfficientNet-Lite, ResNet)
+// are its samples. Like the encoder it is an immutable model that creates runners, each owning
+// its scratch on one device.
+//
+// Pixels arrive normalized (the recipe's mean and std already applied) in NHWC order:
+// [n, height, width, 3] f32, the layout every CPU vision op takes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "ops/cpu/vision_ops.h"
+
+namespace rinfer {
+
+// The part of a recipe's network description the checkpoint cannot give: the strides of the
+// blocks, the activation, the padding rule and the batch norms' epsilon.
+enum class ConvPadding : uint8_t {
+  kSymmetric,  // PyTorch's: k / 2 on every side
+  kSame,       // TensorFlow's "same" (EfficientNet-Lite): out = ceil(in / stride)
+};
+std::string_view conv_padding_name(ConvPadding p);
+
+struct ConvNetSpec {
+  std::string family;            // "inverted_residual" (MobileNetV2, EfficientNet) | "resnet"
+  std::vector<int64_t> strides;  // one per block, in order
+  cpu::Activation activation = cpu::Activation::kRelu6;
+  ConvPadding padding = ConvPadding::kSymmetric;
+  float bn_eps = 1e-5f;
+};
+
+struct ImageBatch {
+  std::span<const float> pixels;  // [n, height, width, 3]
+  int64_t n = 0, height = 0, width = 0;
+};
+
+struct ClassifierRunnerOptions {
+  int64_t max_batch = 32;  // images per classify() call (sizes the scratch)
+  int64_t height = 224, width = 224;
+};
+
+class ImageClassifierRunner {
+ public:
+  virtual ~ImageClassifierRunner() = default;
+  virtual const ClassifierRunnerOptions& options() const = 0;
+  // logits [n, n_classes].
+  virtual Status classify(const ImageBatch& batch, float* logits) = 0;
+};
+
+class ImageClassifierModel : public ModelSample {
+ public:
+  ModelTask task() const override { return ModelTask::kClassification; }
+  virtual int64_t n_classes() const = 0;
+  // Multiply-adds x 2 of one image of height x width: what a throughput figure is measured
+  // against.
+  virtual double flops_per_image(int64_t height, int64_t width) const = 0;
+  virtual Result<std::unique_ptr<ImageClassifierRunner>> create_runner(
+      const ClassifierRunnerOptions& opts) const = 0;
+};
+
+// What every classifier runner checks of a batch: sizes within its options, the pixel count.
+Status check_image_batch(const ImageBatch& b, const ClassifierRunnerOptions& opts);
+
+// Loads a PyTorch checkpoint (a state dict) as the network `spec` describes: the layers come
+// from the tensor names and shapes, the rest from the spec.
+Result<std::unique_ptr<ImageClassifierModel>> load_image_classifier(const std::string& path,
+                                                                    const ConvNetSpec& spec,
+                                                                    const LoadOptions& opts);
+
+}  // namespace rinfer

@@ -1,0 +1,197 @@
+#include "tools/bench_classify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/input_file.h"
+#include "engine/classifier.h"
+#include "formats/model_cache.h"
+#include "image/image.h"
+#include "strategies/registry.h"
+#include "tools/bench_report.h"
+#include "tools/output.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kMaxRelL2 = 1e-4;  // logits against the baseline's (f32 variants)
+
+std::vector<std::string> default_images() {
+  std::vector<std::string> out;
+  for (const char* p :
+       {"chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png"}) {
+    out.push_back((fs::path(model_cache_dir()) / "photos" / p).string());
+  }
+  return out;
+}
+
+// The peer's images/s at `batch` (the fastest of its modes), or 0.
+double peer_at(const ordered_json& peer, int64_t batch, std::string* mode) {
+  double best = 0;
+  for (const auto& r : peer.value("results", ordered_json::array())) {
+    if (r.value("batch", 0) != batch) continue;
+    const double ips = r.value("images_per_s", 0.0);
+    if (ips > best) {
+      best = ips;
+      if (mode != nullptr) *mode = r.value("mode", "");
+    }
+  }
+  return best;
+}
+
+std::string markdown(const ordered_json& r) {
+  std::string t =
+      "| variant | batch | images/s | ms per batch | GFLOP/s | vs baseline | vs peer (same "
+      "batch) | top-1 vs baseline | max rel L2 |\n|---|---|---|---|---|---|---|---|---|\n";
+  const double base = r["variants"][0]["images_per_s"].get<double>();
+  for (const auto& v : r["variants"]) {
+    const double ips = v["images_per_s"].get<double>();
+    const int64_t b = v["batch"].get<int64_t>();
+    const double peer = r.contains("peer") ? peer_at(r["peer"], b, nullptr) : 0.0;
+    t += fmt::format("| {}{} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f}x | {} | {:.4f} | {:.1e} |\n",
+                     v["name"].get<std::string>(), v["passed"].get<bool>() ? "" : " (FAILS)", b,
+                     ips, 1e3 * double(b) / ips, v["gflops"].get<double>(), ips / base,
+                     peer > 0 ? fmt::format("{:.2f}x", ips / peer) : std::string("-"),
+                     v["top1_agreement"].get<double>(), v["max_rel_l2"].get<double>());
+  }
+  if (r.contains("peer")) {
+    for (const auto& p : r["peer"]["results"]) {
+      const double ips = p["images_per_s"].get<double>();
+      t += fmt::format("| {} {} {} (peer) | {} | {:.1f} | {:.1f} | - | {:.2f}x | - | - | - |\n",
+                       r["peer"].value("name", "peer"), p.value("mode", ""), p.value("layout", ""),
+                       p["batch"].get<int64_t>(), ips,
+                       1e3 * double(p["batch"].get<int64_t>()) / ips, ips / base);
+    }
+  }
+  t += fmt::format(
+      "\n{} images per run ({} photos, each preprocessed by the variant's recipe), medians of {} "
+      "runs of the network alone; {}; {:.2f} GFLOP per image; logits against the baseline's (a "
+      "variant over a relative L2 of {:.0e} fails).\n",
+      r["images"].get<int64_t>(), r["photos"].size(), r["repeat"].get<int>(),
+      r["device"].value("kind", "") == "cuda"
+          ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
+                        r["machine"]["cpu"].get<std::string>())
+          : r["machine"]["cpu"].get<std::string>(),
+      r["gflop_per_image"].get<double>(), kMaxRelL2);
+  return t;
+}
+
+}  // namespace
+
+int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
+                       const ClassifyBenchOptions& o) {
+  const std::vector<std::string> photos = o.images.empty() ? default_images() : o.images;
+  std::string machine;
+  ordered_json report;
+  report["benchmark"] = "rinfer bench (image-classification)";
+  report["recipe_folder"] = o.folder;
+  report["git_sha"] = bench::git_sha(o.folder.empty() ? "." : o.folder);
+  report["date"] = bench::utc_date();
+  report["device"] = bench::device_json(variants.front().recipe.device, &machine);
+  report["machine"] = bench::machine_json(machine);
+  report["photos"] = photos;
+  report["images"] = o.n_images;
+  report["repeat"] = o.repeat;
+  const std::string folder_name = fs::path(o.folder).filename().string();
+  const std::string json_path =
+      !o.json.empty() ? o.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
+  for (size_t i = 0; i < o.peer_jsons.size(); ++i) {
+    auto text = read_regular_file(o.peer_jsons[i], 1 << 20);
+    if (!text.ok()) return report_error(text.status().message());
+    ordered_json p = ordered_json::parse(*text, nullptr, false);
+    if (p.is_discarded() || !p.contains("results")) {
+      return report_error(o.peer_jsons[i] + ": not a peer result (bench/classifier_peer.py)");
+    }
+    if (i == 0) {
+      report["peer"] = p;
+    } else {
+      report["other_peers"].push_back(p);
+    }
+  }
+  std::vector<float> base_logits;
+  ordered_json out = ordered_json::array();
+  for (const ClassifyBenchVariant& v : variants) {
+    auto c = Classifier::create(v.recipe);
+    if (!c.ok()) return report_error(c.status().message());
+    Classifier& cls = **c;
+    const int64_t s = cls.input_size(), per = s * s * 3, nc = cls.n_classes();
+    std::vector<float> pixels;
+    for (const std::string& p : photos) {
+      auto img = load_image(p);
+      if (!img.ok()) return report_error(img.status().message());
+      const std::vector<float> x = cls.preprocess(*img);
+      pixels.insert(pixels.end(), x.begin(), x.end());
+    }
+    while (static_cast<int64_t>(pixels.size()) < o.n_images * per) {
+      pixels.insert(pixels.end(), pixels.begin(), pixels.begin() + per * int64_t(photos.size()));
+    }
+    pixels.resize(static_cast<size_t>(o.n_images * per));
+    std::vector<float> logits(static_cast<size_t>(o.n_images * nc));
+    std::vector<double> secs;
+    for (int run = 0; run < o.warmup + o.repeat; ++run) {
+      const auto t0 = Clock::now();
+      if (Status st = cls.logits(pixels, o.n_images, logits.data()); !st.ok()) {
+        return report_error(st.message());
+      }
+      const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (run >= o.warmup) secs.push_back(sec);
+      std::fprintf(stderr, "bench: %s run %d/%d: %.2f s\n", v.name.c_str(), run + 1,
+                   o.warmup + o.repeat, sec);
+    }
+    if (base_logits.empty()) base_logits = logits;
+    int64_t agree = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < o.n_images; ++i) {
+      const float* a = logits.data() + i * nc;
+      const float* b = base_logits.data() + i * nc;
+      agree += std::max_element(a, a + nc) - a == std::max_element(b, b + nc) - b ? 1 : 0;
+      double d = 0, n = 0;
+      for (int64_t k = 0; k < nc; ++k) {
+        d += (double(a[k]) - b[k]) * (double(a[k]) - b[k]);
+        n += double(b[k]) * b[k];
+      }
+      worst = std::max(worst, n > 0 ? std::sqrt(d / n) : 0.0);
+    }
+    const double med = bench::median(secs);
+    const double flops = cls.model().flops_per_image(s, s);
+    report["gflop_per_image"] = flops / 1e9;
+    ordered_json j;
+    j["name"] = v.name;
+    j["recipe"] = v.path;
+    j["strategies"] = describe_strategies(v.recipe.strategies, v.recipe.device);
+    j["batch"] = v.recipe.classifier.max_batch;
+    j["seconds"] = secs;
+    j["images_per_s"] = double(o.n_images) / med;
+    j["gflops"] = flops * double(o.n_images) / med / 1e9;
+    j["top1_agreement"] = double(agree) / double(o.n_images);
+    j["max_rel_l2"] = worst;
+    j["passed"] = worst <= kMaxRelL2;
+    out.push_back(j);
+  }
+  report["variants"] = out;
+  const std::string table = markdown(report);
+  std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  if (bench::write_json(json_path, report) != 0) return 1;
+  if (o.readme) {
+    const std::string readme = (fs::path(o.folder) / "README.md").string();
+    if (Status st = bench::replace_readme_table(readme, table, machine); !st.ok()) {
+      return report_error(st.message());
+    }
+    std::fprintf(stderr, "wrote %s\n", readme.c_str());
+  }
+  return 0;
+}
+
+}  // namespace rinfer
