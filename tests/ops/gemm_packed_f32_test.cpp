@@ -1,6 +1,6 @@
 // The packed f32 GEMM of the convolutions: fast vs the float64 reference on odd sizes (partial
-// panels, token tails of every tile size, k of 1), every SIMD target, 1-3 threads, every
-// epilogue; the packing itself; conv2d through it against conv2d's reference.
+// panels, token tails of every tile size, k of 1 and k in several blocks), every SIMD target, 1-3
+// threads, every epilogue; the packing itself; conv2d through it against conv2d's reference.
 #include "ops/cpu/gemm_packed_f32.h"
 
 #include <gtest/gtest.h>
@@ -27,9 +27,9 @@ TEST(PackedF32, PackKeepsEveryWeight) {
 
 // Under the sanitizers (unoptimized SIMD) a subset of the sizes.
 #if !defined(NDEBUG) && defined(__SANITIZE_ADDRESS__)
-const std::vector<int64_t> kOuts = {1, 33, 96}, kKs = {1, 27, 40}, kTokens = {1, 7, 13};
+const std::vector<int64_t> kOuts = {1, 33, 96}, kKs = {1, 27, 600}, kTokens = {1, 7, 13};
 #else
-const std::vector<int64_t> kOuts = {1, 16, 31, 32, 33, 96, 100}, kKs = {1, 3, 27, 40, 160},
+const std::vector<int64_t> kOuts = {1, 16, 31, 32, 33, 96, 100}, kKs = {1, 3, 27, 40, 160, 600},
                            kTokens = {1, 2, 5, 6, 7, 13, 100};
 #endif
 

@@ -1,9 +1,10 @@
 // gemm_packed_f32: y = act(x W^T + bias + res) with W packed in panels of 32 outputs. The tile
 // is T tokens x 32 outputs of accumulators (32 / lanes vectors per token: 2 on AVX-512 with T =
 // 6, 4 on AVX2 with T = 3); per k-step the panel's 32 weights are loaded once and each token's
-// activation broadcast, so a k-step costs T * 32 / lanes FMAs for 32 / lanes + T loads. The
-// epilogue runs on the accumulators. Work items (a run of tokens x a run of panels) go over the
-// pool.
+// activation broadcast, so a k-step costs T * 32 / lanes FMAs for 32 / lanes + T loads; long k
+// ranges go in blocks of 256 steps (partial sums kept in y) so a panel block stays in L1. The
+// epilogue runs on the accumulators of the last block. Work items (a run of tokens x a run of
+// panels) go over the pool.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/cpu/gemm_packed_f32.cpp"
@@ -33,10 +34,17 @@ constexpr int TileTokens(D d) {
   return hn::MaxLanes(d) >= 16 ? 6 : hn::MaxLanes(d) >= 8 ? 3 : 1;
 }
 
-// T tokens of x (rows of ldx) times panel wp [k][32] into y's columns [o0, o0 + n_cols), the
-// panel's first kUsed vectors only (half a panel when n_cols <= 16).
+// Which part of the k range a tile call covers: the first starts from zero (else from the
+// partial sums in y), the last applies the epilogue (else it stores partial sums).
+struct KRange {
+  int64_t k0, k1;
+  bool first, last;
+};
+
+// T tokens of x (rows of ldx) times k-steps [k0, k1) of panel wp [k][32] into y's columns
+// [o0, o0 + n_cols), the panel's first kUsed vectors only (half a panel when n_cols <= 16).
 template <int T, size_t kUsed>
-HWY_INLINE void Tile(const float* HWY_RESTRICT wp, int64_t k, const float* HWY_RESTRICT x,
+HWY_INLINE void Tile(const float* HWY_RESTRICT wp, const KRange& kr, const float* HWY_RESTRICT x,
                      int64_t ldx, const ConvEpilogue& ep, int64_t n_out, int64_t t0, int64_t o0,
                      int64_t n_cols, float* HWY_RESTRICT y) {
   const hn::ScalableTag<float> d;
@@ -49,10 +57,25 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT wp, int64_t k, const float* HWY_R
     HWY_UNROLL(32)
     for (size_t j = 0; j < kUsed; ++j) acc[t][j] = hn::Zero(d);
   }
+  if (!kr.first) {  // continue from the partial sums of the k-steps before
+    for (int t = 0; t < T; ++t) {
+      const float* yr = y + (t0 + t) * n_out + o0;
+      for (size_t j = 0; j < kUsed; ++j) {
+        const auto c0 = static_cast<int64_t>(j * kN);
+        if (c0 + static_cast<int64_t>(kN) <= n_cols) {
+          acc[t][j] = hn::LoadU(d, yr + c0);
+        } else if (c0 < n_cols) {
+          HWY_ALIGN float buf[kN] = {};
+          std::copy(yr + c0, yr + n_cols, buf);
+          acc[t][j] = hn::Load(d, buf);
+        }
+      }
+    }
+  }
   const float* xr[T];
   HWY_UNROLL(32)
   for (int t = 0; t < T; ++t) xr[t] = x + (t0 + t) * ldx;
-  for (int64_t i = 0; i < k; ++i) {
+  for (int64_t i = kr.k0; i < kr.k1; ++i) {
     V w[kUsed];
     HWY_UNROLL(32)
     for (size_t j = 0; j < kUsed; ++j) w[j] = hn::LoadU(d, wp + i * kP + j * kN);
@@ -62,6 +85,22 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT wp, int64_t k, const float* HWY_R
       HWY_UNROLL(32)
       for (size_t j = 0; j < kUsed; ++j) acc[t][j] = hn::MulAdd(xb, w[j], acc[t][j]);
     }
+  }
+  if (!kr.last) {  // partial sums, no epilogue
+    for (int t = 0; t < T; ++t) {
+      float* yr = y + (t0 + t) * n_out + o0;
+      for (size_t j = 0; j < kUsed; ++j) {
+        const auto c0 = static_cast<int64_t>(j * kN);
+        if (c0 + static_cast<int64_t>(kN) <= n_cols) {
+          hn::StoreU(acc[t][j], d, yr + c0);
+        } else if (c0 < n_cols) {
+          HWY_ALIGN float buf[kN];
+          hn::Store(acc[t][j], d, buf);
+          std::copy(buf, buf + (n_cols - c0), yr + c0);
+        }
+      }
+    }
+    return;
   }
   for (int t = 0; t < T; ++t) {
     float* yr = y + (t0 + t) * n_out + o0;  // [n_cols]
@@ -91,24 +130,31 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT wp, int64_t k, const float* HWY_R
   }
 }
 
-// Tokens [t0, t1) x panels [p0, p1).
+// Tokens [t0, t1) x panels [p0, p1), the k range in blocks of kKc steps so a block of a panel
+// (kKc x 32 floats) stays in L1 while every token tile of the run reads it.
+constexpr int64_t kKc = 256;
+
 void Block(const PackedF32& w, const float* x, int64_t ldx, const ConvEpilogue& ep, int64_t t0,
            int64_t t1, int64_t p0, int64_t p1, float* y) {
   const hn::ScalableTag<float> d;
   constexpr int T = TileTokens(d);
   const int64_t n_out = w.n_out(), k = w.k();
+  const int64_t kc = k <= kKc * 3 / 2 ? k : kKc;
   for (int64_t p = p0; p < p1; ++p) {
     const float* wp = w.panel(p);
     const int64_t o0 = p * kP, n_cols = std::min(kP, n_out - o0);
     constexpr size_t kV = kP / hn::MaxLanes(d);
     constexpr size_t kHalf = kV > 1 ? kV / 2 : 1;
-    int64_t t = t0;
-    if (n_cols <= kP / 2 && kV > 1) {
-      for (; t + T <= t1; t += T) Tile<T, kHalf>(wp, k, x, ldx, ep, n_out, t, o0, n_cols, y);
-      for (; t < t1; ++t) Tile<1, kHalf>(wp, k, x, ldx, ep, n_out, t, o0, n_cols, y);
-    } else {
-      for (; t + T <= t1; t += T) Tile<T, kV>(wp, k, x, ldx, ep, n_out, t, o0, n_cols, y);
-      for (; t < t1; ++t) Tile<1, kV>(wp, k, x, ldx, ep, n_out, t, o0, n_cols, y);
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+      const KRange kr{k0, std::min(k, k0 + kc), k0 == 0, k0 + kc >= k};
+      int64_t t = t0;
+      if (n_cols <= kP / 2 && kV > 1) {
+        for (; t + T <= t1; t += T) Tile<T, kHalf>(wp, kr, x, ldx, ep, n_out, t, o0, n_cols, y);
+        for (; t < t1; ++t) Tile<1, kHalf>(wp, kr, x, ldx, ep, n_out, t, o0, n_cols, y);
+      } else {
+        for (; t + T <= t1; t += T) Tile<T, kV>(wp, kr, x, ldx, ep, n_out, t, o0, n_cols, y);
+        for (; t < t1; ++t) Tile<1, kV>(wp, kr, x, ldx, ep, n_out, t, o0, n_cols, y);
+      }
     }
   }
 }
