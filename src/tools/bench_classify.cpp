@@ -180,18 +180,7 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
     out.push_back(j);
   }
   report["variants"] = out;
-  const std::string table = markdown(report);
-  std::printf("%s", table.c_str());
-  std::fflush(stdout);
-  if (bench::write_json(json_path, report) != 0) return 1;
-  if (o.readme) {
-    const std::string readme = (fs::path(o.folder) / "README.md").string();
-    if (Status st = bench::replace_readme_table(readme, table, machine); !st.ok()) {
-      return report_error(st.message());
-    }
-    std::fprintf(stderr, "wrote %s\n", readme.c_str());
-  }
-  return 0;
+  return bench::publish(report, markdown(report), json_path, o.readme, o.folder, machine);
 }
 
 }  // namespace rinfer

@@ -207,18 +207,7 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
     report["tokens"] = tokens;
   }
   report["variants"] = out;
-  const std::string table = markdown(report);
-  std::printf("%s", table.c_str());
-  std::fflush(stdout);
-  if (bench::write_json(json_path, report) != 0) return 1;
-  if (o.readme) {
-    const std::string readme = (fs::path(o.folder) / "README.md").string();
-    if (Status s = bench::replace_readme_table(readme, table, machine); !s.ok()) {
-      return report_error(s.message());
-    }
-    std::fprintf(stderr, "wrote %s\n", readme.c_str());
-  }
-  return 0;
+  return bench::publish(report, markdown(report), json_path, o.readme, o.folder, machine);
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "tools/output.h"
+#include "tools/tools.h"
 
 namespace rinfer::bench {
 
@@ -319,6 +320,21 @@ Status replace_readme_table(const std::string& readme, const std::string& table,
     return read.status();
   }
   return write_file_atomically(readme, replace_between_markers(text, table, tag));
+}
+
+int publish(const nlohmann::ordered_json& report, const std::string& table,
+            const std::string& json_path, bool readme, const std::string& folder,
+            const std::string& machine) {
+  std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  if (write_json(json_path, report) != 0) return 1;
+  if (!readme) return 0;
+  const std::string path = (std::filesystem::path(folder) / "README.md").string();
+  if (Status s = replace_readme_table(path, table, machine); !s.ok()) {
+    return report_error(s.message());
+  }
+  std::fprintf(stderr, "wrote %s\n", path.c_str());
+  return 0;
 }
 
 }  // namespace rinfer::bench

@@ -69,6 +69,12 @@ std::string svg_chart(const nlohmann::ordered_json& report);
 Status replace_readme_table(const std::string& readme, const std::string& table,
                             const std::string& tag = "");
 
+// The end of a folder bench: prints `table`, writes the JSON and, with `readme`, the folder's
+// README.md table for `machine`. Returns the exit code (errors reported on stderr).
+int publish(const nlohmann::ordered_json& report, const std::string& table,
+            const std::string& json_path, bool readme, const std::string& folder,
+            const std::string& machine);
+
 // Text with the table between the markers replaced (for tests; what replace_readme_table
 // writes).
 std::string replace_between_markers(const std::string& text, const std::string& table,

@@ -1,0 +1,80 @@
+// End-to-end tests of `rinfer classify` and `rinfer bench` on an image-classification recipe:
+// the binary as a user runs it, real photos from the model cache, bad inputs.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/model_cache.h"
+#include "test_util.h"
+
+namespace rinfer {
+namespace {
+
+test::CommandResult rinfer(const std::string& args) {
+  return test::run_command(std::string(RINFER_BINARY) + " " + args);
+}
+
+std::string recipe() {
+  return test::source_dir() + "/recipes/image-classification/mobilenet-v2/optimized.yaml";
+}
+
+std::string photo(const std::string& name) { return model_cache_dir() + "/photos/" + name; }
+
+bool have_model() {
+  return test::reference_model("mobilenet-v2") &&
+         resolve_cache_file("imagenet-classes", ".json").ok() &&
+         std::filesystem::exists(photo("coffee.png"));
+}
+
+TEST(ClassifyCli, JsonNamesTheClassesOfEachPhoto) {
+  if (!have_model()) GTEST_SKIP() << test::missing_model_message("mobilenet-v2, photos");
+  auto r = rinfer("classify " + recipe() + " " + photo("coffee.png") + " " + photo("chelsea.png") +
+                  " --top 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][0]["top"].size(), 3u);
+  EXPECT_EQ(j["data"][0]["top"][0]["label"], "espresso");
+  EXPECT_EQ(j["data"][0]["top"][0]["id"], 967);
+  EXPECT_GT(j["data"][0]["top"][0]["probability"].get<double>(), 0.9);
+  const std::string cat = j["data"][1]["top"][0]["label"];
+  EXPECT_NE(cat.find("cat"), std::string::npos) << cat;
+  // The text form: one block per image, its classes most probable first.
+  r = rinfer("classify " + recipe() + " " + photo("coffee.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("espresso"), std::string::npos) << r.out;
+}
+
+TEST(ClassifyCli, BadImagesAndRecipesAreOneLineErrors) {
+  if (!have_model()) GTEST_SKIP() << test::missing_model_message("mobilenet-v2, photos");
+  const std::string text = test::write_temp_file("not-an-image.png", "hello, world");
+  auto r = rinfer("classify " + recipe() + " " + text);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not-an-image.png: not a JPEG or PNG image"), std::string::npos) << r.err;
+  r = rinfer("classify " + recipe() + " /nonexistent/cat.jpg");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/cat.jpg"), std::string::npos) << r.err;
+  // A chat recipe is not an image-classification one.
+  r = rinfer("classify " + test::source_dir() +
+             "/recipes/embedding/all-minilm-l6-v2/optimized.yaml " + photo("coffee.png"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is not image-classification"), std::string::npos) << r.err;
+}
+
+TEST(ClassifyCli, BenchWritesItsTableAndJson) {
+  if (!have_model()) GTEST_SKIP() << test::missing_model_message("mobilenet-v2, photos");
+  const std::string json = test::write_temp_file("classify-bench.json", "");
+  auto r = rinfer("bench " + recipe() + " --vs optimized --images 4 --repeat 1 --warmup 0 --json " +
+                  json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| optimized | 32 |"), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(test::run_command("cat " + json).out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["benchmark"], "rinfer bench (image-classification)");
+  EXPECT_EQ(j["variants"][0]["top1_agreement"], 1.0);
+  EXPECT_GT(j["variants"][0]["images_per_s"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace rinfer
