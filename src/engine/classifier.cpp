@@ -136,21 +136,27 @@ Status Classifier::logits(std::span<const float> pixels, int64_t n, float* out, 
 
 Result<std::vector<float>> Classifier::classify_files(std::span<const std::string> paths,
                                                       ClassifyStats* st) {
-  const int64_t s = input_size(), per = s * s * 3;
-  std::vector<float> pixels(paths.size() * static_cast<size_t>(per));
+  const int64_t s = input_size(), per = s * s * 3, nc = n_classes();
+  const auto mb = static_cast<size_t>(recipe_.classifier.max_batch);
   ClassifyStats local;
   ClassifyStats& stats = st != nullptr ? *st : local;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    RINFER_ASSIGN_OR_RETURN(Image img, load_image(paths[i]));
-    stats.decode_s += seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    const std::vector<float> x = preprocess(img);
-    std::copy(x.begin(), x.end(), pixels.begin() + static_cast<int64_t>(i) * per);
-    stats.preprocess_s += seconds_since(t0);
+  std::vector<float> out(paths.size() * static_cast<size_t>(nc));
+  std::vector<float> pixels;  // one batch at a time: [mb, s, s, 3]
+  for (size_t b0 = 0; b0 < paths.size(); b0 += mb) {
+    const size_t nb = std::min(mb, paths.size() - b0);
+    pixels.assign(nb * static_cast<size_t>(per), 0.0f);
+    for (size_t i = 0; i < nb; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      RINFER_ASSIGN_OR_RETURN(Image img, load_image(paths[b0 + i]));
+      stats.decode_s += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      const std::vector<float> x = preprocess(img);
+      std::copy(x.begin(), x.end(), pixels.begin() + static_cast<int64_t>(i) * per);
+      stats.preprocess_s += seconds_since(t0);
+    }
+    RINFER_RETURN_IF_ERROR(logits(pixels, static_cast<int64_t>(nb),
+                                  out.data() + static_cast<int64_t>(b0) * nc, &stats));
   }
-  std::vector<float> out(paths.size() * static_cast<size_t>(n_classes()));
-  RINFER_RETURN_IF_ERROR(logits(pixels, static_cast<int64_t>(paths.size()), out.data(), &stats));
   return out;
 }
 

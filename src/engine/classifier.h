@@ -47,7 +47,8 @@ class Classifier {
   std::vector<float> preprocess(const Image& img) const;
   // logits [n, n_classes] of n preprocessed images (pixels: [n, crop, crop, 3]), in batches.
   Status logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st = nullptr);
-  // Decodes, preprocesses and classifies image files; errors name the file.
+  // Decodes, preprocesses and classifies image files, a batch of classifier.max_batch at a time
+  // (memory for one batch of pixels); errors name the file.
   Result<std::vector<float>> classify_files(std::span<const std::string> paths,
                                             ClassifyStats* st = nullptr);
   // The k most probable classes of one logit row, most probable first.

@@ -40,10 +40,17 @@ TEST(ClassifyCli, JsonNamesTheClassesOfEachPhoto) {
   EXPECT_GT(j["data"][0]["top"][0]["probability"].get<double>(), 0.9);
   const std::string cat = j["data"][1]["top"][0]["label"];
   EXPECT_NE(cat.find("cat"), std::string::npos) << cat;
-  // The text form: one block per image, its classes most probable first.
-  r = rinfer("classify " + recipe() + " " + photo("coffee.png"));
+  // The text form, one image per forward pass (batch1.yaml: two batches): a block per image.
+  const std::string b1 =
+      test::source_dir() + "/recipes/image-classification/mobilenet-v2/batch1.yaml";
+  r = rinfer("classify " + b1 + " " + photo("chelsea.png") + " " + photo("coffee.png"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("espresso"), std::string::npos) << r.out;
+  const size_t cat_at = r.out.find("chelsea.png:"), coffee_at = r.out.find("coffee.png:");
+  ASSERT_NE(cat_at, std::string::npos) << r.out;
+  ASSERT_NE(coffee_at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("espresso", coffee_at), std::string::npos) << r.out;
+  EXPECT_NE(r.out.substr(cat_at, coffee_at - cat_at).find("cat"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("2 images, 2 forward passes"), std::string::npos) << r.err;
 }
 
 TEST(ClassifyCli, BadImagesAndRecipesAreOneLineErrors) {

@@ -130,7 +130,6 @@ class CpuRunner : public ImageClassifierRunner {
           if (!nd.bias.empty()) cpu::add_bias(ctx, y, nd.bias.data(), n, nd.c_out);
           break;
       }
-      (void)rows;
     }
     const float* out = out_of(static_cast<int>(g.nodes.size()) - 1);
     std::copy(out, out + n * g.n_classes, logits);
