@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the `cuda` preset (nvcc, sm_90a; no GPU needed) and gathers rinfer, every test binary
 # and the benchmarks, stripped, with their non-system shared libraries (fmt, spdlog, yaml-cpp,
-# pcre2, gtest, cudart, ...) into .device/ (git-ignored). libcublasLt (541 MB) is left out: the
-# GPU machine's CUDA 13 install has it, and run-tests.sh finds it there. Carry .device:
+# pcre2, gtest, cudart, ...) into .device/ (git-ignored). libcublasLt (541 MB) and cuDNN (whose
+# engines it loads at run time, 500 MB) are left out: the GPU machine has them (env.sh finds them). Carry .device:
 #   device run: bash scripts/device/run-tests.sh   (carry: [".device"])
 # TARGETS="a_test b_test" narrows what is built and bundled (default: everything).
 set -euo pipefail
@@ -30,7 +30,7 @@ for bin in "$out"/bin/* "$out"/tests/*; do
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-    libcuda.so*|libcublas*) ;;  # the driver and cuBLAS come with the GPU machine
+    libcuda.so*|libcublas*|libcudnn*) ;;  # the driver, cuBLAS and cuDNN come with the GPU machine
     *) cp -L "$lib" "$out/lib/" ;;
   esac
 done

@@ -1,6 +1,6 @@
 # Sourced by the scripts that run on the GPU machine (run-tests.sh, llm.sh, profile.sh): from the
 # repository root, sets out ($OUT or /tmp/rinfer-out, created), b (the bundle, .device), the
-# library path (the bundle's libraries, then the machine's cuBLASLt: lt) and the bundle's commit
+# library path (the bundle's libraries, then the machine's cuBLASLt: lt, and cuDNN: dnn) and the bundle's commit
 # for the benchmarks' JSON (the copy of .git there may be older than the build).
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/rinfer-out}"
@@ -8,5 +8,9 @@ mkdir -p "$out"
 b=.device
 lt="$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)"
 [ -n "$lt" ] || { echo "libcublasLt.so.13 not found on this machine"; exit 1; }
-export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}"
+# cuDNN 9: the CUDA install's, else the one PyTorch's wheels bring (nvidia/cudnn/lib).
+dnn="$(find /usr/local/cuda*/ /usr/lib -name 'libcudnn.so.9*' 2>/dev/null | head -1)"
+[ -n "$dnn" ] || dnn="$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null)"
+[ -f "$dnn" ] || echo "libcudnn.so.9 not found on this machine: the image classifiers' CUDA runner cannot start"
+export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${dnn:+$(dirname "$dnn"):}${LD_LIBRARY_PATH:-}"
 export RINFER_SOURCE_DIR="$PWD" RINFER_GIT_SHA="$(cat "$b/git_sha" 2>/dev/null)"

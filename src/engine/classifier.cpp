@@ -134,6 +134,11 @@ Status Classifier::logits(std::span<const float> pixels, int64_t n, float* out, 
   return Status();
 }
 
+Status Classifier::rerun(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return runner_->rerun(n);
+}
+
 Result<std::vector<float>> Classifier::classify_files(std::span<const std::string> paths,
                                                       ClassifyStats* st) {
   const int64_t s = input_size(), per = s * s * 3, nc = n_classes();

@@ -47,6 +47,9 @@ class Classifier {
   std::vector<float> preprocess(const Image& img) const;
   // logits [n, n_classes] of n preprocessed images (pixels: [n, crop, crop, 3]), in batches.
   Status logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st = nullptr);
+  // The network alone on the inputs of the last logits() call's last batch, n images, resident
+  // on the device (ImageClassifierRunner::rerun; unsupported on the CPU).
+  Status rerun(int64_t n);
   // Decodes, preprocesses and classifies image files, a batch of classifier.max_batch at a time
   // (memory for one batch of pixels); errors name the file.
   Result<std::vector<float>> classify_files(std::span<const std::string> paths,

@@ -26,6 +26,10 @@ Status check_image_batch(const ImageBatch& b, const ClassifierRunnerOptions& opt
   return Status();
 }
 
+Status ImageClassifierRunner::rerun(int64_t /*n*/) {
+  return unsupported("this classifier runner keeps no inputs to run again");
+}
+
 Result<std::unique_ptr<ImageClassifierModel>> load_image_classifier(const std::string& path,
                                                                     const ConvNetSpec& spec,
                                                                     const LoadOptions& opts) {

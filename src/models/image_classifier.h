@@ -50,6 +50,11 @@ class ImageClassifierRunner {
   virtual const ClassifierRunnerOptions& options() const = 0;
   // logits [n, n_classes].
   virtual Status classify(const ImageBatch& batch, float* logits) = 0;
+  // Runs the network again, n images, on the inputs the last classify() left in the runner's
+  // device memory, and waits for it: the network alone, without the transfers (benchmarks,
+  // which compare it with a peer's network on device-resident inputs). Unsupported by runners
+  // that keep no inputs (the CPU's reads the caller's pixels; its classify() is the network).
+  virtual Status rerun(int64_t n);
 };
 
 class ImageClassifierModel : public ModelSample {

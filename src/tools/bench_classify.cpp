@@ -25,7 +25,10 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-constexpr double kMaxRelL2 = 1e-4;  // logits against the baseline's (f32 variants)
+// Logits against the baseline's: f32 variants (the CPU) differ by rounding order only; bf16 ones
+// (CUDA) by a bf16 rounding of every activation.
+constexpr double kMaxRelL2 = 1e-4;
+constexpr double kMaxRelL2Bf16 = 2e-2;
 
 std::vector<std::string> default_images() {
   std::vector<std::string> out;
@@ -53,37 +56,42 @@ double peer_at(const ordered_json& peer, int64_t batch, std::string* mode) {
 std::string markdown(const ordered_json& r) {
   std::string t =
       "| variant | batch | images/s | ms per batch | GFLOP/s | vs baseline | vs peer (same "
-      "batch) | top-1 vs baseline | max rel L2 |\n|---|---|---|---|---|---|---|---|---|\n";
+      "batch) | top-1 vs baseline | max rel L2 | end to end images/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   const double base = r["variants"][0]["images_per_s"].get<double>();
   for (const auto& v : r["variants"]) {
     const double ips = v["images_per_s"].get<double>();
     const int64_t b = v["batch"].get<int64_t>();
     const double peer = r.contains("peer") ? peer_at(r["peer"], b, nullptr) : 0.0;
-    t += fmt::format("| {}{} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f}x | {} | {:.4f} | {:.1e} |\n",
-                     v["name"].get<std::string>(), v["passed"].get<bool>() ? "" : " (FAILS)", b,
-                     ips, 1e3 * double(b) / ips, v["gflops"].get<double>(), ips / base,
-                     peer > 0 ? fmt::format("{:.2f}x", ips / peer) : std::string("-"),
-                     v["top1_agreement"].get<double>(), v["max_rel_l2"].get<double>());
+    const double e2e = v.value("end_to_end_images_per_s", 0.0);
+    t += fmt::format(
+        "| {}{} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f}x | {} | {:.4f} | {:.1e} | {} |\n",
+        v["name"].get<std::string>(), v["passed"].get<bool>() ? "" : " (FAILS)", b, ips,
+        1e3 * double(b) / ips, v["gflops"].get<double>(), ips / base,
+        peer > 0 ? fmt::format("{:.2f}x", ips / peer) : std::string("-"),
+        v["top1_agreement"].get<double>(), v["max_rel_l2"].get<double>(),
+        e2e > 0 ? fmt::format("{:.1f}", e2e) : std::string("-"));
   }
   if (r.contains("peer")) {
     for (const auto& p : r["peer"]["results"]) {
       const double ips = p["images_per_s"].get<double>();
-      t += fmt::format("| {} {} {} (peer) | {} | {:.1f} | {:.1f} | - | {:.2f}x | - | - | - |\n",
+      t += fmt::format("| {} {} {} (peer) | {} | {:.1f} | {:.1f} | - | {:.2f}x | - | - | - | - |\n",
                        r["peer"].value("name", "peer"), p.value("mode", ""), p.value("layout", ""),
                        p["batch"].get<int64_t>(), ips,
                        1e3 * double(p["batch"].get<int64_t>()) / ips, ips / base);
     }
   }
+  const bool gpu = r["device"].value("kind", "") == "cuda";
   t += fmt::format(
       "\n{} images per run ({} photos, each preprocessed by the variant's recipe), medians of {} "
-      "runs of the network alone; {}; {:.2f} GFLOP per image; logits against the baseline's (a "
+      "runs of the network alone{}; {}; {:.2f} GFLOP per image; logits against the baseline's (a "
       "variant over a relative L2 of {:.0e} fails).\n",
       r["images"].get<int64_t>(), r["photos"].size(), r["repeat"].get<int>(),
-      r["device"].value("kind", "") == "cuda"
-          ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
+      gpu ? " on inputs in device memory (end to end: host pixels in, logits out)" : "",
+      gpu ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
                         r["machine"]["cpu"].get<std::string>())
           : r["machine"]["cpu"].get<std::string>(),
-      r["gflop_per_image"].get<double>(), kMaxRelL2);
+      r["gflop_per_image"].get<double>(), gpu ? kMaxRelL2Bf16 : kMaxRelL2);
   return t;
 }
 
@@ -149,6 +157,22 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
       std::fprintf(stderr, "bench: %s run %d/%d: %.2f s\n", v.name.c_str(), run + 1,
                    o.warmup + o.repeat, sec);
     }
+    // On a GPU the figure is the network alone on inputs already in device memory (as the peer
+    // measures its own), the last batch's inputs run again as batches of the same sizes; the
+    // end-to-end rate (host pixels in, logits out) goes beside it.
+    std::vector<double> net_secs;
+    const bool resident = v.recipe.device.is_cuda();
+    const int64_t mb = v.recipe.classifier.max_batch;
+    for (int run = 0; resident && run < o.warmup + o.repeat; ++run) {
+      const auto t0 = Clock::now();
+      for (int64_t b0 = 0; b0 < o.n_images; b0 += mb) {
+        if (Status st = cls.rerun(std::min(mb, o.n_images - b0)); !st.ok()) {
+          return report_error(st.message());
+        }
+      }
+      if (run >= o.warmup)
+        net_secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
     if (base_logits.empty()) base_logits = logits;
     int64_t agree = 0;
     double worst = 0;
@@ -163,7 +187,8 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
       }
       worst = std::max(worst, n > 0 ? std::sqrt(d / n) : 0.0);
     }
-    const double med = bench::median(secs);
+    const double med = resident ? bench::median(net_secs) : bench::median(secs);
+    const double limit = resident ? kMaxRelL2Bf16 : kMaxRelL2;
     const double flops = cls.model().flops_per_image(s, s);
     report["gflop_per_image"] = flops / 1e9;
     ordered_json j;
@@ -171,12 +196,17 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
     j["recipe"] = v.path;
     j["strategies"] = describe_strategies(v.recipe.strategies, v.recipe.device);
     j["batch"] = v.recipe.classifier.max_batch;
-    j["seconds"] = secs;
+    j["seconds"] = resident ? net_secs : secs;
     j["images_per_s"] = double(o.n_images) / med;
+    if (resident) {
+      j["end_to_end_seconds"] = secs;
+      j["end_to_end_images_per_s"] = double(o.n_images) / bench::median(secs);
+    }
     j["gflops"] = flops * double(o.n_images) / med / 1e9;
     j["top1_agreement"] = double(agree) / double(o.n_images);
     j["max_rel_l2"] = worst;
-    j["passed"] = worst <= kMaxRelL2;
+    j["max_rel_l2_limit"] = limit;
+    j["passed"] = worst <= limit;
     out.push_back(j);
   }
   report["variants"] = out;

@@ -13,7 +13,10 @@ checked apart from the image preprocessing.
 writes tests/data/vision/classifier_goldens.json. No ResNet-50 weights ship in a package: with
 --resnet it also writes MODEL_DIR/resnet-50-random.pth, torchvision's ResNet-50 with seeded
 random weights (batch-norm statistics randomized too, so folding them is tested), and its logits
-on the synthetic input.
+on the synthetic input. On the GPU machine (no efficientnet_lite_pytorch, no photos needed):
+  python tests/tools/gen_vision_goldens.py MODEL_DIR --resnet-only OUT.json
+writes the checkpoint and OUT.json: the committed goldens with the ResNet-50 entry of this
+checkpoint (tests/ops_cuda/convnet_cuda_test.cpp reads it through RINFER_VISION_GOLDENS).
 """
 import json
 import math
@@ -66,8 +69,27 @@ def random_resnet50(cache):
     return m.eval().double()
 
 
+def resnet_only(cache, out_path):
+    here = os.path.join(os.path.dirname(__file__), "..", "data", "vision", "classifier_goldens.json")
+    with open(here) as f:
+        out = json.load(f)
+    m = random_resnet50(cache)
+    with torch.no_grad():
+        logits = m(synthetic())[0]
+    old = out["networks"].get("resnet-50-random", {}).get("synthetic")
+    out["networks"]["resnet-50-random"] = {"synthetic": [float("%.9g" % v) for v in logits.tolist()]}
+    if old:
+        same = max(abs(a - b) for a, b in zip(old, out["networks"]["resnet-50-random"]["synthetic"]))
+        print("resnet-50-random: max |logit - committed logit| = %.3g" % same)
+    with open(out_path, "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+    print("wrote", out_path)
+
+
 def main():
     cache = sys.argv[1]
+    if "--resnet-only" in sys.argv:
+        return resnet_only(cache, sys.argv[sys.argv.index("--resnet-only") + 1])
     out = {"source": "torch " + torch.__version__ + ", torchvision " + torchvision.__version__,
            "photos": PHOTOS, "networks": {}}
     for name, (mean, std) in NETWORKS.items():

@@ -5,6 +5,7 @@
 // block and the spec gives what names and shapes cannot (strides, activation, padding, epsilon).
 #include "models/convnet/convnet_graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -423,6 +424,53 @@ double graph_flops(const Graph& g, int64_t h, int64_t w) {
     }
   }
   return f;
+}
+
+std::vector<size_t> last_uses(const Graph& g) {
+  std::vector<size_t> last_use(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& nd = g.nodes[i];
+    if (nd.input >= 0) last_use[static_cast<size_t>(nd.input)] = i;
+    if (nd.residual >= 0) last_use[static_cast<size_t>(nd.residual)] = i;
+  }
+  if (!last_use.empty()) last_use.back() = g.nodes.size();
+  return last_use;
+}
+
+std::vector<size_t> assign_buffers(const std::vector<size_t>& need,
+                                   const std::vector<size_t>& last_use, std::vector<int>& slot) {
+  std::vector<size_t> cap;  // elements per buffer
+  std::vector<int> owner;   // node whose output a buffer holds; -1: free
+  slot.assign(need.size(), -1);
+  for (size_t i = 0; i < need.size(); ++i) {
+    for (size_t b = 0; b < owner.size(); ++b) {
+      if (owner[b] >= 0 && last_use[static_cast<size_t>(owner[b])] < i) owner[b] = -1;
+    }
+    if (need[i] == 0) continue;
+    int best = -1;
+    for (size_t b = 0; b < owner.size(); ++b) {
+      if (owner[b] >= 0) continue;
+      if (best < 0) {
+        best = static_cast<int>(b);
+        continue;
+      }
+      const bool fits = cap[b] >= need[i];
+      const size_t cb = cap[static_cast<size_t>(best)];
+      const bool best_fits = cb >= need[i];
+      if ((fits && (!best_fits || cap[b] < cb)) || (!fits && !best_fits && cap[b] > cb)) {
+        best = static_cast<int>(b);
+      }
+    }
+    if (best < 0) {
+      best = static_cast<int>(owner.size());
+      cap.push_back(0);
+      owner.push_back(-1);
+    }
+    cap[static_cast<size_t>(best)] = std::max(cap[static_cast<size_t>(best)], need[i]);
+    owner[static_cast<size_t>(best)] = static_cast<int>(i);
+    slot[i] = best;
+  }
+  return cap;
 }
 
 }  // namespace rinfer::convnet

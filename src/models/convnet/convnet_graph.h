@@ -67,4 +67,14 @@ std::vector<NodeDims> node_dims(const Graph& g, int64_t h, int64_t w);
 cpu::Conv2dShape conv_shape(const Node& n, int64_t batch, int64_t h, int64_t w);
 double graph_flops(const Graph& g, int64_t h, int64_t w);
 
+// The last node that reads each node's output (as input or residual); the last node's output is
+// read after the graph (g.nodes.size()).
+std::vector<size_t> last_uses(const Graph& g);
+// Buffers by liveness, for every backend's runner: in order, node i's output (need[i] elements;
+// 0: no buffer, slot -1) takes the smallest free buffer that fits, else the largest free one
+// (grown), else a new one; a buffer is free once the last reader of its node has run. Fills
+// `slot` (node -> buffer) and returns each buffer's capacity in elements.
+std::vector<size_t> assign_buffers(const std::vector<size_t>& need,
+                                   const std::vector<size_t>& last_use, std::vector<int>& slot);
+
 }  // namespace rinfer::convnet

@@ -22,18 +22,14 @@ class CpuRunner : public ImageClassifierRunner {
   Status plan(int64_t n, int64_t h, int64_t w) {
     const Graph& g = m_.graph();
     dims_ = node_dims(g, h, w);
-    std::vector<size_t> last_use(g.nodes.size(), 0);
+    std::vector<size_t> last_use = last_uses(g);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& nd = g.nodes[i];
-      if (nd.input >= 0) last_use[static_cast<size_t>(nd.input)] = i;
-      if (nd.residual >= 0) last_use[static_cast<size_t>(nd.residual)] = i;
       const NodeDims& d = dims_[i];
       if (d.h < 1 || d.w < 1) {
-        return invalid_argument("{}x{} images are too small for '{}' ({}x{} out)", h, w, nd.name,
-                                d.h, d.w);
+        return invalid_argument("{}x{} images are too small for '{}' ({}x{} out)", h, w,
+                                g.nodes[i].name, d.h, d.w);
       }
     }
-    last_use.back() = g.nodes.size();  // the logits are read after the last node
     // Fused blocks: the chain's first node writes the last one's output, reading its input all
     // the while; the two nodes inside have no buffer.
     fused_.assign(g.nodes.size(), 0);
@@ -46,43 +42,12 @@ class CpuRunner : public ImageClassifierRunner {
         if (g.nodes[i].input >= 0) last_use[in] = std::max(last_use[in], i + 2);
       }
     }
-    std::vector<size_t> cap;  // floats per buffer
-    std::vector<int> owner;   // node whose output a buffer holds; -1: free
-    slot_.assign(g.nodes.size(), 0);
+    std::vector<size_t> need(g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      for (size_t b = 0; b < owner.size(); ++b) {
-        if (owner[b] >= 0 && last_use[static_cast<size_t>(owner[b])] < i) owner[b] = -1;
-      }
       const bool inside = fused_[i] == 1 || (fused_[i] == 2 && fused_[i - 1] == 1);
-      if (inside) {  // the first two nodes of a fused chain write no tensor
-        slot_[i] = -1;
-        continue;
-      }
-      const auto need = static_cast<size_t>(n * dims_[i].h * dims_[i].w * dims_[i].c);
-      int best = -1;
-      for (size_t b = 0; b < owner.size(); ++b) {
-        if (owner[b] >= 0) continue;
-        // The smallest free buffer that fits, else the largest free one (grown).
-        const bool fits = cap[b] >= need;
-        if (best < 0) {
-          best = static_cast<int>(b);
-          continue;
-        }
-        const size_t cb = cap[static_cast<size_t>(best)];
-        const bool best_fits = cb >= need;
-        if ((fits && (!best_fits || cap[b] < cb)) || (!fits && !best_fits && cap[b] > cb)) {
-          best = static_cast<int>(b);
-        }
-      }
-      if (best < 0) {
-        best = static_cast<int>(owner.size());
-        cap.push_back(0);
-        owner.push_back(-1);
-      }
-      cap[static_cast<size_t>(best)] = std::max(cap[static_cast<size_t>(best)], need);
-      owner[static_cast<size_t>(best)] = static_cast<int>(i);
-      slot_[i] = best;
+      need[i] = inside ? 0 : static_cast<size_t>(n * dims_[i].h * dims_[i].w * dims_[i].c);
     }
+    const std::vector<size_t> cap = assign_buffers(need, last_use, slot_);
     bufs_.resize(cap.size());
     for (size_t b = 0; b < cap.size(); ++b) bufs_[b].resize(cap[b]);
     planned_ = {n, h, w};
@@ -178,9 +143,14 @@ class CpuRunner : public ImageClassifierRunner {
 Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path,
                                                          const ConvNetSpec& spec,
                                                          const LoadOptions& opts) {
-  if (!opts.device.is_cpu()) {
-    return unsupported("{}: the image classifiers run on the CPU in this build, not {}", path,
-                       opts.device.to_string());
+#if defined(RINFER_WITH_CUDA)
+  constexpr bool kCuda = true;
+#else
+  constexpr bool kCuda = false;
+#endif
+  if (!opts.device.is_cpu() && !(kCuda && opts.device.is_cuda())) {
+    return unsupported("{}: the image classifiers run on the CPU{} in this build, not {}", path,
+                       kCuda ? " and CUDA" : "", opts.device.to_string());
   }
   RINFER_ASSIGN_OR_RETURN(TorchCheckpoint ckpt, TorchCheckpoint::open(path));
   auto m = std::unique_ptr<ConvNetModel>(new ConvNetModel());
@@ -196,7 +166,7 @@ Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path
   for (size_t i = 0; i < m->graph_.nodes.size(); ++i) {
     const Node& n = m->graph_.nodes[i];
     m->weight_bytes_ += (n.w.size() + n.bias.size()) * 4;
-    if (n.kind == NodeKind::kConv && n.groups == 1) {
+    if (n.kind == NodeKind::kConv && n.groups == 1 && opts.device.is_cpu()) {
       m->packed_[i] = cpu::PackedF32::pack(n.w.data(), n.c_out, n.k * n.k * n.c_in);
     }
   }
@@ -219,6 +189,11 @@ Result<std::unique_ptr<ImageClassifierRunner>> ConvNetModel::create_runner(
   if (opts.max_batch < 1 || opts.height < 1 || opts.width < 1) {
     return invalid_argument("classifier runner: max_batch {} and image {}x{} must be >= 1",
                             opts.max_batch, opts.height, opts.width);
+  }
+  if (opts_.device.is_cuda()) {
+#if defined(RINFER_WITH_CUDA)
+    return make_cuda_runner(*this, opts);
+#endif
   }
   auto r = std::make_unique<CpuRunner>(*this, opts);
   RINFER_RETURN_IF_ERROR(r->plan(opts.max_batch, opts.height, opts.width));

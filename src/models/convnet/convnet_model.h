@@ -56,4 +56,8 @@ class ConvNetModel : public ImageClassifierModel {
   uint64_t weight_bytes_ = 0;
 };
 
+// The CUDA runner (models/convnet/cuda/convnet_cuda_runner.cpp; CUDA builds only).
+Result<std::unique_ptr<ImageClassifierRunner>> make_cuda_runner(
+    const ConvNetModel& m, const ClassifierRunnerOptions& opts);
+
 }  // namespace rinfer::convnet
