@@ -168,10 +168,11 @@ TEST_F(CudaConvNet, RerunNeedsABatchFirstAndStaysInRange) {
   EXPECT_TRUE(c->rerun(256).ok());  // another bucket: plans made on first use
   EXPECT_EQ(c->rerun(257).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->rerun(0).code(), StatusCode::kInvalidArgument);
-  // The same image again gives the same logits (the graph replays what it captured).
+  // The same image again gives its logits again (the graph replays what it captured; cuDNN's
+  // split-k engines may sum in another order from run to run, so not bit for bit).
   std::vector<float> again(1000);
   ASSERT_TRUE(c->logits(synthetic(), 1, again.data()).ok());
-  EXPECT_EQ(again, logits);
+  EXPECT_LE(test::rel_l2(again, logits), 1e-3);
 }
 
 }  // namespace
