@@ -15,6 +15,7 @@
 #include "formats/model_cache.h"
 #include "formats/torch_checkpoint.h"
 #include "models/convnet/convnet_graph.h"
+#include "models/vision_fixtures.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
 
@@ -33,26 +34,6 @@ constexpr bool kSlow = false;
 
 std::string recipe_path(const std::string& net, const std::string& variant = "optimized") {
   return test::source_dir() + "/recipes/image-classification/" + net + "/" + variant + ".yaml";
-}
-
-const nlohmann::json& goldens() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(test::test_data_path("vision/classifier_goldens.json"));
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
-
-std::vector<float> floats(const nlohmann::json& a) { return a.get<std::vector<float>>(); }
-
-// x[c, h, w] = sin(0.001 * (h * 224 + w) + c) * 2, laid out NHWC (the golden script's input).
-std::vector<float> synthetic() {
-  std::vector<float> x(224 * 224 * 3);
-  for (int h = 0; h < 224; ++h)
-    for (int w = 0; w < 224; ++w)
-      for (int c = 0; c < 3; ++c)
-        x[(h * 224 + w) * 3 + c] = static_cast<float>(std::sin(0.001 * (h * 224 + w) + c) * 2);
-  return x;
 }
 
 std::unique_ptr<Classifier> make(const std::string& path, const std::string& extra = "") {
@@ -82,7 +63,7 @@ bool have_models() {
 
 TEST(ConvNet, SyntheticInputMatchesPyTorch) {
   SKIP_WITHOUT_MODELS();
-  const std::vector<float> x = synthetic();
+  const std::vector<float> x = test::synthetic_image();
   for (const char* net : kNets) {
     for (const char* variant : {"optimized", "baseline"}) {
       if (kSlow && std::string(variant) == "baseline") continue;
@@ -90,7 +71,8 @@ TEST(ConvNet, SyntheticInputMatchesPyTorch) {
       ASSERT_NE(c, nullptr);
       std::vector<float> logits(1000);
       ASSERT_TRUE(c->logits(x, 1, logits.data()).ok());
-      const std::vector<float> ref = floats(goldens()["networks"][net]["synthetic"]);
+      const std::vector<float> ref =
+          test::floats(test::vision_goldens()["networks"][net]["synthetic"]);
       EXPECT_LE(test::rel_l2(logits, ref), 1e-5) << net << " " << variant;
     }
   }
@@ -100,7 +82,7 @@ TEST(ConvNet, PhotosGiveTheTopFiveOfPyTorch) {
   SKIP_WITHOUT_MODELS();
   const std::string photos = photo_dir();
   std::vector<std::string> names, paths;
-  for (const auto& p : goldens()["photos"]) {
+  for (const auto& p : test::vision_goldens()["photos"]) {
     if (kSlow && names.size() == 2) break;  // chelsea and coffee
     names.push_back(p.get<std::string>());
     paths.push_back(photos + names.back());
@@ -113,10 +95,10 @@ TEST(ConvNet, PhotosGiveTheTopFiveOfPyTorch) {
     ASSERT_TRUE(logits.ok()) << logits.status().to_string();
     EXPECT_EQ(st.images, static_cast<int64_t>(paths.size()));
     for (size_t i = 0; i < names.size(); ++i) {
-      const auto& g = goldens()["networks"][net]["photos"][names[i]];
+      const auto& g = test::vision_goldens()["networks"][net]["photos"][names[i]];
       const float* row = logits->data() + i * 1000;
       const std::vector<float> got(row, row + 1000);
-      EXPECT_LE(test::rel_l2(got, floats(g["logits"])), 1e-4) << net << " " << names[i];
+      EXPECT_LE(test::rel_l2(got, test::floats(g["logits"])), 1e-4) << net << " " << names[i];
       std::vector<int64_t> top;
       for (const ClassLabel& l : c->top_k(row, 5)) top.push_back(l.id);
       EXPECT_EQ(top, g["top5"].get<std::vector<int64_t>>()) << net << " " << names[i];
@@ -140,20 +122,21 @@ TEST(ConvNet, ResNet50MatchesTorchvision) {
     GTEST_SKIP() << "resnet-50-random.pth not in " << model_cache_dir()
                  << " (python tests/tools/gen_vision_goldens.py MODEL_DIR --resnet)";
   }
-  const std::vector<float> ref = floats(goldens()["networks"]["resnet-50-random"]["synthetic"]);
+  const std::vector<float> ref =
+      test::floats(test::vision_goldens()["networks"]["resnet-50-random"]["synthetic"]);
   for (const char* variant : {"optimized", "baseline"}) {
     if (kSlow && std::string(variant) == "baseline") continue;
     auto c = make(recipe_path("resnet-50", variant));
     ASSERT_NE(c, nullptr);
     std::vector<float> logits(1000);
-    ASSERT_TRUE(c->logits(synthetic(), 1, logits.data()).ok());
+    ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
     EXPECT_LE(test::rel_l2(logits, ref), 1e-5) << variant;
   }
 }
 
 TEST(ConvNet, ReferenceKernelsAgreeWithTheFastOnes) {
   SKIP_WITHOUT_MODELS();
-  const std::vector<float> x = synthetic();
+  const std::vector<float> x = test::synthetic_image();
   for (const char* net : kNets) {
     if (kSlow && std::string(net) != "mobilenet-v2") continue;
     auto fast = make(recipe_path(net));
@@ -164,7 +147,9 @@ TEST(ConvNet, ReferenceKernelsAgreeWithTheFastOnes) {
     ASSERT_TRUE(fast->logits(x, 1, a.data()).ok());
     ASSERT_TRUE(ref->logits(x, 1, b.data()).ok());
     EXPECT_LE(test::rel_l2(a, b), 1e-5) << net;
-    EXPECT_LE(test::rel_l2(b, floats(goldens()["networks"][net]["synthetic"])), 1e-6) << net;
+    EXPECT_LE(test::rel_l2(b, test::floats(test::vision_goldens()["networks"][net]["synthetic"])),
+              1e-6)
+        << net;
   }
 }
 
@@ -172,7 +157,7 @@ TEST(ConvNet, ReferenceKernelsAgreeWithTheFastOnes) {
 TEST(ConvNet, FusedBlocksGiveTheUnfusedBlocksLogitsExactly) {
   SKIP_WITHOUT_MODELS();
   std::vector<float> batch;
-  const std::vector<float> one = synthetic();
+  const std::vector<float> one = test::synthetic_image();
   for (int i = 0; i < 3; ++i)
     for (float v : one) batch.push_back(v * (1.0f + 0.2f * static_cast<float>(i)));
   for (const char* net : kNets) {
@@ -196,7 +181,7 @@ TEST(ConvNet, BatchesGiveEachImageItsOwnLogits) {
   SKIP_WITHOUT_MODELS();
   auto c = make(recipe_path("mobilenet-v2"));
   ASSERT_NE(c, nullptr);
-  const std::vector<float> one = synthetic();
+  const std::vector<float> one = test::synthetic_image();
   // Five different images in one call (batch 32 recipe): each row equals the image alone.
   std::vector<float> batch;
   for (int i = 0; i < 5; ++i)
@@ -242,8 +227,11 @@ TEST(ConvNet, RecipesDifferOnlyInTheirModelSections) {
   auto c = Classifier::create(x);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   std::vector<float> logits(1000);
-  ASSERT_TRUE((*c)->logits(synthetic(), 1, logits.data()).ok());
-  EXPECT_LE(test::rel_l2(logits, floats(goldens()["networks"]["mobilenet-v2"]["synthetic"])), 1e-5);
+  ASSERT_TRUE((*c)->logits(test::synthetic_image(), 1, logits.data()).ok());
+  EXPECT_LE(
+      test::rel_l2(logits,
+                   test::floats(test::vision_goldens()["networks"]["mobilenet-v2"]["synthetic"])),
+      1e-5);
 }
 
 TEST(ConvNet, WrongNetworkDescriptionsAreClearErrors) {

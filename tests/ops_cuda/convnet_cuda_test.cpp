@@ -16,6 +16,7 @@
 #include "core/cuda_info.h"
 #include "engine/classifier.h"
 #include "formats/model_cache.h"
+#include "models/vision_fixtures.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
 
@@ -29,27 +30,6 @@ namespace {
 // classes checked.
 constexpr double kMaxRelL2 = 2e-2;
 constexpr double kMaxRelL2Bf16Mobile = 1e-1;
-
-const nlohmann::json& goldens() {
-  static const nlohmann::json j = [] {
-    const char* env = std::getenv("RINFER_VISION_GOLDENS");
-    std::ifstream f(env != nullptr ? std::string(env)
-                                   : test::test_data_path("vision/classifier_goldens.json"));
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
-
-std::vector<float> floats(const nlohmann::json& a) { return a.get<std::vector<float>>(); }
-
-std::vector<float> synthetic() {
-  std::vector<float> x(224 * 224 * 3);
-  for (int h = 0; h < 224; ++h)
-    for (int w = 0; w < 224; ++w)
-      for (int c = 0; c < 3; ++c)
-        x[(h * 224 + w) * 3 + c] = static_cast<float>(std::sin(0.001 * (h * 224 + w) + c) * 2);
-  return x;
-}
 
 std::string recipe_path(const std::string& net, const std::string& variant) {
   return test::source_dir() + "/recipes/image-classification/" + net + "/" + variant + ".yaml";
@@ -86,8 +66,9 @@ TEST_F(CudaConvNet, SyntheticInputMatchesPyTorch) {
       auto c = make(net, variant);
       ASSERT_NE(c, nullptr);
       std::vector<float> logits(1000);
-      ASSERT_TRUE(c->logits(synthetic(), 1, logits.data()).ok());
-      const double err = test::rel_l2(logits, floats(goldens()["networks"][net]["synthetic"]));
+      ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
+      const double err =
+          test::rel_l2(logits, test::floats(test::vision_goldens()["networks"][net]["synthetic"]));
       std::printf("%s %s synthetic: rel L2 %.2e\n", net, variant, err);
       const bool f16 = std::string(variant) == "cuda-f16";
       EXPECT_LE(err, f16 ? kMaxRelL2 : kMaxRelL2Bf16Mobile) << net << " " << variant;
@@ -99,7 +80,7 @@ TEST_F(CudaConvNet, PhotosGiveTheTopOneOfPyTorch) {
   const std::string photos = model_cache_dir() + "/photos/";
   if (!std::filesystem::exists(photos + "coffee.png")) GTEST_SKIP() << "no photos in " << photos;
   std::vector<std::string> names, paths;
-  for (const auto& p : goldens()["photos"]) {
+  for (const auto& p : test::vision_goldens()["photos"]) {
     names.push_back(p.get<std::string>());
     paths.push_back(photos + names.back());
   }
@@ -112,10 +93,10 @@ TEST_F(CudaConvNet, PhotosGiveTheTopOneOfPyTorch) {
       auto logits = c->classify_files(paths);
       ASSERT_TRUE(logits.ok()) << logits.status().to_string();
       for (size_t i = 0; i < names.size(); ++i) {
-        const auto& g = goldens()["networks"][net]["photos"][names[i]];
+        const auto& g = test::vision_goldens()["networks"][net]["photos"][names[i]];
         const float* row = logits->data() + i * 1000;
         const std::vector<float> got(row, row + 1000);
-        const double err = test::rel_l2(got, floats(g["logits"]));
+        const double err = test::rel_l2(got, test::floats(g["logits"]));
         std::vector<int64_t> top;
         for (const ClassLabel& l : c->top_k(row, 5)) top.push_back(l.id);
         const auto want = g["top5"].get<std::vector<int64_t>>();
@@ -141,16 +122,18 @@ TEST_F(CudaConvNet, PhotosGiveTheTopOneOfPyTorch) {
 }
 
 TEST_F(CudaConvNet, ResNet50MatchesTorchvision) {
-  if (!have("resnet-50-random") || !goldens()["networks"].contains("resnet-50-random")) {
+  if (!have("resnet-50-random") ||
+      !test::vision_goldens()["networks"].contains("resnet-50-random")) {
     GTEST_SKIP() << "resnet-50-random.pth not in " << model_cache_dir()
                  << " (python tests/tools/gen_vision_goldens.py MODEL_DIR --resnet)";
   }
-  const std::vector<float> ref = floats(goldens()["networks"]["resnet-50-random"]["synthetic"]);
+  const std::vector<float> ref =
+      test::floats(test::vision_goldens()["networks"]["resnet-50-random"]["synthetic"]);
   for (const char* variant : {"cuda", "cuda-baseline", "cuda-f16"}) {
     auto c = make("resnet-50", variant);
     ASSERT_NE(c, nullptr);
     std::vector<float> logits(1000);
-    ASSERT_TRUE(c->logits(synthetic(), 1, logits.data()).ok());
+    ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
     const double err = test::rel_l2(logits, ref);
     std::printf("resnet-50-random %s synthetic: rel L2 %.2e\n", variant, err);
     EXPECT_LE(err, kMaxRelL2) << variant;
@@ -163,7 +146,7 @@ TEST_F(CudaConvNet, RerunNeedsABatchFirstAndStaysInRange) {
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->rerun(1).ok());  // nothing classified yet
   std::vector<float> logits(1000);
-  ASSERT_TRUE(c->logits(synthetic(), 1, logits.data()).ok());
+  ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
   EXPECT_TRUE(c->rerun(1).ok());
   EXPECT_TRUE(c->rerun(256).ok());  // another bucket: plans made on first use
   EXPECT_EQ(c->rerun(257).code(), StatusCode::kInvalidArgument);
@@ -171,7 +154,7 @@ TEST_F(CudaConvNet, RerunNeedsABatchFirstAndStaysInRange) {
   // The same image again gives its logits again (the graph replays what it captured; cuDNN's
   // split-k engines may sum in another order from run to run, so not bit for bit).
   std::vector<float> again(1000);
-  ASSERT_TRUE(c->logits(synthetic(), 1, again.data()).ok());
+  ASSERT_TRUE(c->logits(test::synthetic_image(), 1, again.data()).ok());
   EXPECT_LE(test::rel_l2(again, logits), 1e-3);
 }
 

@@ -206,6 +206,10 @@ Result<DeviceAllocator*> plain_device_allocator(int device) {
   return global_allocator(device, false);
 }
 
+Result<DeviceAllocator*> device_allocator(int device, bool plain) {
+  return plain ? plain_device_allocator(device) : default_device_allocator(device);
+}
+
 // ---- DeviceBuffer ----
 
 Result<DeviceBuffer> DeviceBuffer::create(size_t bytes, int device, cudaStream_t stream,

@@ -103,6 +103,8 @@ class CachingDeviceAllocator final : public DeviceAllocator {
 Result<DeviceAllocator*> default_device_allocator(int device);
 // The process-wide plain (baseline) allocator of device `device`.
 Result<DeviceAllocator*> plain_device_allocator(int device);
+// One of the two, as a runner's strategies.allocator picks it.
+Result<DeviceAllocator*> device_allocator(int device, bool plain);
 
 // One device allocation, freed (to its allocator) when destroyed.
 class DeviceBuffer {

@@ -202,11 +202,8 @@ Status CudaRunner::init() {
   const LoadOptions& lo = m_.load_options();
   device_ = lo.device.index;
   RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-  if (lo.cuda.allocator == AllocatorKind::kPlain) {
-    RINFER_ASSIGN_OR_RETURN(alloc_, cuda::plain_device_allocator(device_));
-  } else {
-    RINFER_ASSIGN_OR_RETURN(alloc_, cuda::default_device_allocator(device_));
-  }
+  RINFER_ASSIGN_OR_RETURN(
+      alloc_, cuda::device_allocator(device_, lo.cuda.allocator == AllocatorKind::kPlain));
   RINFER_ASSIGN_OR_RETURN(stream_, cuda::Stream::create(device_));
   RINFER_ASSIGN_OR_RETURN(lt_, cuda::CublasLt::create(device_));
   RINFER_RETURN_IF_ERROR(upload_weights());
