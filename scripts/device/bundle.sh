@@ -4,7 +4,7 @@
 # pcre2, gtest, cudart, ...) into .device/ (git-ignored). libcublasLt (541 MB) and cuDNN (whose
 # engines it loads at run time, 500 MB) are left out: the GPU machine has them (env.sh finds them). Carry .device:
 #   device run: bash scripts/device/run-tests.sh   (carry: [".device"])
-# TARGETS="a_test b_test" narrows what is built and bundled (default: everything).
+# TARGETS="ops_cuda_tests llm_cuda_bench" narrows what is built and bundled (default: everything).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -17,7 +17,7 @@ out=.device
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib"
 strip --strip-debug -o "$out/bin/rinfer" "$build/rinfer"
-for t in "$build"/tests/*_test "$build"/bench/*_bench; do
+for t in "$build"/tests/*_tests "$build"/bench/*_bench; do
   [ -x "$t" ] || continue
   case "$t" in */tests/*) d=tests ;; *) d=bin ;; esac
   if [ -z "${TARGETS:-}" ] || [[ " $TARGETS " == *" $(basename "$t") "* ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a bundle made by bundle.sh (carry: [".device"]): `rinfer devices`,
-# every test binary (GTEST_FILTER narrows them), then cuda_ops_bench (skip with BENCH=0;
+# every test binary (one per tests/ folder), a process and a log per test suite (GTEST_FILTER
+# instead runs each binary once with that filter), then cuda_ops_bench (skip with BENCH=0;
 # BENCH_REPS sets its repetitions), optionally Nsight Compute (PROFILE=1) and a
 # compute-sanitizer memcheck pass (SANITIZE=1).
 # Files under $OUT: gpu.txt, test-logs.tgz, bench.txt, cuda_ops.json, memcheck-logs.tgz.
@@ -13,22 +14,29 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 
 fail=0
 summary=""
-for t in "$b"/tests/*_test; do
-  name=$(basename "$t")
-  start=$(date +%s)
-  if timeout "${TEST_TIMEOUT:-150}" "$t" --gtest_brief=1 \
-      ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/$name.log" 2>&1; then
-    st=ok
+for t in "$b"/tests/*_tests; do
+  if [ -n "${GTEST_FILTER:-}" ]; then
+    filters=("$GTEST_FILTER")
   else
-    st=FAIL
-    fail=1
+    mapfile -t filters < <("$t" --gtest_list_tests | awk '/^[^ ]/ {print $1 "*"}')
   fi
-  secs=$(( $(date +%s) - start ))
-  summary+=$(printf '%-24s %-5s %4ss %s' "$name" "$st" "$secs" \
-    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')")$'\n'
-  [ "$st" = ok ] || tail -40 "$out/$name.log"
+  for f in "${filters[@]}"; do
+    name="$(basename "$t").${f//[^A-Za-z0-9_]/_}"
+    start=$(date +%s)
+    if timeout "${TEST_TIMEOUT:-150}" "$t" --gtest_brief=1 --gtest_filter="$f" \
+        >"$out/$name.log" 2>&1; then
+      st=ok
+    else
+      st=FAIL
+      fail=1
+    fi
+    secs=$(( $(date +%s) - start ))
+    summary+=$(printf '%-44s %-5s %4ss %s' "$name" "$st" "$secs" \
+      "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')")$'\n'
+    [ "$st" = ok ] || tail -40 "$out/$name.log"
+  done
 done
-(cd "$out" && tar -czf test-logs.tgz ./*_test.log && rm -f ./*_test.log)
+(cd "$out" && tar -czf test-logs.tgz ./*_tests.*.log && rm -f ./*_tests.*.log)
 echo "== tests"
 printf '%s' "$summary"
 
@@ -48,12 +56,13 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
 fi
 
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  for spec in "elementwise_cuda_test:*" "sampling_cuda_test:*Argmax*:*Greedy*" \
-              "attention_cuda_test:*Prefill*:*Rejects*:*EveryGqa*" "matvec_cuda_test:*Int16*"; do
-    t=${spec%%:*}
-    f=${spec#*:}
+  for f in "CudaElementwise.*" "CudaSampling.*Argmax*:CudaSampling.*Greedy*" \
+           "CudaAttention.*Prefill*:CudaAttention.*Rejects*:CudaAttention.*EveryGqa*" \
+           "CudaMatvec.*Int16*:CudaGemm.*Int16*"; do
+    t="${f%%.*}"
     if timeout "${SANITIZE_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$b/tests/$t" --gtest_brief=1 --gtest_filter="$f" >"$out/memcheck-$t.log" 2>&1; then
+        "$b/tests/ops_cuda_tests" --gtest_brief=1 --gtest_filter="$f" \
+        >"$out/memcheck-$t.log" 2>&1; then
       st=clean
     else
       st=ERRORS/TIMEOUT

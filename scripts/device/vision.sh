@@ -23,8 +23,8 @@ python3 tests/tools/gen_vision_goldens.py "$RINFER_MODEL_DIR" --resnet-only /tmp
   2>&1 | tail -2
 export RINFER_VISION_GOLDENS=/tmp/goldens.json
 if [ "${TESTS:-1}" = 1 ]; then
-  for t in vision_cuda_test convnet_cuda_test; do
-    timeout 420 "$b/tests/$t" 2>&1 | tee "$out/$t.txt" | grep -E "^\[  (FAILED|PASSED|  OK)|rel L2|Failure|error" | head -60
+  for t in CudaVisionOps CudaConvNet; do
+    timeout 420 "$b/tests/ops_cuda_tests" --gtest_filter="$t.*" 2>&1 | tee "$out/$t.txt" | grep -E "^\[  (FAILED|PASSED|  OK)|rel L2|Failure|error" | head -60
   done
 fi
 NETS="${NETS:-mobilenet-v2 efficientnet-lite0 resnet-50}"
