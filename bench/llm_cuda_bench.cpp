@@ -26,6 +26,8 @@
 //       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
 //       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
 //       KV cache of N positions (default 4096; the decode attention's grid is sized for it).
+//   --kernels '{matvec_split: 2, pdl: false}' (or matvec_split=2,pdl=false): strategies.kernels.
+//       cuda for every row (the keys and domains of a recipe; `rinfer strategies` lists them).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -43,14 +45,36 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
+#include "core/error.h"
 #include "kv/kv_cache.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
 #include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
+#include "strategies/registry.h"
 
 namespace rinfer {
 namespace {
+
+// --kernels: a YAML mapping of strategies.kernels.cuda's keys, or key=value,key=value (one shell
+// word), applied over `k`.
+Status parse_kernels_flag(const std::string& text, cuda::KernelConfig& k) {
+  std::string yaml = text;
+  if (yaml.find('{') == std::string::npos) {
+    yaml = "{";
+    for (char c : text)
+      yaml += c == '=' ? std::string(": ") : c == ',' ? std::string(", ") : std::string(1, c);
+    yaml += "}";
+  }
+  YAML::Node node;
+  try {
+    node = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument("--kernels: not YAML: {}", e.what());
+  }
+  RINFER_ASSIGN_OR_RETURN(YamlMap m, YamlMap::from(node, "--kernels", "kernels.cuda"));
+  return parse_cuda_kernels(m, k);
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
@@ -132,7 +156,6 @@ struct Variant {
   DType dtype;
   LoadOptions opts;
   bool kv_cache = true;
-  bool pdl = true;  // programmatic dependent launch of the decode kernels
 };
 
 struct Result1 {
@@ -184,7 +207,6 @@ constexpr int64_t kLongPrompt = 3968, kLongSteps = 64;
 Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int decode_tokens,
                     bool do_prefill) {
   Result1 r;
-  cuda::set_programmatic_dependent_launch(v.pdl);
   auto m = llama::make_random_cuda_model(hp, v.dtype, 1234, v.opts);
   if (!m.ok()) {
     r.error = m.status().to_string();
@@ -286,15 +308,15 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
     r.decode_tok_s = 1e3 / r.decode_ms;
   }
   r.device_peak = model.device_bytes_peak();
-  cuda::set_programmatic_dependent_launch(true);
   return r;
 }
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
 int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,
-                   bool device_sampling, int64_t n_ctx) {
+                   bool device_sampling, int64_t n_ctx, const cuda::KernelConfig& kernels) {
   LoadOptions o;
   o.device = Device::cuda(0);
+  o.cuda.kernels = kernels;
   o.max_batch = 2048;
   auto m = llama::make_random_cuda_model(hp, t, 1234, o);
   if (!m.ok()) {
@@ -380,7 +402,8 @@ int main_impl(int argc, char** argv) {
   bool quick = false, profile = false, host_rows = false, device_profile = false;
   int64_t profile_ctx = 4096;  // --profile: the KV cache's positions (the decode graph's bound)
   int prefill = 0, skip = 0;
-  std::string format;  // --profile: q4_1 when not given; the table: every format
+  std::string format;          // --profile: q4_1 when not given; the table: every format
+  cuda::KernelConfig kernels;  // --kernels: strategies.kernels.cuda as a YAML mapping
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string(); };
@@ -408,11 +431,17 @@ int main_impl(int argc, char** argv) {
       prefill = std::stoi(next());
     else if (a == "--skip")
       skip = std::stoi(next());
-    else {
+    else if (a == "--kernels") {
+      const Status st = parse_kernels_flag(next(), kernels);
+      if (!st.ok()) {
+        std::fprintf(stderr, "llm_cuda_bench: %s\n", st.to_string().c_str());
+        return 2;
+      }
+    } else {
       std::fprintf(stderr,
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] | "
-                   "--profile [--shape S] "
+                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] "
+                   "[--kernels '{matvec_split: 2, pdl: false}'] | --profile [--shape S] "
                    "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | "
                    "--prefill N]\n");
       return 2;
@@ -445,7 +474,7 @@ int main_impl(int argc, char** argv) {
     const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
                           decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile,
-                          profile_ctx);
+                          profile_ctx, kernels);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",
@@ -484,6 +513,7 @@ int main_impl(int argc, char** argv) {
     LoadOptions base;
     base.device = Device::cuda(0);
     base.max_batch = 2048;
+    base.cuda.kernels = kernels;
     std::vector<Variant> vs;
     std::vector<DType> formats =
         sname == "llama3-8b"
@@ -510,7 +540,7 @@ int main_impl(int argc, char** argv) {
       const DType t0 = sname == "llama3-8b" ? DType::kQ4_0 : DType::kQ4_1;
       const std::string tn(dtype_name(t0));
       Variant v{"no pdl " + tn, "programmatic dependent launch off", t0, base};
-      v.pdl = false;
+      v.opts.cuda.kernels.pdl = false;
       vs.push_back(v);
       v = {"no cuda graphs " + tn, "cuda_graphs off", t0, base};
       v.opts.cuda.graphs = false;
@@ -583,7 +613,7 @@ int main_impl(int argc, char** argv) {
       e["kv_cache"] = v.kv_cache;
       e["kv_dtype"] = std::string(dtype_name(v.opts.kv_dtype.value_or(DType::kBF16)));
       e["device_sampling"] = v.opts.cuda.device_sampling && v.kv_cache;
-      e["pdl"] = v.pdl;
+      e["pdl"] = v.opts.cuda.kernels.pdl;
       e["weight_bytes_per_token"] = r.weight_bytes;
       e["decode_tok_s"] = r.decode_tok_s;
       e["decode_ms_median"] = r.decode_ms;

@@ -14,6 +14,7 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
   load.kv_dtype = s.kv_dtype;
   // kernels
   load.cpu.ops.impl = s.kernels;
+  load.cuda.kernels = s.cuda_kernels;
   // fusion
   load.fusion = s.fusion;
   // quantization

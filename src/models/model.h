@@ -69,6 +69,8 @@ struct CudaLoadOptions {
   // host every step and the host Sampler picks the token (the baseline).
   bool device_sampling = true;
   AllocatorKind allocator = AllocatorKind::kCaching;  // device memory (strategies.allocator)
+  // The kernels' switches (strategies.kernels.cuda), applied by each CUDA runner at creation.
+  cuda::KernelConfig kernels;
 };
 
 // How to load and run a model: a generic part and the parts of each backend. The thread pool

@@ -66,6 +66,12 @@ inline bool cuda_decode_switch_on(const StrategyConfig& s, const Device& device,
   return device.is_cuda() && s.kv_cache && enabled;
 }
 
+// strategies.kernels.cuda as a mapping of its own (the benchmarks' --kernels flag): applied
+// over `k`; keys and domains as in a recipe.
+Status parse_cuda_kernels(const YamlMap& m, cuda::KernelConfig& k);
+// "{matvec_split: auto, matvec_stream: auto, ...}": every switch, as YAML.
+std::string describe_cuda_kernels(const cuda::KernelConfig& k);
+
 // One line: "kv_cache on, kernels fast, threads all cores, activations int8" (the strategies
 // that act on `device`).
 std::string describe_strategies(const StrategyConfig& s, const Device& device);

@@ -16,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "kv/kv_spec.h"
+#include "ops/cuda/kernel_config.h"
 #include "ops/cpu/ops.h"
 
 namespace rinfer {
@@ -117,6 +118,7 @@ struct StrategyConfig {
   BatchingConfig batching;                    // strategies.batching.*
   DynamicBatchingConfig dynamic_batching;     // strategies.dynamic_batching.* (embeddings)
   cpu::Impl kernels = cpu::Impl::kFast;       // strategies.kernels.impl
+  cuda::KernelConfig cuda_kernels;            // strategies.kernels.cuda.*
   int threads = 0;                            // strategies.threads.count (0: all cores)
   FusionOptions fusion;                       // strategies.fusion.{attention, residual_norm, ...}
   QuantizationConfig quantization;            // strategies.quantization.*

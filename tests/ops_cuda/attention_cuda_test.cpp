@@ -380,10 +380,10 @@ TEST_F(CudaAttention, GraphReplayedDecodeOverARingCache) {
 TEST_F(CudaAttention, DecodeRopeMatchesTheUnfusedChain) {
   for (bool mma : {false, true}) {
     SCOPED_TRACE(mma ? "tensor cores" : "scalar");
-    cuda::set_attention_decode_mma(mma);
+    cuda::apply_kernel_config({.attention_mma = mma});
     decode_rope_cases(mma ? 3e-5 : 1e-6);
   }
-  cuda::set_attention_decode_mma(true);
+  cuda::apply_kernel_config({});
   SCOPED_TRACE("f32 cache");  // the scalar kernel (the tensor cores take bf16 caches)
   decode_rope_cases(1e-6, DType::kF32);
 }

@@ -371,10 +371,11 @@ TEST_F(LlamaCudaModelTest, StreamingMatvecMatchesCpuReference) {
     std::vector<float> got[2];
     for (int i = 0; i < 2; ++i) {
       SCOPED_TRACE(std::string(dtype_name(t)) + (i == 0 ? " streaming" : " register"));
-      cuda::set_matvec_kernel(i == 0 ? cuda::MatvecKernel::kAlways : cuda::MatvecKernel::kNever);
+      cuda::apply_kernel_config({.matvec_stream = i == 0 ? cuda::MatvecKernel::kAlways
+                                                         : cuda::MatvecKernel::kNever});
       got[i] = match_cpu_reference(spec, v, 3e-2);
     }
-    cuda::set_matvec_kernel(cuda::MatvecKernel::kAuto);
+    cuda::apply_kernel_config({});
     ASSERT_EQ(got[0].size(), got[1].size());
     ASSERT_FALSE(got[0].empty());
     const double d = test::rel_l2(got[0], got[1]);

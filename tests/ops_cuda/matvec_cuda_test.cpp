@@ -101,7 +101,7 @@ constexpr cuda::MatvecKernel kBothKernels[] = {cuda::MatvecKernel::kAlways,
 TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
   uint64_t seed = 300;
   for (const cuda::MatvecKernel mk : kBothKernels) {
-    cuda::set_matvec_kernel(mk);
+    cuda::apply_kernel_config({.matvec_stream = mk});
     SCOPED_TRACE(mk == cuda::MatvecKernel::kAlways ? "streaming kernel" : "register kernel");
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
       if (mk == cuda::MatvecKernel::kNever && t != DType::kQ8_0 && t != DType::kQ4_0) continue;
@@ -157,7 +157,7 @@ TEST_F(CudaMatvec, Int16ActivationPathMatchesTheReference) {
       }
     }
   }
-  cuda::set_matvec_kernel(cuda::MatvecKernel::kAuto);
+  cuda::apply_kernel_config({});
   // Layouts without an integer path, and mismatched sizes, are errors.
   const Tensor wb = test::random_weight(DType::kBF16, 4, 64, 1);
   CU_ASSIGN_OR_FAIL(cuda::DeviceWeight db, cuda::upload_weight(wb, 0, stream()));
@@ -185,7 +185,7 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
   uint64_t seed = 700;
   constexpr float kEps = 1e-5f;
   for (const cuda::MatvecKernel mk : kBothKernels) {
-    cuda::set_matvec_kernel(mk);
+    cuda::apply_kernel_config({.matvec_stream = mk});
     SCOPED_TRACE(mk == cuda::MatvecKernel::kAlways ? "streaming kernel" : "register kernel");
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
       if (mk == cuda::MatvecKernel::kNever && t != DType::kQ8_0 && t != DType::kQ4_0) continue;
@@ -261,7 +261,7 @@ TEST_F(CudaMatvec, SplitNormMatchesTheNormKernelAndTheReference) {
       }
     }
   }
-  cuda::set_matvec_kernel(cuda::MatvecKernel::kAuto);
+  cuda::apply_kernel_config({});
   // Bad arguments: rows not a multiple of 32, the output on x's storage, no parts, a norm of
   // the wrong length.
   const Tensor w = test::random_weight(DType::kQ4_0, 48, 64, 1);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -273,6 +274,132 @@ TEST(ApplyStrategiesTest, DeviceSamplingIsOnForCudaAndOffElsewhere) {
   ASSERT_TRUE(r.ok());
   EXPECT_NE(describe_strategies(r->strategies, r->device).find("device_sampling off"),
             std::string::npos);
+}
+
+// strategies.kernels.cuda: every former environment switch of the CUDA kernels, as a typed knob
+// that reaches LoadOptions::cuda.kernels (the CUDA runners apply it at creation).
+TEST(ApplyStrategiesTest, CudaKernelSwitchesReachTheLoadOptions) {
+  EXPECT_EQ(apply_ok(BASE "device: cuda:0\n").load.cuda.kernels, cuda::KernelConfig{});
+  const std::string text = BASE
+      "device: cuda:0\nstrategies:\n  kernels:\n    cuda: {matvec_split: 2, matvec_stream: never, "
+      "matvec_stream_kb: 64, producer_l2: all, attention_mma: false, pdl: false, "
+      "split_norm: false}\n";
+  const cuda::KernelConfig k = apply_ok(text).load.cuda.kernels;
+  EXPECT_EQ(k.matvec_split, 2);
+  EXPECT_EQ(k.matvec_stream, cuda::MatvecKernel::kNever);
+  EXPECT_EQ(k.matvec_stream_kb, 64);
+  EXPECT_EQ(k.producer_l2, cuda::ProducerL2::kAll);
+  EXPECT_FALSE(k.attention_mma);
+  EXPECT_FALSE(k.pdl);
+  EXPECT_FALSE(k.split_norm);
+  auto r = parse_recipe(text, "r.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(describe_strategies(r->strategies, r->device)
+                .find("kernels matvec_split 2, matvec_stream never, matvec_stream_kb 64, "
+                      "producer_l2 all, attention_mma off, pdl off, split_norm off"),
+            std::string::npos)
+      << describe_strategies(r->strategies, r->device);
+  EXPECT_EQ(describe_cuda_kernels(k),
+            "{matvec_split: 2, matvec_stream: never, matvec_stream_kb: 64, producer_l2: all, "
+            "attention_mma: false, pdl: false, split_norm: false}");
+  // Each value of each enum, and a base recipe's switches kept where a child sets others.
+  EXPECT_EQ(apply_ok(BASE "device: cuda:0\nstrategies: {kernels: {cuda: {matvec_split: 4}}}\n")
+                .load.cuda.kernels.matvec_split,
+            4);
+  EXPECT_EQ(apply_ok(BASE "device: cuda:0\nstrategies: {kernels: {cuda: {matvec_split: auto}}}\n")
+                .load.cuda.kernels.matvec_split,
+            0);
+  EXPECT_EQ(apply_ok(BASE "device: cuda:0\nstrategies: {kernels: {cuda: {producer_l2: narrow}}}\n")
+                .load.cuda.kernels.producer_l2,
+            cuda::ProducerL2::kNarrow);
+  EXPECT_EQ(
+      apply_ok(BASE "device: cuda:0\nstrategies: {kernels: {cuda: {matvec_stream: always}}}\n")
+          .load.cuda.kernels.matvec_stream,
+      cuda::MatvecKernel::kAlways);
+  // On the CPU the CUDA switches are carried but describe nothing.
+  auto cpu = parse_recipe(BASE "strategies: {kernels: {cuda: {pdl: false}}}\n", "r.yaml");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  EXPECT_EQ(describe_strategies(cpu->strategies, cpu->device).find("pdl"), std::string::npos);
+}
+
+TEST(ApplyStrategiesTest, BadCudaKernelSwitchesNameTheFileAndLine) {
+  struct Case {
+    const char* yaml;
+    const char* where;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"    cuda: {matvec_spilt: 2}\n", "r.yaml:6:", "matvec_spilt"},
+      {"    cuda: {matvec_split: 3}\n", "r.yaml:6:", "kernels.cuda.matvec_split"},
+      {"    cuda: {matvec_stream_kb: 221}\n", "r.yaml:6:", "[16, 220]"},
+      {"    cuda: {matvec_stream_kb: 15}\n", "r.yaml:6:", "[16, 220]"},
+      {"    cuda: {producer_l2: sometimes}\n", "r.yaml:6:", "auto"},
+      {"    cuda: {pdl: \"false\"}\n", "r.yaml:6:", "kernels.cuda.pdl"},
+      {"    cuda: [pdl]\n", "r.yaml:6:", "kernels.cuda"},
+      {"    gpu: {pdl: false}\n", "r.yaml:6:", "gpu"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    auto r = parse_recipe(std::string(BASE "device: cuda:0\nstrategies:\n  kernels:\n") + c.yaml,
+                          "r.yaml");
+    ASSERT_FALSE(r.ok());
+    const std::string msg = r.status().to_string();
+    EXPECT_NE(msg.find(c.where), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
+// The benchmarks' --kernels flag reads the same mapping with the same rules.
+TEST(StrategyRegistryTest, CudaKernelsMappingParsesOnItsOwn) {
+  cuda::KernelConfig k;
+  auto m = YamlMap::from(YAML::Load("{pdl: false, matvec_split: 1}"), "--kernels", "kernels.cuda");
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(parse_cuda_kernels(*m, k).ok());
+  EXPECT_FALSE(k.pdl);
+  EXPECT_EQ(k.matvec_split, 1);
+  EXPECT_TRUE(k.attention_mma);
+  auto bad = YamlMap::from(YAML::Load("{pdl: maybe}"), "--kernels", "kernels.cuda");
+  ASSERT_TRUE(bad.ok());
+  const Status st = parse_cuda_kernels(*bad, k);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("kernels.cuda.pdl"), std::string::npos) << st.to_string();
+}
+
+// src/ reads no environment variable but the documented user settings (docs/design.md lists
+// them): every other switch is a recipe knob.
+TEST(SettingsTest, SrcReadsOnlyTheDocumentedEnvironment) {
+  const std::vector<std::string> allowed = {"RINFER_MODEL_DIR", "XDG_CACHE_HOME", "HOME",
+                                            "RINFER_NO_PROGRESS", "RINFER_GIT_SHA"};
+  std::ifstream df(test::source_dir() + "/docs/design.md");
+  std::stringstream design;
+  design << df.rdbuf();
+  for (const std::string& v : allowed) {
+    EXPECT_NE(design.str().find("`" + v + "`"), std::string::npos) << v << " not in design.md";
+  }
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(test::source_dir() + "/src")) {
+    const std::string ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".cpp" && ext != ".cu" && ext != ".h" && ext != ".cuh")) {
+      continue;
+    }
+    ++files;
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    for (size_t at = text.find("getenv("); at != std::string::npos;
+         at = text.find("getenv(", at + 1)) {
+      const size_t open = at + 7;
+      const size_t close = text.find(')', open);
+      const std::string arg = text.substr(open, close - open);
+      SCOPED_TRACE(e.path().string() + ": getenv(" + arg + ")");
+      ASSERT_TRUE(arg.size() > 2 && arg.front() == '"' && arg.back() == '"');
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), arg.substr(1, arg.size() - 2)),
+                allowed.end());
+    }
+    EXPECT_EQ(text.find("setenv("), std::string::npos) << e.path();
+  }
+  EXPECT_GT(files, 100);
 }
 
 TEST(ApplyStrategiesTest, QuantizationKeepsFirstAndLastByDefault) {

@@ -901,10 +901,7 @@ struct DecLaunch {
 };
 
 std::atomic<bool>& mma_mode_ref() {
-  static std::atomic<bool> on = [] {
-    const char* e = std::getenv("RINFER_ATTN_MMA");
-    return e == nullptr || std::atoi(e) != 0;
-  }();
+  static std::atomic<bool> on{true};  // strategies.kernels.cuda.attention_mma
   return on;
 }
 

@@ -12,14 +12,16 @@
 namespace rinfer::cuda::kern {
 
 // Programmatic dependent launch of the decode kernels (common.cuh, launch_pdl): on by default on
-// sm_90+, off with RINFER_CUDA_PDL=0 in the environment or set_pdl(false) (the baseline; graphs
-// captured before keep what they were captured with).
+// sm_90+, off with set_pdl(false) (strategies.kernels.cuda.pdl; graphs captured before keep
+// what they were captured with).
 void set_pdl(bool on);
 bool pdl_enabled();
 
 // Multiprocessors of the current device (cached per device; 132 when it cannot be read). Defined
 // in matvec.cu; the split choices of matvec and decode attention use it.
 int sm_count();
+// The decode matvecs' split-K, process-wide: 0 by shape, or 1, 2, 4 forced (matvec.cu).
+void set_matvec_split(int split);
 
 // Weight formats of the device layout (see DeviceWeight in ops_cuda.h).
 enum WFormat : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_1, kWQ4_K, kWFormatCount };
@@ -80,12 +82,15 @@ struct ResNormOut {
   int l2_prefetch = 0;     // the first half's blocks prefetch the second half's rows into L2
 };
 
-// Which kernel the Q8_0 / Q4_0 consumers use (process-wide): kAuto, the streaming kernel for
-// matrices of many stages (matvec_q16.cu); kAlways, wherever its shape rules allow; kNever, the
-// register kernel. Starts as RINFER_MV_STREAM in the environment says (0 kNever, 2 kAlways).
+// Which kernel the Q8_0 / Q4_0 consumers use (process-wide, strategies.kernels.cuda): kAuto, the
+// streaming kernel for matrices of many stages (matvec_q16.cu); kAlways, wherever its shape
+// rules allow; kNever, the register kernel. The streaming ring's KB a block ([16, 220]), and the
+// producers' L2 prefetch (-1 auto, 0 off, 1 rows up to 8192 in every format, 2 every producer).
 enum class MatvecStream { kAuto, kAlways, kNever };
 MatvecStream matvec_stream_mode();
 void set_matvec_stream_mode(MatvecStream m);
+void set_matvec_stream_kb(int kb);
+void set_producer_l2(int mode);
 // y[n_out] = W x (+ add) for the Q8_0, Q4_0, Q4_1 and Q4_K layouts with int16 x (dp2a); with
 // rin.parts set, y = W x / rms (+ add).
 cudaError_t launch_matvec_q16(const WeightView& w, const Q16View& x, const float* add, float* y,
@@ -189,8 +194,8 @@ struct AttnRopeArgs {
   float* q16_sum16 = nullptr;
 };
 int attn_decode_counters(const AttnArgs& a);
-// The fused step's attention on the tensor cores (bf16 cache, head_dim 64 / 128; the default,
-// RINFER_ATTN_MMA=0 in the environment starts it off) or with the scalar split.
+// The fused step's attention on the tensor cores (bf16 cache, head_dim 64 / 128; the default)
+// or, off, with the scalar split (strategies.kernels.cuda.attention_mma).
 void set_attn_decode_mma(bool on);
 cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, const float* qkv,
                                     void* k, void* v, float* out, void* workspace,

@@ -15,7 +15,7 @@
 // Exact dequantization: nibbles and bytes become floats through the 2^23 mantissa trick (PRMT +
 // FADD, exact), block scales multiply partial sums: Q4_0 d*(sum q*x - 8 sum x), Q4_1
 // d*sum q*x + m*sum x, Q4_K per 32-element sub-block (d*sc)*sum q*x - (dmin*m)*sum x.
-#include <cstdlib>
+#include <atomic>
 
 #include "ops/cuda/matvec_common.cuh"
 #include "ops/cuda/weight_decode.cuh"
@@ -37,15 +37,15 @@ int sm_count() {
 }
 
 namespace {
-int forced_split() {
-  static const int forced = [] {
-    const char* e = std::getenv("RINFER_MATVEC_SPLIT");
-    const int v = e != nullptr ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 ? v : 0;
-  }();
-  return forced;
-}
+// strategies.kernels.cuda.matvec_split: 0 (by shape) or 1, 2, 4.
+std::atomic<int> g_forced_split{0};
+int forced_split() { return g_forced_split.load(std::memory_order_relaxed); }
 }  // namespace
+
+void set_matvec_split(int split) {
+  g_forced_split.store(split == 1 || split == 2 || split == 4 ? split : 0,
+                       std::memory_order_relaxed);
+}
 
 bool matvec_split_forced() { return forced_split() != 0; }
 

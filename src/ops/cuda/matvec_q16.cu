@@ -538,15 +538,9 @@ __global__ void __launch_bounds__(st::kThreads, 5)
   }
 }
 
-// RINFER_MV_STREAM_KB in the environment: the ring's shared memory a block, in KB (measurements).
-uint32_t stream_budget() {
-  static const uint32_t kb = [] {
-    const char* e = std::getenv("RINFER_MV_STREAM_KB");
-    const int v = e != nullptr ? std::atoi(e) : 0;
-    return v >= 16 && v <= 220 ? static_cast<uint32_t>(v) : 96u;
-  }();
-  return kb * 1024u;
-}
+// strategies.kernels.cuda.matvec_stream_kb: the ring's shared memory a block, in KB.
+std::atomic<uint32_t> g_stream_kb{96};
+uint32_t stream_budget() { return g_stream_kb.load(std::memory_order_relaxed) * 1024u; }
 
 // The streaming kernel's geometry and grid for w, or none where it does not apply: rows of
 // 32, 64, 128 or 256 chunks, a whole number of stages, and (kAuto) at least kMinStagesPerBlock
@@ -688,14 +682,20 @@ cudaError_t launch_any(const WeightView& w, const Q16View& x, const float* add, 
 
 namespace {
 std::atomic<MatvecStream>& stream_mode_ref() {
-  static std::atomic<MatvecStream> mode = [] {
-    const char* e = std::getenv("RINFER_MV_STREAM");
-    const int v = e != nullptr ? std::atoi(e) : 1;
-    return v == 0 ? MatvecStream::kNever : (v == 2 ? MatvecStream::kAlways : MatvecStream::kAuto);
-  }();
+  static std::atomic<MatvecStream> mode{MatvecStream::kAuto};  // kernels.cuda.matvec_stream
   return mode;
 }
+// strategies.kernels.cuda.producer_l2: -1 auto, 0 off, 1 narrow rows, 2 every producer.
+std::atomic<int> g_producer_l2{-1};
 }  // namespace
+
+void set_matvec_stream_kb(int kb) {
+  if (kb >= 16 && kb <= 220)
+    g_stream_kb.store(static_cast<uint32_t>(kb), std::memory_order_relaxed);
+}
+void set_producer_l2(int mode) {
+  g_producer_l2.store(mode >= -1 && mode <= 2 ? mode : -1, std::memory_order_relaxed);
+}
 
 MatvecStream matvec_stream_mode() { return stream_mode_ref().load(std::memory_order_relaxed); }
 void set_matvec_stream_mode(MatvecStream m) {
@@ -714,11 +714,9 @@ cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, co
   // to 8192 (Wo; its blocks on the SMs the fused attention holds start late). H200, profile
   // decode step, two runs: q8_0 2.2100 / 2.2105 -> 2.2035 / 2.2031 ms; for q4_0 it cost 1.5351 /
   // 1.5377 -> 1.5399 / 1.5408, and for every producer q8_0 2.2546 / 2.2560, q4_0 1.5873 /
-  // 1.5898. RINFER_PRODUCER_L2 (0 off, 1 those rows in every format, 2 every producer) overrides.
-  static const int l2 = [] {
-    const char* e = std::getenv("RINFER_PRODUCER_L2");
-    return e != nullptr ? std::atoi(e) : -1;
-  }();
+  // 1.5898. strategies.kernels.cuda.producer_l2 (off, narrow: those rows in every format, all:
+  // every producer) overrides.
+  const int l2 = g_producer_l2.load(std::memory_order_relaxed);
   ResNormOut r = rn;
   const bool narrow = w.n_in <= 8192;
   r.l2_prefetch = (l2 < 0 ? w.format == kWQ8_0 && narrow : l2 == 2 || (l2 == 1 && narrow)) ? 1 : 0;

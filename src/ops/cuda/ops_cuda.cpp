@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
@@ -124,14 +125,6 @@ Status quantize_activation(const float* x, const QuantizedActivation& out, cudaS
   }
   return launched(kern::launch_quantize_q16(x, out.n, out.q, out.scale, out.sum16, stream),
                   "quantize_activation launch");
-}
-
-void set_attention_decode_mma(bool on) { kern::set_attn_decode_mma(on); }
-
-void set_matvec_kernel(MatvecKernel k) {
-  kern::set_matvec_stream_mode(k == MatvecKernel::kAlways  ? kern::MatvecStream::kAlways
-                               : k == MatvecKernel::kNever ? kern::MatvecStream::kNever
-                                                           : kern::MatvecStream::kAuto);
 }
 
 bool matvec_q16_supported(DType layout) {
@@ -663,7 +656,33 @@ Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, con
   return launched(kern::launch_sample_top_k(logits, a, uniform, out_id, stream), "sample launch");
 }
 
-void set_programmatic_dependent_launch(bool on) { kern::set_pdl(on); }
 bool programmatic_dependent_launch() { return kern::pdl_enabled(); }
+
+namespace {
+std::mutex g_kernel_config_mu;
+KernelConfig g_kernel_config;
+}  // namespace
+
+void apply_kernel_config(const KernelConfig& c) {
+  std::lock_guard<std::mutex> lock(g_kernel_config_mu);
+  g_kernel_config = c;
+  kern::set_matvec_split(c.matvec_split);
+  using kern::MatvecStream;
+  kern::set_matvec_stream_mode(c.matvec_stream == MatvecKernel::kAlways  ? MatvecStream::kAlways
+                               : c.matvec_stream == MatvecKernel::kNever ? MatvecStream::kNever
+                                                                         : MatvecStream::kAuto);
+  kern::set_matvec_stream_kb(c.matvec_stream_kb);
+  kern::set_producer_l2(c.producer_l2 == ProducerL2::kAuto     ? -1
+                        : c.producer_l2 == ProducerL2::kOff    ? 0
+                        : c.producer_l2 == ProducerL2::kNarrow ? 1
+                                                               : 2);
+  kern::set_attn_decode_mma(c.attention_mma);
+  kern::set_pdl(c.pdl);
+}
+
+KernelConfig kernel_config() {
+  std::lock_guard<std::mutex> lock(g_kernel_config_mu);
+  return g_kernel_config;
+}
 
 }  // namespace rinfer::cuda

@@ -39,6 +39,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/cpu/ops.h"      // RopeParams, RopeMode
+#include "ops/cuda/kernel_config.h"
 #include "ops/cuda/launch.h"  // RowSampleArgs
 #include "rinfer/status.h"
 
@@ -90,13 +91,10 @@ size_t quantized_activation_bytes(int64_t n);
 Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t bytes, int64_t n);
 Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream);
 bool matvec_q16_supported(DType layout);
-// The Q8_0 / Q4_0 matvec's kernel choice, process-wide (tests and measurements compare them):
-// kAuto (the default; RINFER_MV_STREAM=0 / 2 in the environment start it as kNever / kAlways)
+// The Q8_0 / Q4_0 matvec's kernel is KernelConfig::matvec_stream (kernel_config.h): kAuto
 // streams the weights of large matrices through shared memory, kAlways wherever the shape
 // allows (rows of c = 32, 64, 128 or 256 chunks: 1024 to 8192 Q4_0 elements, 512 to 4096 Q8_0;
 // a multiple of 1024 / c rows), kNever keeps the register kernel.
-enum class MatvecKernel { kAuto, kAlways, kNever };
-void set_matvec_kernel(MatvecKernel k);
 // y[n_out] = W x (+ add) with x.n == n_in; W's layout must be matvec_q16_supported.
 // With `norm`, x holds the int16 blocks a matvec_q16_res_norm left for it and y = W x / rms
 // (+ add), rms = sqrt(sum(norm->parts) / norm->n + eps): the RMSNorm between two decode matvecs
@@ -250,10 +248,9 @@ Status attention_decode(const AttentionParams& p, const float* q, const void* k_
 // attention_decode_counters(p) unsigned ints, zero before the first call; each call leaves them
 // zero. workspace as attention_decode.
 int64_t attention_decode_counters(const AttentionParams& p);
-// attention_decode_rope's attention, process-wide: on the tensor cores (the default for a bf16
-// cache of head_dim 64 or 128; q and the probabilities as bf16 pairs hi + lo, about 2^-16
-// relative) or, off, the scalar f32 kernel (RINFER_ATTN_MMA=0 in the environment starts it off).
-void set_attention_decode_mma(bool on);
+// attention_decode_rope's attention is KernelConfig::attention_mma: on the tensor cores (the
+// default for a bf16 cache of head_dim 64 or 128; q and the probabilities as bf16 pairs hi + lo,
+// about 2^-16 relative) or, off, the scalar f32 kernel.
 // The caches attention_decode_rope takes: bf16, and f32 of head_dim 64 or 128 (the scalar
 // kernel; the others run rope_kv_store and attention_decode).
 bool attention_decode_rope_supports(const KvLayout& kv);
@@ -408,10 +405,15 @@ class DecodeSampler {
 // Programmatic dependent launch (sm_90+): the decode-path kernels (matvec, norms, rope, KV
 // store, attention decode, quantization, GLU, get_rows) are launched so that each one's launch
 // and prologue (a matvec's first weight loads) overlap the previous kernel's tail, in streams and
-// in captured CUDA graphs. On by default; RINFER_CUDA_PDL=0 or this switch turns it off (the
+// in captured CUDA graphs. On by default; KernelConfig::pdl = false turns it off (the
 // baseline). Graphs keep the setting they were captured with.
-void set_programmatic_dependent_launch(bool on);
 bool programmatic_dependent_launch();
+
+// The kernels' switches (strategies.kernels.cuda), process-wide: every CUDA runner applies its
+// recipe's at creation, before it captures graphs; the last one applied holds (one recipe a
+// process at a time, as rinfer's commands run them). kernel_config() is what holds now.
+void apply_kernel_config(const KernelConfig& c);
+KernelConfig kernel_config();
 
 // Random device data for tests and benchmarks (never zeros, deterministic per seed): n values
 // of dtype f32, f16 or bf16 uniform in [lo, hi).

@@ -12,9 +12,8 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
   m->hp_ = hp;
   m->opts_ = opts;
-  // RINFER_SPLIT_NORM=0: the norm kernels instead of the split norm (measurements).
-  const char* sn = std::getenv("RINFER_SPLIT_NORM");
-  m->split_norm_ = sn == nullptr || std::string_view(sn) != "0";
+  cuda::apply_kernel_config(opts.cuda.kernels);
+  m->split_norm_ = opts.cuda.kernels.split_norm;  // off: the norm kernels (strategies.kernels)
   m->device_ = opts.device.index;
   m->kv_dtype_ = opts.kv_dtype.value_or(DType::kBF16);
   if (m->kv_dtype_ != DType::kBF16 && m->kv_dtype_ != DType::kF32) {
