@@ -16,7 +16,7 @@
 
 #include "core/dtype.h"
 #include "kv/kv_spec.h"
-#include "ops/cuda/kernel_config.h"
+#include "ops/params/kernel_config.h"
 #include "ops/cpu/ops.h"
 
 namespace rinfer {

@@ -2,6 +2,7 @@
 // name, one strategy's keys, baseline, engine hooks and document.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -19,9 +20,11 @@ void print_one(const StrategyInfo& s) {
   std::cout << fmt::format("  hooks     {}\n", s.hooks);
   std::cout << fmt::format("  doc       {}\n", s.doc);
   std::cout << "  keys\n";
+  size_t width = 14;  // the longest key's, so the columns line up
+  for (const StrategyKey& k : s.keys) width = std::max(width, k.name.size());
   for (const StrategyKey& k : s.keys) {
-    std::cout << fmt::format("    {:<14} {:<38} default {}\n", k.name, k.type, k.fallback);
-    std::cout << fmt::format("    {:<14} {}\n", "", k.meaning);
+    std::cout << fmt::format("    {:<{}} {:<38} default {}\n", k.name, width, k.type, k.fallback);
+    std::cout << fmt::format("    {:<{}} {}\n", "", width, k.meaning);
   }
 }
 

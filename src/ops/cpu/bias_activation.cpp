@@ -64,16 +64,6 @@ namespace rinfer::cpu {
 
 HWY_EXPORT(EpilogueRows);
 
-std::string_view activation_name(Activation a) {
-  switch (a) {
-    case Activation::kNone: return "none";
-    case Activation::kRelu: return "relu";
-    case Activation::kRelu6: return "relu6";
-    case Activation::kSilu: return "silu";
-  }
-  return "?";
-}
-
 double activation_ref(double z, Activation act) {
   switch (act) {
     case Activation::kNone: return z;

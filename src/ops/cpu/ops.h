@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "ops/params/op_params.h"
 #include "rinfer/status.h"
 
 namespace rinfer::cpu {
@@ -78,17 +79,8 @@ Status get_rows(const Tensor& table, std::span<const int32_t> ids, float* out);
 void rms_norm(const OpContext& ctx, const float* x, const float* w, int64_t n_rows, int64_t n,
               float eps, float* y);
 
-enum class RopeMode : uint8_t {
-  kNormal,  // rotate pairs (2i, 2i+1)      (llama GGUF: weights are permuted for this)
-  kNeox,    // rotate pairs (i, i + n_rot/2) (NeoX, Qwen2, Gemma, HF layout)
-};
-
-struct RopeParams {
-  int64_t n_rot = 0;           // dims rotated per head (<= head_dim), even; the rest pass through
-  float freq_base = 10000.0f;  // theta
-  float freq_scale = 1.0f;     // linear position scaling (1 / factor)
-  RopeMode mode = RopeMode::kNormal;
-};
+using rinfer::RopeMode;    // ops/params/op_params.h
+using rinfer::RopeParams;  // ops/params/op_params.h
 
 // In place on x[n_tokens, n_heads, head_dim]; token t is at position positions[t]
 // (positions.size() == n_tokens). Pair i (0 <= i < n_rot/2) of a head at position p rotates by
@@ -204,10 +196,7 @@ void add_bias(const OpContext& ctx, float* x, const float* bias, int64_t n_rows,
 // erfc, so small outputs keep their relative accuracy.
 void gelu_erf(const OpContext& ctx, float* x, const float* bias, int64_t n_rows, int64_t n);
 
-enum class PoolKind : uint8_t {
-  kMean,  // the mean of a sequence's rows (padding excluded)
-  kCls,   // its first row (BERT's [CLS])
-};
+using rinfer::PoolKind;  // ops/params/op_params.h
 // out[s, :] = pool of hidden rows [starts[s], starts[s] + lengths[s]) (each length >= 1), for
 // n_seqs sequences of rows of n; normalize: each out row divided by its L2 norm (a zero row
 // stays zero). Reference and fast: sums in double.

@@ -36,7 +36,7 @@ Result<BackendDesc> nhwc_tensor(int64_t uid, cudnnDataType_t dtype, int64_t n, i
   return t;
 }
 
-Result<BackendDesc> pointwise_desc(cudnnPointwiseMode_t mode, cpu::Activation act) {
+Result<BackendDesc> pointwise_desc(cudnnPointwiseMode_t mode, Activation act) {
   RINFER_ASSIGN_OR_RETURN(BackendDesc p,
                           BackendDesc::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise"));
   RINFER_RETURN_IF_ERROR(p.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
@@ -45,7 +45,7 @@ Result<BackendDesc> pointwise_desc(cudnnPointwiseMode_t mode, cpu::Activation ac
   if (mode == CUDNN_POINTWISE_RELU_FWD) {
     const float lo = 0.0f;
     RINFER_RETURN_IF_ERROR(p.set(CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, CUDNN_TYPE_FLOAT, 1, &lo));
-    if (act == cpu::Activation::kRelu6) {
+    if (act == Activation::kRelu6) {
       const float hi = 6.0f;
       RINFER_RETURN_IF_ERROR(p.set(CUDNN_ATTR_POINTWISE_RELU_UPPER_CLIP, CUDNN_TYPE_FLOAT, 1, &hi));
     }
@@ -89,11 +89,11 @@ struct Graph {
   std::vector<int64_t> uids;
 };
 
-Result<Graph> build_graph(const CudnnHandle& h, const cpu::Conv2dShape& s, cudnnDataType_t dt,
-                          bool bias, bool residual, cpu::Activation act, bool fuse) {
+Result<Graph> build_graph(const CudnnHandle& h, const Conv2dShape& s, cudnnDataType_t dt, bool bias,
+                          bool residual, Activation act, bool fuse) {
   Graph g;
   const int64_t oh = s.out_h(), ow = s.out_w();
-  const bool epilogue = fuse && (bias || residual || act != cpu::Activation::kNone);
+  const bool epilogue = fuse && (bias || residual || act != Activation::kNone);
   RINFER_ASSIGN_OR_RETURN(BackendDesc x, nhwc_tensor(kX, dt, s.n, s.c_in, s.h, s.w, false));
   RINFER_ASSIGN_OR_RETURN(BackendDesc w, nhwc_tensor(kW, dt, s.c_out, s.c_in, s.kh, s.kw, false));
   RINFER_ASSIGN_OR_RETURN(BackendDesc y, nhwc_tensor(kY, dt, s.n, s.c_out, oh, ow, false));
@@ -154,9 +154,9 @@ Result<Graph> build_graph(const CudnnHandle& h, const cpu::Conv2dShape& s, cudnn
     std::vector<Stage> stages;
     if (bias) stages.push_back({CUDNN_POINTWISE_ADD, kBias});
     if (residual) stages.push_back({CUDNN_POINTWISE_ADD, kResidual});
-    if (act == cpu::Activation::kRelu || act == cpu::Activation::kRelu6) {
+    if (act == Activation::kRelu || act == Activation::kRelu6) {
       stages.push_back({CUDNN_POINTWISE_RELU_FWD, 0});
-    } else if (act == cpu::Activation::kSilu) {
+    } else if (act == Activation::kSilu) {
       stages.push_back({CUDNN_POINTWISE_SWISH_FWD, 0});
     }
     for (size_t i = 0; i < stages.size(); ++i) {
@@ -322,11 +322,11 @@ float time_plan(const CudnnHandle& h, const BackendDesc& plan, const std::vector
 
 }  // namespace
 
-Result<CudnnConv> CudnnConv::create(const CudnnHandle& h, const cpu::Conv2dShape& s,
-                                    const ConvBuffers& bufs, cpu::Activation act,
+Result<CudnnConv> CudnnConv::create(const CudnnHandle& h, const Conv2dShape& s,
+                                    const ConvBuffers& bufs, Activation act,
                                     const CudnnConvOptions& o, void* workspace,
                                     size_t workspace_limit, cudaStream_t stream) {
-  RINFER_RETURN_IF_ERROR(cpu::check_conv2d(s));
+  RINFER_RETURN_IF_ERROR(check_conv2d(s));
   if (s.groups != 1 || s.c_in % 8 != 0 || s.c_out % 8 != 0) {
     return invalid_argument(
         "cudnn convolution: groups {}, c_in {}, c_out {} (ungrouped, channels multiples of 8)",
@@ -345,7 +345,7 @@ Result<CudnnConv> CudnnConv::create(const CudnnHandle& h, const cpu::Conv2dShape
   c.act_ = act;
   c.has_bias_ = bufs.bias != nullptr;
   c.has_residual_ = bufs.residual != nullptr;
-  const bool any_epilogue = c.has_bias_ || c.has_residual_ || act != cpu::Activation::kNone;
+  const bool any_epilogue = c.has_bias_ || c.has_residual_ || act != Activation::kNone;
   std::string tried;
   for (const bool fuse : {true, false}) {
     if (fuse && !(o.fuse_epilogue && any_epilogue)) continue;
@@ -426,7 +426,7 @@ Status CudnnConv::run(const CudnnHandle& h, const ConvBuffers& b, void* workspac
     alone.bias = nullptr;
     alone.residual = nullptr;
     RINFER_RETURN_IF_ERROR(execute(h, plan_->plan, plan_->uids, alone, workspace, stream));
-    if (!has_bias_ && !has_residual_ && act_ == cpu::Activation::kNone) return ok_status();
+    if (!has_bias_ && !has_residual_ && act_ == Activation::kNone) return ok_status();
     return channel_epilogue(dtype_, b.y, s_.n * s_.out_h() * s_.out_w(), s_.c_out, nullptr, b.bias,
                             b.residual, act_, stream);
   }

@@ -19,7 +19,7 @@
 
 #include "core/cuda/cudnn.h"
 #include "core/dtype.h"
-#include "ops/cpu/vision_ops.h"  // Conv2dShape, Activation
+#include "ops/params/op_params.h"  // Conv2dShape, Activation
 #include "rinfer/status.h"
 
 namespace rinfer::cuda {
@@ -46,8 +46,8 @@ class CudnnConv {
   // The plan for shape `s` with the epilogue that `bufs` implies (bias, residual) and `act`.
   // `bufs` and `workspace` (workspace_limit bytes) are used to time the candidates; plans that
   // need more workspace are skipped.
-  static Result<CudnnConv> create(const CudnnHandle& h, const cpu::Conv2dShape& s,
-                                  const ConvBuffers& bufs, cpu::Activation act,
+  static Result<CudnnConv> create(const CudnnHandle& h, const Conv2dShape& s,
+                                  const ConvBuffers& bufs, Activation act,
                                   const CudnnConvOptions& o, void* workspace,
                                   size_t workspace_limit, cudaStream_t stream);
 
@@ -64,8 +64,8 @@ class CudnnConv {
  private:
   struct Plan;
   std::shared_ptr<const Plan> plan_;
-  cpu::Conv2dShape s_;
-  cpu::Activation act_ = cpu::Activation::kNone;
+  Conv2dShape s_;
+  Activation act_ = Activation::kNone;
   DType dtype_ = DType::kBF16;
   bool has_bias_ = false, has_residual_ = false, fused_ = false;
   size_t ws_ = 0;

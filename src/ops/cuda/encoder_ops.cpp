@@ -113,7 +113,7 @@ Status attention_varlen(const VarlenAttentionParams& p, const uint16_t* qkv, uin
   return launched(kern::launch_attn_varlen(a, qkv, out, stream), "attention_varlen launch");
 }
 
-Status pool_rows(cpu::PoolKind kind, bool normalize, const float* hidden, int64_t n,
+Status pool_rows(PoolKind kind, bool normalize, const float* hidden, int64_t n,
                  const int32_t* starts, const int32_t* lengths, int64_t n_seqs, float* out,
                  cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_rows("pool_rows", n_seqs, n));
@@ -121,7 +121,7 @@ Status pool_rows(cpu::PoolKind kind, bool normalize, const float* hidden, int64_
   if (hidden == nullptr || starts == nullptr || lengths == nullptr || out == nullptr) {
     return invalid_argument("pool_rows: null pointer");
   }
-  return launched(kern::launch_pool_rows(kind == cpu::PoolKind::kCls, normalize, hidden, n, starts,
+  return launched(kern::launch_pool_rows(kind == PoolKind::kCls, normalize, hidden, n, starts,
                                          lengths, n_seqs, out, stream),
                   "pool_rows launch");
 }

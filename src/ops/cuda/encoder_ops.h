@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "ops/cpu/ops.h"  // PoolKind
+#include "ops/params/op_params.h"  // PoolKind
 #include "rinfer/status.h"
 
 namespace rinfer::cuda {
@@ -71,7 +71,7 @@ Status attention_varlen(const VarlenAttentionParams& p, const uint16_t* qkv, uin
 // out[s, :] = the pool of hidden rows [starts[s], starts[s] + lengths[s]) (mean, or the first
 // row for kCls), then divided by its L2 norm when `normalize` (a zero row stays zero), as
 // cpu::pool_rows. hidden f32 rows of n (at most kMaxLayerNorm); out f32 [n_seqs, n].
-Status pool_rows(cpu::PoolKind kind, bool normalize, const float* hidden, int64_t n,
+Status pool_rows(PoolKind kind, bool normalize, const float* hidden, int64_t n,
                  const int32_t* starts, const int32_t* lengths, int64_t n_seqs, float* out,
                  cudaStream_t stream);
 

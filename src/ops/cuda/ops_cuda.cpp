@@ -264,14 +264,14 @@ Status add_rms_norm(float* residual, const float* x, const float* w, int64_t n_r
 namespace {
 
 // freq_base^(-2j / n_rot) in double for the pairs j < n_rot / 2 (the CPU reference's expression).
-void rope_inv_freq(const cpu::RopeParams& p, double* out) {
+void rope_inv_freq(const RopeParams& p, double* out) {
   for (int64_t j = 0; j < p.n_rot / 2 && j < kern::kMaxRopePairs; ++j) {
     out[j] = std::pow(static_cast<double>(p.freq_base),
                       -2.0 * static_cast<double>(j) / static_cast<double>(p.n_rot));
   }
 }
 
-Result<kern::RopeArgs> rope_args(const cpu::RopeParams& p, int64_t n_tokens, int64_t n_heads,
+Result<kern::RopeArgs> rope_args(const RopeParams& p, int64_t n_tokens, int64_t n_heads,
                                  int64_t head_dim, int64_t token_stride, const char* op) {
   if (p.n_rot / 2 > kern::kMaxRopePairs) {
     return unsupported("{}: n_rot {} (at most {})", op, p.n_rot, 2 * kern::kMaxRopePairs);
@@ -283,7 +283,7 @@ Result<kern::RopeArgs> rope_args(const cpu::RopeParams& p, int64_t n_tokens, int
   a.token_stride = token_stride;
   a.n_rot = p.n_rot;
   a.freq_scale = static_cast<double>(p.freq_scale);
-  a.neox = p.mode == cpu::RopeMode::kNeox;
+  a.neox = p.mode == RopeMode::kNeox;
   rope_inv_freq(p, a.inv_freq);
   return a;
 }
@@ -291,7 +291,7 @@ Result<kern::RopeArgs> rope_args(const cpu::RopeParams& p, int64_t n_tokens, int
 }  // namespace
 
 Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t token_stride,
-            const int32_t* positions, const cpu::RopeParams& p, cudaStream_t stream) {
+            const int32_t* positions, const RopeParams& p, cudaStream_t stream) {
   if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0) {
     return invalid_argument("rope: bad shape [{}, {}, {}]", n_tokens, n_heads, head_dim);
   }
@@ -435,7 +435,7 @@ Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_st
 }
 
 Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token_stride,
-                     const int32_t* positions, const cpu::RopeParams& p, const KvLayout& kv,
+                     const int32_t* positions, const RopeParams& p, const KvLayout& kv,
                      void* k_cache, void* v_cache, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_kv(kv, k_cache, v_cache, "rope_kv_store"));
   const int64_t hd = kv.head_dim;
@@ -538,8 +538,8 @@ bool attention_decode_rope_supports(const KvLayout& kv) {
          (kv.dtype == DType::kF32 && (kv.head_dim == 64 || kv.head_dim == 128));
 }
 
-Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
-                             const float* qkv, void* k_cache, void* v_cache, float* out,
+Status attention_decode_rope(const AttentionParams& p, const RopeParams& rope, const float* qkv,
+                             void* k_cache, void* v_cache, float* out,
                              const QuantizedActivation* out_q16, unsigned* counters,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "attention_decode_rope";
@@ -567,7 +567,7 @@ Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& ro
   r.n_rot = rope.n_rot;
   r.freq_scale = static_cast<double>(rope.freq_scale);
   rope_inv_freq(rope, r.inv_freq);  // as rope and rope_kv_store
-  r.neox = rope.mode == cpu::RopeMode::kNeox;
+  r.neox = rope.mode == RopeMode::kNeox;
   r.counters = counters;
   if (out_q16 != nullptr) {
     if (out_q16->n != p.n_head * hd || out_q16->q == nullptr) {

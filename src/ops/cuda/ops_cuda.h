@@ -38,9 +38,9 @@
 #include "core/cuda/device_allocator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "ops/cpu/ops.h"      // RopeParams, RopeMode
-#include "ops/cuda/kernel_config.h"
 #include "ops/cuda/launch.h"  // RowSampleArgs
+#include "ops/params/kernel_config.h"
+#include "ops/params/op_params.h"  // RopeParams, RopeMode
 #include "rinfer/status.h"
 
 namespace rinfer::cuda {
@@ -91,7 +91,7 @@ size_t quantized_activation_bytes(int64_t n);
 Result<QuantizedActivation> quantized_activation_in(void* workspace, size_t bytes, int64_t n);
 Status quantize_activation(const float* x, const QuantizedActivation& out, cudaStream_t stream);
 bool matvec_q16_supported(DType layout);
-// The Q8_0 / Q4_0 matvec's kernel is KernelConfig::matvec_stream (kernel_config.h): kAuto
+// The Q8_0 / Q4_0 matvec's kernel is KernelConfig::matvec_stream (ops/params): kAuto
 // streams the weights of large matrices through shared memory, kAlways wherever the shape
 // allows (rows of c = 32, 64, 128 or 256 chunks: 1024 to 8192 Q4_0 elements, 512 to 4096 Q8_0;
 // a multiple of 1024 / c rows), kNever keeps the register kernel.
@@ -160,7 +160,7 @@ Status add_rms_norm(float* residual, const float* x, const float* w, int64_t n_r
 // RoPE in place on x: token t's [n_heads, head_dim] at x + t * token_stride (f32).
 // positions: device int32 [n_tokens]. Same semantics as cpu::rope (angles in double).
 Status rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t token_stride,
-            const int32_t* positions, const cpu::RopeParams& p, cudaStream_t stream);
+            const int32_t* positions, const RopeParams& p, cudaStream_t stream);
 
 // out[r, i] = silu(gate[r, i]) * up[r, i]; gate and up rows in_stride floats apart (n for
 // separate buffers, 2n for the halves of a fused gate|up projection); out [n_rows, n] f32 or
@@ -207,7 +207,7 @@ Status kv_store(const float* k, const float* v, int64_t n_tokens, int64_t src_st
 // ring_rows for a ring), so a captured decode step stores at each replay's position. Same
 // results as rope followed by kv_store.
 Status rope_kv_store(float* qkv, int64_t n_tokens, int64_t n_head, int64_t token_stride,
-                     const int32_t* positions, const cpu::RopeParams& p, const KvLayout& kv,
+                     const int32_t* positions, const RopeParams& p, const KvLayout& kv,
                      void* k_cache, void* v_cache, cudaStream_t stream);
 
 // Causal GQA attention over the positions [0, n_kv); the n_tokens new tokens are the last
@@ -254,8 +254,8 @@ int64_t attention_decode_counters(const AttentionParams& p);
 // The caches attention_decode_rope takes: bf16, and f32 of head_dim 64 or 128 (the scalar
 // kernel; the others run rope_kv_store and attention_decode).
 bool attention_decode_rope_supports(const KvLayout& kv);
-Status attention_decode_rope(const AttentionParams& p, const cpu::RopeParams& rope,
-                             const float* qkv, void* k_cache, void* v_cache, float* out,
+Status attention_decode_rope(const AttentionParams& p, const RopeParams& rope, const float* qkv,
+                             void* k_cache, void* v_cache, float* out,
                              const QuantizedActivation* out_q16, unsigned* counters,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream);
 

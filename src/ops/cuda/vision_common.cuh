@@ -1,5 +1,5 @@
 // Device helpers of the vision kernels (included by their .cu files only): the activations
-// (cpu::Activation's values) on f32, bf16 and f16 loads and stores, the grid size of a
+// (Activation's values, ops/params) on f32, bf16 and f16 loads and stores, the grid size of a
 // grid-stride loop.
 #pragma once
 

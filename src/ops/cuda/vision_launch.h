@@ -1,6 +1,6 @@
 // The kernel launchers of the vision ops (internal; vision_ops.h is the API). Each launches
 // without checking and returns cudaGetLastError(). Free of the host headers: nvcc includes it.
-// Tensors are NHWC bf16 or f16 (uint16_t bits); `act` is a cpu::Activation as an int.
+// Tensors are NHWC bf16 or f16 (uint16_t bits); `act` is an Activation (ops/params) as an int.
 #pragma once
 
 #include <cuda_runtime.h>

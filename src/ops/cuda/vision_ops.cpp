@@ -26,10 +26,10 @@ Status check_16bit(DType dt, const char* op) {
 
 }  // namespace
 
-Status depthwise_conv2d(DType dt, const cpu::Conv2dShape& s, const uint16_t* x, const uint16_t* w,
-                        const float* bias, cpu::Activation act, uint16_t* y, cudaStream_t stream) {
+Status depthwise_conv2d(DType dt, const Conv2dShape& s, const uint16_t* x, const uint16_t* w,
+                        const float* bias, Activation act, uint16_t* y, cudaStream_t stream) {
   RINFER_RETURN_IF_ERROR(check_16bit(dt, "depthwise_conv2d"));
-  RINFER_RETURN_IF_ERROR(cpu::check_conv2d(s));
+  RINFER_RETURN_IF_ERROR(check_conv2d(s));
   if (!s.depthwise() || s.kh != s.kw || s.stride_h != s.stride_w) {
     return invalid_argument(
         "depthwise_conv2d: groups {} of c_in {} and c_out {}, kernel {}x{}, stride {}x{} (a "
@@ -90,7 +90,7 @@ Status global_avg_pool(DType dt, const uint16_t* x, int64_t n, int64_t hw, int64
 }
 
 Status channel_epilogue(DType dt, void* y, int64_t rows, int64_t c, const float* scale,
-                        const float* shift, const void* residual, cpu::Activation act,
+                        const float* shift, const void* residual, Activation act,
                         cudaStream_t stream) {
   if (dt != DType::kF32) RINFER_RETURN_IF_ERROR(check_16bit(dt, "channel_epilogue"));
   if (rows < 0 || c < 1 || !fits_int(c) || y == nullptr || residual == y) {

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "ops/cpu/vision_ops.h"  // Conv2dShape, Activation
+#include "ops/params/op_params.h"  // Conv2dShape, Activation
 #include "rinfer/status.h"
 
 namespace rinfer::cuda {
@@ -20,8 +20,8 @@ namespace rinfer::cuda {
 // Depthwise convolution (s.depthwise(), square kernel, any padding): y = act(conv(x) + bias).
 // x [n, h, w, c], w [kh, kw, c] (tap-major: cpu's [c, kh, kw, 1] transposed), bias [c] or null,
 // y [n, out_h, out_w, c]. 16-byte aligned pointers when c % 8 == 0.
-Status depthwise_conv2d(DType dt, const cpu::Conv2dShape& s, const uint16_t* x, const uint16_t* w,
-                        const float* bias, cpu::Activation act, uint16_t* y, cudaStream_t stream);
+Status depthwise_conv2d(DType dt, const Conv2dShape& s, const uint16_t* x, const uint16_t* w,
+                        const float* bias, Activation act, uint16_t* y, cudaStream_t stream);
 
 // Max pooling of k x k windows, stride, symmetric padding (as cpu::max_pool2d).
 Status max_pool2d(DType dt, const uint16_t* x, int64_t n, int64_t h, int64_t w, int64_t c,
@@ -34,7 +34,7 @@ Status global_avg_pool(DType dt, const uint16_t* x, int64_t n, int64_t hw, int64
 // In place over rows of c: y = act(y * scale[ch] + shift[ch] + residual), y f32, bf16 or f16
 // (`dt`; the residual in y's type, not aliasing y); scale, shift and residual may each be null.
 Status channel_epilogue(DType dt, void* y, int64_t rows, int64_t c, const float* scale,
-                        const float* shift, const void* residual, cpu::Activation act,
+                        const float* shift, const void* residual, Activation act,
                         cudaStream_t stream);
 
 // f32 pixels [pixels, 3] -> bf16 or f16 [pixels, c_out] (c_out >= 3; channels 3.. zero).

@@ -1,6 +1,6 @@
 // strategies.kernels: the kernel set of each device. `impl`: the CPU's, fast (SIMD, tiled,
 // integer dot products) or the scalar reference (f64 accumulation); hook LoadOptions::cpu.ops.
-// impl. `cuda`: the CUDA kernels' typed switches (ops/cuda/kernel_config.h), hook
+// impl. `cuda`: the CUDA kernels' typed switches (ops/params/kernel_config.h), hook
 // LoadOptions::cuda.kernels, applied by the CUDA runners at creation; ignored on the CPU.
 #include <fmt/format.h>
 
