@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "engine/memory_plan.h"
+#include "core/memory_plan.h"
 
 namespace rinfer {
 

@@ -6,9 +6,10 @@
 #include <random>
 
 #include "core/error.h"
-#include "engine/memory_plan.h"
+#include "core/memory_plan.h"
 #include "engine/strategy_options.h"
 #include "formats/model_cache.h"
+#include "models/registry.h"
 #include "strategies/registry.h"
 
 namespace rinfer {
@@ -46,7 +47,7 @@ std::string kv_memory_hint(const RecipeConfig& r, const LoadOptions& opts, const
 }
 
 // Refuses a KV cache larger than the device's free memory, before it is allocated (see
-// engine/memory_plan.h). The weights are loaded by now, so what is available already leaves
+// core/memory_plan.h). The weights are loaded by now, so what is available already leaves
 // them out. When the free memory cannot be told (no /proc/meminfo) the check is skipped.
 Status check_kv_cache_memory(const RecipeConfig& r, const LoadOptions& opts,
                              const DecoderHParams& hp, bool ctx_from_model) {
@@ -85,7 +86,11 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   opts.max_batch = 512;
   auto sample = TextGenerationSample::load_model(e->model_path_, opts,
                                                  r.chat_template.value_or(std::string()));
-  if (!sample.ok()) return sample.status();
+  if (!sample.ok()) {
+    return is_random_source(e->model_path_)
+               ? sample.status().with_context(r.origins().where("model"))
+               : sample.status();
+  }
   e->sample_ = std::move(sample).value();
 
   const DecoderHParams& hp = e->sample_->decoder().hparams();
@@ -103,6 +108,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   g.sampling.seed = e->seed_;
   e->gen_options_ = g;
 
+  if (options.model_only) return e;
   // CUDA serves many requests through the engine core; one request at a time (rinfer run and
   // bench) stays on the single-sequence path, whose decode graphs the runner does not have yet.
   const bool use_core =
@@ -166,6 +172,9 @@ void LlmEngine::reset() {
 Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
                                              const PieceCallback& on_piece,
                                              const std::atomic<bool>* cancel) {
+  if (!core_ && !generator_) {
+    return invalid_argument("{}: this engine was made for its model alone (model_only)", recipe_.path);
+  }
   if (!core_) return generator_->generate(prompt, on_piece, cancel);
   const GeneratorOptions& g = gen_options_;
   RequestParams p;
@@ -188,6 +197,11 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
   return res;
 }
 
+std::string LlmEngine::tokenizer_text() const {
+  const Tokenizer* t = sample_->tokenizer();
+  return t != nullptr ? t->describe() : std::string("none");
+}
+
 std::string LlmEngine::describe() const {
   if (core_) {
     const kv::KvArena& a = core_->kv_arena();
@@ -195,16 +209,21 @@ std::string LlmEngine::describe() const {
         "model     {}\n          {}\n          tokenizer {}; {}\n"
         "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions x {} seats, {})\n"
         "sampling  {}\n",
-        model_path_, sample_->decoder().describe(), sample_->tokenizer().describe(),
+        model_path_, sample_->decoder().describe(), tokenizer_text(),
         sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
         static_cast<double>(a.bytes()) / (1 << 20), recipe_.context_length,
         core_->options().scheduler.max_seqs, a.spec().describe(),
         gen_options_.sampling.to_string());
   }
+  if (!generator_) {
+    return fmt::format("model     {}\n          {}\n          tokenizer {}; {}\ndevice    {}\n",
+                       model_path_, sample_->decoder().describe(), tokenizer_text(),
+                       sample_->chat_template_note(), recipe_.device.to_string());
+  }
   return fmt::format(
       "model     {}\n          {}\n          tokenizer {}; {}\n"
       "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions){}\nsampling  {}\n",
-      model_path_, sample_->decoder().describe(), sample_->tokenizer().describe(),
+      model_path_, sample_->decoder().describe(), tokenizer_text(),
       sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
       static_cast<double>(cache_.bytes()) / (1 << 20), cache_.n_ctx(),
       recipe_.strategies.kv_cache ? "" : " (disabled: recomputes the prefix every step)",

@@ -30,6 +30,9 @@ struct LlmEngineOptions {
   // Requests the engine core serves at once (its KV pool holds this many full contexts); 0:
   // the recipe's batching.max_seqs.
   int64_t seats = 1;
+  // The model alone: no KV cache, no generator, no core (callers that build their own cores:
+  // rinfer bench-serve). generate() is then an error.
+  bool model_only = false;
 };
 
 // A finished request's figures as the generator's timings: computed prompt tokens, the cached
@@ -77,6 +80,7 @@ class LlmEngine {
 
  private:
   LlmEngine() = default;
+  std::string tokenizer_text() const;
   RecipeConfig recipe_;
   std::string model_path_;
   uint64_t seed_ = 0;

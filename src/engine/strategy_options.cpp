@@ -1,6 +1,7 @@
 #include "engine/strategy_options.h"
 
 #include "formats/model_cache.h"
+#include "models/registry.h"
 #include "strategies/registry.h"
 
 namespace rinfer {
@@ -63,6 +64,7 @@ Result<std::string> prepare_model_load(const RecipeConfig& r, LoadOptions& load,
                                        GeneratorOptions& gen) {
   RINFER_RETURN_IF_ERROR(apply_strategies(r, load, gen));
   RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
+  if (is_random_source(r.model)) return r.model;  // random weights: no file to find
   auto path = resolve_model(r.model_ref);
   if (!path.ok()) return path.status().with_context(r.path + ": model");
   return path;

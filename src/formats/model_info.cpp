@@ -133,6 +133,7 @@ Result<ModelInfo> safetensors_info(const std::string& path) {
     RINFER_ASSIGN_OR_RETURN(HfConfig c, read_hf_config(config.string()));
     info.architecture = c.model_type;
     info.name = c.architectures.empty() ? c.model_type : c.architectures.front();
+    info.classes = c.architectures;
     info.n_layers = c.num_hidden_layers;
     info.n_embd = c.hidden_size;
     info.n_ff = c.intermediate_size;

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "rinfer/status.h"
@@ -25,6 +26,7 @@ struct ModelInfo {
   uint32_t format_version = 0;  // GGUF version; 0 for safetensors
   std::string name;             // general.name, or the config's first architecture
   std::string architecture;     // "llama", "gemma3", "bert", ...
+  std::vector<std::string> classes;  // config.json architectures (safetensors only)
 
   // Hyper-parameters; absent when the file does not say.
   std::optional<int64_t> n_layers;

@@ -2,7 +2,6 @@
 #include "models/image_classifier.h"
 
 #include "core/error.h"
-#include "models/convnet/convnet_model.h"
 
 namespace rinfer {
 
@@ -33,9 +32,14 @@ Status ImageClassifierRunner::rerun(int64_t /*n*/) {
 Result<std::unique_ptr<ImageClassifierModel>> load_image_classifier(const std::string& path,
                                                                     const ConvNetSpec& spec,
                                                                     const LoadOptions& opts) {
-  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<convnet::ConvNetModel> m,
-                          convnet::ConvNetModel::load(path, spec, opts));
-  return std::unique_ptr<ImageClassifierModel>(std::move(m));
+  LoadOptions o = opts;
+  o.network = spec;
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<ModelSample> m, load_model(path, o));
+  if (m->task() != ModelTask::kClassification) {
+    return unsupported("{}: a {} model is not an image classifier", path,
+                       model_task_name(m->task()));
+  }
+  return std::unique_ptr<ImageClassifierModel>(static_cast<ImageClassifierModel*>(m.release()));
 }
 
 }  // namespace rinfer

@@ -18,22 +18,6 @@
 
 namespace rinfer {
 
-// The part of a recipe's network description the checkpoint cannot give: the strides of the
-// blocks, the activation, the padding rule and the batch norms' epsilon.
-enum class ConvPadding : uint8_t {
-  kSymmetric,  // PyTorch's: k / 2 on every side
-  kSame,       // TensorFlow's "same" (EfficientNet-Lite): out = ceil(in / stride)
-};
-std::string_view conv_padding_name(ConvPadding p);
-
-struct ConvNetSpec {
-  std::string family;            // "inverted_residual" (MobileNetV2, EfficientNet) | "resnet"
-  std::vector<int64_t> strides;  // one per block, in order
-  cpu::Activation activation = cpu::Activation::kRelu6;
-  ConvPadding padding = ConvPadding::kSymmetric;
-  float bn_eps = 1e-5f;
-};
-
 struct ImageBatch {
   std::span<const float> pixels;  // [n, height, width, 3]
   int64_t n = 0, height = 0, width = 0;
@@ -71,8 +55,9 @@ class ImageClassifierModel : public ModelSample {
 // What every classifier runner checks of a batch: sizes within its options, the pixel count.
 Status check_image_batch(const ImageBatch& b, const ClassifierRunnerOptions& opts);
 
-// Loads a PyTorch checkpoint (a state dict) as the network `spec` describes: the layers come
-// from the tensor names and shapes, the rest from the spec.
+// load_model (the registry's convnet family) for a PyTorch checkpoint (a state dict) as the
+// network `spec` describes: the layers come from the tensor names and shapes, the rest from the
+// spec. Errors when the file is another task's model.
 Result<std::unique_ptr<ImageClassifierModel>> load_image_classifier(const std::string& path,
                                                                     const ConvNetSpec& spec,
                                                                     const LoadOptions& opts);

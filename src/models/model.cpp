@@ -4,9 +4,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "formats/model_info.h"
 #include "kv/kv_cache.h"
-#include "models/llama/llama_model.h"
 
 namespace rinfer {
 
@@ -96,28 +94,6 @@ Result<std::unique_ptr<DecoderRunner>> DecoderModel::create_runner(
 Result<DeviceDecodeResult> DecoderModel::decode_on_device(KvCache& /*cache*/,
                                                           const DeviceDecode& /*d*/) {
   return unsupported("decode_on_device: this model samples on the host only ({})", architecture());
-}
-
-Status check_text_generation(const ModelInfo& info) {
-  if (!llama::supports_architecture(info.architecture)) {
-    return unsupported(
-        "no model sample for architecture {} yet (text generation: llama, mistral, qwen2, "
-        "gemma3)",
-        rinfer::quoted(info.architecture));
-  }
-  if (info.format == "safetensors" && info.name != "LlamaForCausalLM" &&
-      info.name != "MistralForCausalLM" && info.name != "Qwen2ForCausalLM") {
-    return unsupported(
-        "config.json architectures {} has no sample yet (LlamaForCausalLM, "
-        "MistralForCausalLM, Qwen2ForCausalLM)",
-        rinfer::quoted(info.name));
-  }
-  if (info.tokenizer.empty() || info.tokenizer == "none") {
-    return unsupported(
-        "the file holds no tokenizer: its weights load (rinfer parity on token ids) but text "
-        "generation needs one");
-  }
-  return ok_status();
 }
 
 }  // namespace rinfer

@@ -15,7 +15,7 @@
 // it (chat template + tokenizer, streaming detokenizer + stop strings) live in
 // models/text_generation.h. EncoderModel (models/encoder.h) is the task interface of encoders
 // (BERT embeddings; the image classifier and vision encoder take its form); load_model's
-// registry (models/registry.cpp) picks the sample from the file's metadata.
+// registry (models/registry.h) picks the sample from the file's metadata.
 #pragma once
 
 #include <atomic>
@@ -73,6 +73,22 @@ struct CudaLoadOptions {
   cuda::KernelConfig kernels;
 };
 
+// The part of a recipe's network description the checkpoint cannot give: the strides of the
+// blocks, the activation, the padding rule and the batch norms' epsilon.
+enum class ConvPadding : uint8_t {
+  kSymmetric,  // PyTorch's: k / 2 on every side
+  kSame,       // TensorFlow's "same" (EfficientNet-Lite): out = ceil(in / stride)
+};
+std::string_view conv_padding_name(ConvPadding p);
+
+struct ConvNetSpec {
+  std::string family;            // "inverted_residual" (MobileNetV2, EfficientNet) | "resnet"
+  std::vector<int64_t> strides;  // one per block, in order
+  Activation activation = Activation::kRelu6;
+  ConvPadding padding = ConvPadding::kSymmetric;
+  float bn_eps = 1e-5f;
+};
+
 // How to load and run a model: a generic part and the parts of each backend. The thread pool
 // (cpu.ops.pool) is created once by the caller (the engine) and must outlive the model.
 struct LoadOptions {
@@ -93,6 +109,9 @@ struct LoadOptions {
   std::optional<DType> kv_dtype;
   CpuLoadOptions cpu;    // read by the CPU models (and for the thread pool by every loader)
   CudaLoadOptions cuda;  // read by the CUDA models
+  // An image classifier's network description (the recipe's classifier.network): what its
+  // checkpoint, a bare state dict, cannot say. Read by the convnet family only.
+  std::optional<ConvNetSpec> network;
 };
 
 class ModelSample {
@@ -269,11 +288,9 @@ class TokenTextStream {
   virtual std::string finish() = 0;
 };
 
-// Reads the model file's metadata, picks the sample for its architecture and loads it
-// (models/registry.cpp). A GGUF with general.architecture llama, mistral, qwen2 or gemma3, or a
-// Hugging Face checkpoint whose config.json says LlamaForCausalLM, MistralForCausalLM or
-// Qwen2ForCausalLM, gives a DecoderModel (models/llama); config.json model_type bert an
-// EncoderModel (models/bert).
+// Reads the model source's metadata, finds the family in the registry's table that claims it and
+// loads it with that family's factory (models/registry.h: the sources, the table; each family's
+// models/<family>/register.cpp says what it matches).
 Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts);
 
 // Whether `rinfer run` can generate text with the model `info` describes, from its metadata

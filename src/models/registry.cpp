@@ -1,21 +1,19 @@
-// The model registry: load_model reads a model file's own metadata and picks the sample that
-// runs it. GGUF files name their architecture (general.architecture); Hugging Face checkpoints
-// say what they are in config.json (model_type, architectures). No name switch anywhere else.
+// The model registry: open a source far enough to read its metadata, find the family in the
+// table (models/families.cpp) that claims it, call the family's factory.
+#include "models/registry.h"
+
+#include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/strings.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
-#include "models/bert/bert_model.h"
-#include "models/encoder.h"
-#include "models/llama/llama_model.h"
-#include "models/model.h"
-#if RINFER_WITH_CUDA
-#include "models/llama/cuda/llama_cuda_model.h"
-#endif
+#include "formats/model_info.h"
+#include "formats/torch_checkpoint.h"
 
 namespace rinfer {
 
@@ -23,37 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A host model stays on the CPU or moves its weights to opts.device.
-Result<std::unique_ptr<ModelSample>> place_on_device(std::unique_ptr<llama::LlamaModel> m,
-                                                     const LoadOptions& opts,
-                                                     const std::string& path) {
-  if (opts.device.is_cpu()) {
-    if (opts.kv_dtype && *opts.kv_dtype != DType::kF32) {
-      return unsupported("{}: the CPU keeps its KV cache in f32 only, not {}", path,
-                         dtype_name(*opts.kv_dtype));
-    }
-    return std::unique_ptr<ModelSample>(std::move(m));
-  }
-#if RINFER_WITH_CUDA
-  auto g = llama::make_cuda_model(std::move(m), opts);
-  if (!g.ok()) return g.status().with_context(path + " on " + opts.device.to_string());
-  return std::unique_ptr<ModelSample>(std::move(g).value());
-#else
-  return unsupported("{}: device {}: this build has no CUDA backend (build the cuda preset)", path,
-                     opts.device.to_string());
-#endif
-}
+constexpr std::string_view kRandom = "random:";
 
-bool is_llama_config(const HfConfig& c) {
-  for (const std::string& a : c.architectures) {
-    if (a == "LlamaForCausalLM" || a == "MistralForCausalLM" || a == "Qwen2ForCausalLM") {
-      return true;
-    }
-  }
-  return false;
-}
-
-Result<std::unique_ptr<ModelSample>> load_hf(const std::string& path, const LoadOptions& opts) {
+Result<ModelSource> open_hf(const std::string& path) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(path, ec);
   if (is_dir && !fs::exists(fs::path(path) / "model.safetensors", ec) &&
@@ -71,45 +41,126 @@ Result<std::unique_ptr<ModelSample>> load_hf(const std::string& path, const Load
                      cfg.string());
   }
   RINFER_ASSIGN_OR_RETURN(HfConfig c, read_hf_config(cfg.string()));
-  if (bert::is_bert_config(c.model_type)) {
-    auto m = bert::BertModel::load(path, opts);
-    if (!m.ok()) return m.status();
-    return std::unique_ptr<ModelSample>(std::move(m).value());
+  ModelSource s;
+  s.path = path;
+  s.meta.format = "safetensors";
+  s.meta.architecture = c.model_type;
+  s.meta.classes = c.architectures;
+  s.hf = std::make_shared<const HfConfig>(std::move(c));
+  return s;
+}
+
+Result<ModelSource> open_random(const std::string& path) {
+  const std::string rest = path.substr(kRandom.size());
+  const size_t colon = rest.find(':');
+  const std::string dname = colon == std::string::npos ? "bf16" : rest.substr(colon + 1);
+  const std::optional<DType> dtype = dtype_from_name(dname);
+  if (!dtype) {
+    return invalid_argument("{}: unknown weight type '{}' (random:<shape>[:<dtype>])", path,
+                            dname);
   }
-  if (is_llama_config(c)) {
-    auto m = llama::LlamaModel::load_hf(path, opts);
-    if (!m.ok()) return m.status();
-    return place_on_device(std::move(m).value(), opts, path);
+  ModelSource s;
+  s.path = path;
+  s.meta.format = "random";
+  s.meta.architecture = rest.substr(0, colon);
+  s.random_dtype = *dtype;
+  return s;
+}
+
+// A source's metadata in words, for the error when no family claims it.
+std::string describe_metadata(const ModelMetadata& m) {
+  if (m.format == "safetensors") {
+    return fmt::format("model_type {} in config.json (architectures [{}])",
+                       rinfer::quoted(m.architecture), fmt::join(m.classes, ", "));
   }
-  return unsupported(
-      "{}: no model sample for model_type {} (architectures [{}]); supported: bert (BertModel), "
-      "llama, mistral, qwen2 (*ForCausalLM)",
-      cfg.string(), rinfer::quoted(c.model_type), fmt::join(c.architectures, ", "));
+  if (m.format == "gguf") return fmt::format("architecture {}", rinfer::quoted(m.architecture));
+  if (m.format == "random") return fmt::format("random shape {}", rinfer::quoted(m.architecture));
+  return m.format + " checkpoint";
 }
 
 }  // namespace
 
-Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts) {
+bool is_random_source(std::string_view path) { return path.starts_with(kRandom); }
+
+const ModelFamily* find_family(const ModelMetadata& meta) {
+  for (const ModelFamily& f : model_families()) {
+    if (f.matches(meta)) return &f;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// The table in one line, for errors: "llama: GGUF llama, ...; bert: ...".
+std::string families_line() {
+  std::string s;
+  for (const ModelFamily& f : model_families()) {
+    s += fmt::format("{}{}: {}", s.empty() ? "" : "; ", f.name, f.matches_text);
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<ModelSource> open_model_source(const std::string& path) {
+  if (is_random_source(path)) return open_random(path);
   // A Hugging Face checkpoint: a directory with config.json + safetensors, or a .safetensors
   // (or sharded .safetensors.index.json) file with config.json next to it.
   std::error_code ec;
   if (fs::is_directory(path, ec) || path.ends_with(".safetensors") ||
       path.ends_with(".safetensors.index.json")) {
-    return load_hf(path, opts);
+    return open_hf(path);
   }
-  auto file = GgufFile::open(path);
-  if (!file.ok()) return file.status();
-  auto gguf = std::make_shared<const GgufFile>(std::move(file).value());
-  RINFER_ASSIGN_OR_RETURN(std::string_view arch, gguf->require_string("general.architecture"));
-  if (llama::supports_architecture(arch)) {
-    auto m = llama::LlamaModel::load(gguf, opts);
-    if (!m.ok()) return m.status();
-    return place_on_device(std::move(m).value(), opts, path);
+  RINFER_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+  ModelSource s;
+  s.path = path;
+  if (TorchCheckpoint::sniff(file->bytes())) {
+    s.meta.format = "pytorch";
+    return s;
   }
-  return unsupported(
-      "{}: no model sample for architecture {} yet (supported: llama, mistral, "
-      "qwen2, gemma3)",
-      path, rinfer::quoted(arch));
+  RINFER_ASSIGN_OR_RETURN(GgufFile g, GgufFile::parse(file));
+  s.gguf = std::make_shared<const GgufFile>(std::move(g));
+  RINFER_ASSIGN_OR_RETURN(std::string_view arch, s.gguf->require_string("general.architecture"));
+  s.meta.format = "gguf";
+  s.meta.architecture = std::string(arch);
+  return s;
+}
+
+Result<std::unique_ptr<ModelSample>> load_model(const std::string& path, const LoadOptions& opts) {
+  RINFER_ASSIGN_OR_RETURN(ModelSource src, open_model_source(path));
+  const ModelFamily* f = find_family(src.meta);
+  if (f == nullptr) {
+    return unsupported("{}: no model sample for {} (the families: {})", path,
+                       describe_metadata(src.meta), families_line());
+  }
+  return f->load(src, opts);
+}
+
+Status check_task(const ModelMetadata& meta, ModelTask task) {
+  const ModelFamily* f = find_family(meta);
+  if (f == nullptr) {
+    return unsupported("no model sample for {} yet (the families: {})", describe_metadata(meta),
+                       families_line());
+  }
+  if (f->task != task) {
+    return unsupported("the {} family's models are for {}, not {}", f->name,
+                       model_task_name(f->task), model_task_name(task));
+  }
+  return ok_status();
+}
+
+Status check_text_generation(const ModelInfo& info) {
+  ModelMetadata meta;
+  meta.format = info.format.starts_with("pytorch") ? "pytorch" : info.format;
+  meta.architecture = info.architecture;
+  meta.classes = info.classes;
+  RINFER_RETURN_IF_ERROR(check_task(meta, ModelTask::kTextGeneration));
+  if (info.tokenizer.empty() || info.tokenizer == "none") {
+    return unsupported(
+        "the file holds no tokenizer: its weights load (rinfer parity on token ids) but text "
+        "generation needs one");
+  }
+  return ok_status();
 }
 
 Result<std::unique_ptr<DecoderModel>> load_decoder_model(const std::string& path,

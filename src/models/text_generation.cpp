@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "formats/gguf.h"
+#include "models/registry.h"
 #include "tokenizer/streaming_decoder.h"
 
 namespace rinfer {
@@ -24,6 +25,14 @@ class StreamingText final : public TokenTextStream {
  private:
   const Tokenizer& tokenizer_;
   StreamingDecoder decoder_;
+};
+
+// Text for a model without a tokenizer: "<id>" per token, never an end.
+class IdText final : public TokenTextStream {
+ public:
+  bool is_end_of_generation(int32_t) const override { return false; }
+  std::string push(int32_t token) override { return "<" + std::to_string(token) + ">"; }
+  std::string finish() override { return {}; }
 };
 
 // A Hugging Face checkpoint (a directory, or a .safetensors / index file in one): the folder
@@ -55,6 +64,14 @@ Result<std::unique_ptr<TextGenerationSample>> TextGenerationSample::load_model(
     const std::string& path, const LoadOptions& opts, std::string_view chat_template) {
   std::unique_ptr<TextGenerationSample> s(new TextGenerationSample());
   RINFER_ASSIGN_OR_RETURN(s->decoder_, load_decoder_model(path, opts));
+  s->path_ = path;
+  if (is_random_source(path)) {
+    if (!chat_template.empty()) {
+      return invalid_argument("{}: random weights have no tokenizer for a chat template", path);
+    }
+    s->chat_note_ = "random weights: no tokenizer (token ids in, ids as text out)";
+    return s;
+  }
   const std::string hf_dir = hf_model_dir(path);
   const std::string hf_json =
       hf_dir.empty() ? std::string() : (std::filesystem::path(hf_dir) / "tokenizer.json").string();
@@ -97,6 +114,15 @@ Result<std::unique_ptr<TextGenerationSample>> TextGenerationSample::load_model(
   return s;
 }
 
+Result<const Tokenizer*> TextGenerationSample::require_tokenizer(std::string_view what) const {
+  if (tokenizer_ == nullptr) {
+    return invalid_argument("{}: {} needs a tokenizer, and this model has none (random weights "
+                            "take token ids)",
+                            path_, what);
+  }
+  return tokenizer_.get();
+}
+
 Result<std::vector<int32_t>> TextGenerationSample::preprocess(
     std::span<const ChatMessage> messages, bool allow_special) const {
   if (!chat_) {
@@ -114,10 +140,12 @@ Result<std::vector<int32_t>> TextGenerationSample::preprocess(
 }
 
 Result<std::vector<int32_t>> TextGenerationSample::preprocess_raw(std::string_view text) const {
+  RINFER_RETURN_IF_ERROR(require_tokenizer("a text prompt").status());
   return tokenizer_->encode(text, EncodeOptions{.add_special = true, .parse_special = false});
 }
 
 std::unique_ptr<TokenTextStream> TextGenerationSample::postprocess_stream() const {
+  if (tokenizer_ == nullptr) return std::make_unique<IdText>();
   return std::make_unique<StreamingText>(*tokenizer_);
 }
 

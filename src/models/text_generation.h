@@ -24,14 +24,18 @@ namespace rinfer {
 class TextGenerationSample {
  public:
   // `chat_template` (a name: chatml, gemma) overrides the model's; empty = the model's own,
-  // and none (raw prompts only) when the file has none.
+  // and none (raw prompts only) when the file has none. A random-weight source (random:...,
+  // models/registry.h) has no tokenizer: token ids in, each id as "<id>" text out.
   static Result<std::unique_ptr<TextGenerationSample>> load_model(const std::string& path,
                                                                   const LoadOptions& opts,
                                                                   std::string_view chat_template);
 
   DecoderModel& decoder() { return *decoder_; }
   const DecoderModel& decoder() const { return *decoder_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The tokenizer, or null for a model without one (random weights).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The tokenizer, or an error saying that `what` needs one this model lacks.
+  Result<const Tokenizer*> require_tokenizer(std::string_view what) const;
   // The chat template, or nullptr for a model without one (a base model).
   const ChatTemplate* chat_template() const { return chat_ ? &*chat_ : nullptr; }
   // Which template was chosen and why (or why there is none).
@@ -51,7 +55,8 @@ class TextGenerationSample {
     return decoder_->infer(batch, cache, logits);
   }
 
-  // postprocess: a fresh streaming detokenizer for one conversation.
+  // postprocess: a fresh streaming detokenizer for one conversation (without a tokenizer: each
+  // id as "<id>", never an end of generation).
   std::unique_ptr<TokenTextStream> postprocess_stream() const;
 
  private:
@@ -60,6 +65,7 @@ class TextGenerationSample {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_;
   std::string chat_note_;
+  std::string path_;
 };
 
 }  // namespace rinfer

@@ -8,8 +8,6 @@
 #include <random>
 
 #include "core/error.h"
-#include "engine/random_model.h"
-#include "engine/strategy_options.h"
 
 namespace rinfer::server {
 
@@ -59,32 +57,17 @@ Result<std::unique_ptr<ServedModel>> ServedModel::load(const RecipeConfig& recip
                                                        const ServeLimits& limits,
                                                        Metrics& metrics) {
   std::unique_ptr<ServedModel> m(new ServedModel());
-  if (is_random_model(recipe)) {
-    RINFER_ASSIGN_OR_RETURN(m->random_, make_random_model(recipe));
-    m->model_ = m->random_.get();
-    m->recipe_ = recipe;
-    if (m->recipe_.context_length == 0)
-      m->recipe_.context_length = m->model_->hparams().n_ctx_train;
-    m->seed_ = recipe.seed_set ? recipe.sampling.seed : std::random_device{}();
-    auto core = EngineCore::create(
-        *m->random_, engine_core_options(recipe.strategies, m->recipe_.context_length),
-        [] { return std::make_unique<IdTextStream>(); });
-    if (!core.ok()) return core.status().with_context(recipe.path);
-    m->own_core_ = std::move(core).value();
-    m->core_ = m->own_core_.get();
-  } else {
-    LlmEngineOptions eo;
-    eo.engine_core = true;
-    eo.seats = 0;  // the recipe's batching.max_seqs
-    auto engine = LlmEngine::create(recipe, eo);
-    if (!engine.ok()) return engine.status();
-    m->engine_ = std::move(engine).value();
-    m->core_ = m->engine_->core();
-    m->model_ = &m->engine_->decoder();
-    m->tokenizer_ = &m->engine_->sample().tokenizer();
-    m->recipe_ = m->engine_->recipe();
-    m->seed_ = m->engine_->seed();
-  }
+  LlmEngineOptions eo;
+  eo.engine_core = true;
+  eo.seats = 0;  // the recipe's batching.max_seqs
+  auto engine = LlmEngine::create(recipe, eo);
+  if (!engine.ok()) return engine.status();
+  m->engine_ = std::move(engine).value();
+  m->core_ = m->engine_->core();
+  m->model_ = &m->engine_->decoder();
+  m->tokenizer_ = m->engine_->sample().tokenizer();
+  m->recipe_ = m->engine_->recipe();
+  m->seed_ = m->engine_->seed();
   if (m->core_ == nullptr) {
     return invalid_argument(
         "{}: rinfer serve needs the engine core: set strategies.kv_cache.enabled true (and, on "
@@ -112,7 +95,7 @@ void ServedModel::start() {
 }
 
 Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req) const {
-  if (engine_ == nullptr) {
+  if (tokenizer_ == nullptr) {
     if (req.endpoint == Endpoint::kCompletion && !req.prompt_ids.empty()) return req.prompt_ids;
     return invalid_argument(
         "model '{}' has random weights and no tokenizer: send a prompt of token ids to "

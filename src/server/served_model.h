@@ -67,11 +67,9 @@ class ServedModel {
   void publish(const EngineStats& s);
   Result<std::vector<int32_t>> render(const GenerationRequest& req) const;
 
-  // A real model (its tokenizer and chat template in the engine), or a random-weight one
-  // (engine/random_model.h: token ids in, ids as text out) with a core of its own.
+  // The model, its tokenizer and chat template and its engine core (a random-weight model has
+  // no tokenizer: token ids in, ids as text out).
   std::unique_ptr<LlmEngine> engine_;
-  std::unique_ptr<DecoderModel> random_;
-  std::unique_ptr<EngineCore> own_core_;
   const DecoderModel* model_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;  // null for a random-weight model
   EngineCore* core_ = nullptr;

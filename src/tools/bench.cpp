@@ -452,7 +452,9 @@ int run_bench(const BenchArgs& a) {
     LlmEngine& e = **engine;
     if (is_base) {
       const int64_t need = std::max(st.prompt_tokens, a.no_precision ? 0 : a.precision_tokens);
-      auto toks = text_tokens(e.sample().tokenizer(), bench_text(a, v.recipe), need, &text_source);
+      auto tokenizer = e.sample().require_tokenizer("rinfer bench's text prompt");
+      if (!tokenizer.ok()) return report_error(tokenizer.status().message());
+      auto toks = text_tokens(**tokenizer, bench_text(a, v.recipe), need, &text_source);
       if (!toks.ok()) return report_error(toks.status().message());
       prompt.assign(toks->begin(), toks->begin() + st.prompt_tokens);
       ptokens.assign(toks->begin(), toks->begin() + std::min<int64_t>(need, a.precision_tokens));

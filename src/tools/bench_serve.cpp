@@ -28,7 +28,6 @@
 #include "core/progress.h"
 #include "engine/engine_core.h"
 #include "engine/llm_engine.h"
-#include "engine/random_model.h"
 #include "engine/strategy_options.h"
 #include "recipe/recipe.h"
 #include "strategies/registry.h"
@@ -61,29 +60,22 @@ struct ServeArgs {
   std::string readme;  // a README.md whose bench block for this machine gets the table
 };
 
-// The model of the load: the recipe's (loaded as `rinfer run` does) or, for `model:
-// random:<shape>:<dtype>` (shapes of models/llama/shapes.h; dtype bf16, f16, q8_0, q4_0, q4_1 or
-// q4_k), random weights of that shape made on the recipe's CUDA device.
+// The model of the load, loaded as `rinfer run` loads it (a file, or `model:
+// random:<shape>:<dtype>`: random weights of a shape of models/llama/shapes.h); the runs below
+// build their own engine cores over it.
 struct ServedModel {
   std::unique_ptr<LlmEngine> engine;
-  std::unique_ptr<DecoderModel> random;
   DecoderModel* model = nullptr;
   std::string name;
 };
 
 Result<ServedModel> load_served(const RecipeConfig& r) {
   ServedModel m;
-  if (!is_random_model(r)) {
-    LlmEngineOptions eo;
-    eo.engine_core = false;
-    RINFER_ASSIGN_OR_RETURN(m.engine, LlmEngine::create(r, eo));
-    m.model = &m.engine->decoder();
-    m.name = m.engine->model_path();
-    return m;
-  }
-  RINFER_ASSIGN_OR_RETURN(m.random, make_random_model(r));
-  m.model = m.random.get();
-  m.name = r.model;
+  LlmEngineOptions eo;
+  eo.model_only = true;
+  RINFER_ASSIGN_OR_RETURN(m.engine, LlmEngine::create(r, eo));
+  m.model = &m.engine->decoder();
+  m.name = m.engine->model_path();
   return m;
 }
 

@@ -57,7 +57,9 @@ int run_perplexity(const PplArgs& a) {
   if (!engine.ok()) return report_error(engine.status().message());
   LlmEngine& e = **engine;
 
-  const Tokenizer& tok = e.sample().tokenizer();
+  auto tokenizer = e.sample().require_tokenizer("perplexity over a text");
+  if (!tokenizer.ok()) return report_error(tokenizer.status().message());
+  const Tokenizer& tok = **tokenizer;
   auto ids = tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = false});
   if (!ids.ok()) return report_error(ids.status().message());
 

@@ -4,7 +4,7 @@
 
 namespace rinfer::llama {
 
-std::vector<std::string> shape_names() { return {"llama3-8b", "smollm2"}; }
+std::vector<std::string> shape_names() { return {"llama3-8b", "smollm2", "tiny"}; }
 
 Result<DecoderHParams> named_shape(std::string_view name) {
   DecoderHParams hp;
@@ -32,8 +32,18 @@ Result<DecoderHParams> named_shape(std::string_view name) {
     hp.n_ctx_train = 8192;
     hp.rope.freq_base = 100000.0f;
     hp.tied_output = true;
+  } else if (name == "tiny") {
+    hp.n_vocab = 512;
+    hp.n_embd = 64;
+    hp.n_layer = 2;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = 16;
+    hp.n_ff = 160;
+    hp.n_ctx_train = 1024;
+    hp.rope.freq_base = 10000.0f;
   } else {
-    return invalid_argument("unknown model shape '{}' (llama3-8b or smollm2)", name);
+    return invalid_argument("unknown model shape '{}' (llama3-8b, smollm2 or tiny)", name);
   }
   hp.rope.n_rot = hp.head_dim;
   return hp;

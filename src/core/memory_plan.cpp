@@ -1,4 +1,4 @@
-#include "engine/memory_plan.h"
+#include "core/memory_plan.h"
 
 #include <fmt/format.h>
 

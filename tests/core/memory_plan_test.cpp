@@ -1,9 +1,9 @@
-// engine/memory_plan.h: planned allocations checked against the machine before they are made.
+// core/memory_plan.h: planned allocations checked against the machine before they are made.
 // Guards "a KV cache far larger than the machine's memory is reserved without a word" (`rinfer
 // run R --ctx 900000` on a 24 GiB machine: the OS hands out the pages lazily, so the allocation
 // succeeds and a long session is killed later): the pure check with given figures, the
 // /proc/meminfo parser, and end to end through the real binary.
-#include "engine/memory_plan.h"
+#include "core/memory_plan.h"
 
 #include <gtest/gtest.h>
 
