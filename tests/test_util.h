@@ -6,6 +6,15 @@
 #include <string>
 #include <vector>
 
+// 1 in the sanitizer build (the debug preset, -O1 with ASan and UBSan) and in any unoptimized
+// one: there the real-model end-to-end tests (golden replies, perplexity, 64 prompts served
+// together) take minutes rather than seconds, and they skip; the optimized presets run them.
+#if !defined(__OPTIMIZE__) || defined(__SANITIZE_ADDRESS__)
+#define RINFER_TEST_SLOW_BUILD 1
+#else
+#define RINFER_TEST_SLOW_BUILD 0
+#endif
+
 namespace rinfer::test {
 
 // The path of a reference model in the model cache, or nullopt when it was not fetched.

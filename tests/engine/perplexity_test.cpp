@@ -233,9 +233,9 @@ constexpr double kGpl3Perplexity = 17.7508;
 
 TEST(PerplexityTest, SmolLm2OnGpl3IsPinned) {
   RINFER_SKIP_UNLESS_READY("smollm2-135m-instruct-q4_1");
-#ifndef __OPTIMIZE__
-  GTEST_SKIP() << "2 windows of 512 tokens take minutes in an unoptimized build; this runs in "
-                  "the optimized build (ctest --preset default), where it takes about a second";
+#if RINFER_TEST_SLOW_BUILD
+  GTEST_SKIP() << "2 windows of 512 tokens take minutes in the sanitizer build; this runs in "
+                  "the optimized build (ctest --preset default or cuda), where it takes about a second";
 #endif
   auto p = gpl3_perplexity("smollm2-135m-instruct-q4_1", 512, 2, /*with_bos=*/false);
   ASSERT_TRUE(p.has_value());
@@ -251,9 +251,9 @@ constexpr double kGemma3Gpl3Perplexity = 15.9309;
 
 TEST(PerplexityTest, Gemma3OnGpl3IsPinned) {
   RINFER_SKIP_UNLESS_READY("gemma3-270m-q4_k_m");
-#ifndef __OPTIMIZE__
-  GTEST_SKIP() << "a 1024-token window takes minutes in an unoptimized build; this runs in the "
-                  "optimized build (ctest --preset default)";
+#if RINFER_TEST_SLOW_BUILD
+  GTEST_SKIP() << "a 1024-token window takes minutes in the sanitizer build; this runs in the "
+                  "optimized build (ctest --preset default or cuda)";
 #endif
   auto p = gpl3_perplexity("gemma3-270m-q4_k_m", 1024, 1, /*with_bos=*/true);
   ASSERT_TRUE(p.has_value());
