@@ -2,12 +2,14 @@
 // reference cpu::attention(kReference): GQA ratios 1, 3, 4 and 8, head dims 64, 128 and 256, f32
 // and bf16 caches with padded rows, contexts up to 32k for decode; sliding windows smaller and
 // larger than the context, ring caches that wrap, n_kv from device memory under a larger upper
-// bound, and a decode step captured once in a CUDA graph and replayed over a wrapping ring.
+// bound, a decode step captured once in a CUDA graph and replayed over a wrapping ring, and
+// decode over a paged cache (block tables) against the same rows laid out contiguously.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -503,6 +505,159 @@ void CudaAttention::decode_rope_cases(double tol, DType kv) {
       EXPECT_EQ(download<float>(qkv_b, qkv.size()), qkv);  // the input row stays raw
     }
   }
+}
+
+// A paged cache (KvLayout::block_table, the engine core's arena): the positions' rows scattered
+// over shuffled blocks of 16 with blocks of other sequences between them. The decode kernel and
+// the fused RoPE step give exactly what they give over the contiguous cache, and the fused step
+// writes the new position's K/V into its slot.
+TEST_F(CudaAttention, DecodeOverAPagedCacheIsTheContiguousDecode) {
+  struct PagedCase {
+    Case c;
+    int64_t window;
+    DType kv;
+    bool mma;
+  };
+  const std::vector<PagedCase> cases = {
+      {{1, 200, 32, 8, 128}, 0, DType::kBF16, true},     // Llama-3-8B heads
+      {{1, 1337, 9, 3, 64}, 0, DType::kBF16, true},      // SmolLM2 heads, many splits
+      {{1, 1000, 4, 1, 256}, 512, DType::kBF16, false},  // Gemma 3 local layer
+      {{1, 777, 36, 4, 128}, 0, DType::kBF16, false},    // GQA 9, the scalar split
+      {{1, 333, 8, 2, 128}, 100, DType::kF32, false},    // f32 cache, window
+  };
+  const int64_t bs = 16;
+  uint64_t seed = 9700;
+  for (const PagedCase& pc : cases) {
+    const Case& c = pc.c;
+    SCOPED_TRACE(name(c, pc.kv, {pc.window, 0, 0}) + (pc.mma ? " mma" : " scalar"));
+    cuda::apply_kernel_config({.attention_mma = pc.mma});
+    const int64_t hd = c.head_dim, width = c.n_head_kv * hd, row = width;
+    const int64_t n_used = (c.n_kv + bs - 1) / bs, n_blocks = 2 * n_used + 3;
+    std::vector<int32_t> blocks(static_cast<size_t>(n_blocks));
+    for (int64_t i = 0; i < n_blocks; ++i) blocks[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    blocks.resize(static_cast<size_t>(n_used));  // the sequence's table
+    const size_t el = pc.kv == DType::kF32 ? 4 : 2;
+    const auto flat_n = static_cast<size_t>(c.n_kv * row);
+    const auto paged_n = static_cast<size_t>(n_blocks * bs * row);
+    auto bytes_of = [&](const std::vector<float>& f) {
+      std::vector<uint8_t> b(f.size() * el);
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (el == 4) {
+          std::memcpy(&b[i * 4], &f[i], 4);
+        } else {
+          const uint16_t h = f32_to_bf16(f[i]);
+          std::memcpy(&b[i * 2], &h, 2);
+        }
+      }
+      return b;
+    };
+    const auto fk = bytes_of(test::random_floats(flat_n, seed += 10, -1.0f, 1.0f));
+    const auto fv = bytes_of(test::random_floats(flat_n, seed + 1, -1.0f, 1.0f));
+    // The paged caches: other blocks random, position p's row at its slot.
+    auto pk = bytes_of(test::random_floats(paged_n, seed + 2, -1.0f, 1.0f));
+    auto pv = bytes_of(test::random_floats(paged_n, seed + 3, -1.0f, 1.0f));
+    const auto slot = [&](int64_t p) {
+      return static_cast<size_t>(blocks[static_cast<size_t>(p / bs)] * bs + p % bs);
+    };
+    const size_t row_bytes = static_cast<size_t>(row) * el;
+    for (int64_t p = 0; p < c.n_kv; ++p) {
+      std::memcpy(&pk[slot(p) * row_bytes], &fk[static_cast<size_t>(p) * row_bytes], row_bytes);
+      std::memcpy(&pv[slot(p) * row_bytes], &fv[static_cast<size_t>(p) * row_bytes], row_bytes);
+    }
+    cuda::DeviceBuffer dtable = upload(blocks);
+    cuda::DeviceBuffer dn_kv = upload(std::vector<int32_t>{static_cast<int32_t>(c.n_kv)});
+    cuda::AttentionParams flat;
+    flat.n_tokens = 1;
+    flat.n_kv = c.n_kv;
+    flat.n_head = c.n_head;
+    flat.kv = {pc.kv, c.n_head_kv, hd, row, 0};
+    flat.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    flat.window = pc.window;
+    flat.n_kv_device = dn_kv.as<int32_t>();
+    cuda::AttentionParams paged = flat;
+    paged.kv.block_table = dtable.as<int32_t>();
+    paged.kv.block_size = bs;
+    paged.kv.paged_rows = n_blocks * bs;
+    const size_t ws_bytes = cuda::attention_decode_workspace_bytes(flat) + 16;
+    CU_ASSIGN_OR_FAIL(cuda::DeviceBuffer ws, cuda::DeviceBuffer::create(ws_bytes, 0, stream()));
+    const int64_t q_n = c.n_head * hd, qkv_n = (c.n_head + 2 * c.n_head_kv) * hd;
+    const auto qkv = test::random_floats(static_cast<size_t>(qkv_n), seed + 4, -1.0f, 1.0f);
+    cuda::DeviceBuffer dq = upload(qkv);
+    // Decode over the cached positions.
+    std::vector<float> out[2];
+    for (int i = 0; i < 2; ++i) {
+      cuda::DeviceBuffer dk = upload(i == 0 ? fk : pk), dv = upload(i == 0 ? fv : pv);
+      cuda::DeviceBuffer o = poisoned<float>(static_cast<size_t>(q_n));
+      CU_ASSERT_OK(cuda::attention_decode(i == 0 ? flat : paged, dq.as<float>(), dk.data(),
+                                          dv.data(), o.as<float>(), ws.data(), ws_bytes, stream()));
+      out[i] = download<float>(o, static_cast<size_t>(q_n));
+    }
+    EXPECT_EQ(test::count_non_finite(out[0]), 0u);
+    EXPECT_EQ(out[1], out[0]);
+    // The fused step writing position n_kv - 1 (its rows NaN before).
+    if (!cuda::attention_decode_rope_supports(flat.kv)) continue;
+    const size_t last = static_cast<size_t>(c.n_kv - 1);
+    auto nan_row = [&](std::vector<uint8_t>& b, size_t r) {
+      for (size_t e = 0; e < static_cast<size_t>(row); ++e) {
+        if (el == 4) {
+          const float n = std::nanf("");
+          std::memcpy(&b[(r * static_cast<size_t>(row) + e) * 4], &n, 4);
+        } else {
+          const uint16_t n = 0x7fc0;
+          std::memcpy(&b[(r * static_cast<size_t>(row) + e) * 2], &n, 2);
+        }
+      }
+    };
+    auto fk2 = fk, fv2 = fv;
+    nan_row(fk2, last);
+    nan_row(fv2, last);
+    nan_row(pk, slot(c.n_kv - 1));
+    nan_row(pv, slot(c.n_kv - 1));
+    cpu::RopeParams rope;
+    rope.n_rot = hd;
+    rope.freq_base = 10000.0f;
+    const int64_t n_counters = cuda::attention_decode_counters(flat);
+    cuda::DeviceBuffer counters = upload(std::vector<uint32_t>(static_cast<size_t>(n_counters)));
+    std::vector<uint8_t> new_k[2];
+    for (int i = 0; i < 2; ++i) {
+      cuda::DeviceBuffer dqkv = upload(qkv);
+      cuda::DeviceBuffer dk = upload(i == 0 ? fk2 : pk), dv = upload(i == 0 ? fv2 : pv);
+      cuda::DeviceBuffer o = poisoned<float>(static_cast<size_t>(q_n));
+      CU_ASSERT_OK(cuda::attention_decode_rope(i == 0 ? flat : paged, rope, dqkv.as<float>(),
+                                               dk.data(), dv.data(), o.as<float>(), nullptr,
+                                               counters.as<unsigned>(), ws.data(), ws_bytes,
+                                               stream()));
+      out[i] = download<float>(o, static_cast<size_t>(q_n));
+      const auto all = download<uint8_t>(dk, i == 0 ? fk2.size() : pk.size());
+      const size_t r = i == 0 ? last : slot(c.n_kv - 1);
+      new_k[i].assign(all.begin() + static_cast<std::ptrdiff_t>(r * row_bytes),
+                      all.begin() + static_cast<std::ptrdiff_t>((r + 1) * row_bytes));
+    }
+    EXPECT_EQ(test::count_non_finite(out[0]), 0u);
+    EXPECT_EQ(out[1], out[0]);
+    EXPECT_EQ(new_k[1], new_k[0]);
+  }
+  cuda::apply_kernel_config({});
+  // A paged layout elsewhere is refused.
+  cuda::AttentionParams bad;
+  bad.n_tokens = 2;
+  bad.n_kv = 8;
+  bad.n_head = 2;
+  bad.kv = {DType::kBF16, 1, 64, 64, 0};
+  bad.kv.block_table = reinterpret_cast<const int32_t*>(16);
+  bad.kv.block_size = 16;
+  bad.kv.paged_rows = 64;
+  cuda::DeviceBuffer b = poisoned<float>(1024);
+  EXPECT_FALSE(cuda::attention_prefill(bad, b.as<float>(), b.data(), b.data(), DType::kF32,
+                                       b.data(), b.data(), 4096, stream())
+                   .ok());
+  bad.n_tokens = 1;
+  bad.kv.block_size = 0;
+  EXPECT_FALSE(cuda::attention_decode(bad, b.as<float>(), b.data(), b.data(), b.as<float>(),
+                                      b.data(), 4096, stream())
+                   .ok());
 }
 
 TEST_F(CudaAttention, DecodeRopeRejectsBadInput) {

@@ -1,5 +1,5 @@
 // RMSNorm (plain and fused with the residual add), RoPE, SwiGLU, GeGLU (tanh), softmax,
-// f32->bf16, KV store (plain, ring, device position) and the embedding gather against the CPU
+// f32<->bf16, KV store (plain, ring, device position) and the embedding gather against the CPU
 // references.
 #include <gtest/gtest.h>
 
@@ -188,6 +188,17 @@ TEST_F(CudaElementwise, SwigluSoftmaxAndConvert) {
   size_t mismatches = 0;
   for (size_t i = 0; i < c.size(); ++i) mismatches += cb[i] != f32_to_bf16(c[i]) ? 1 : 0;
   EXPECT_EQ(mismatches, 0u);
+
+  // bf16 -> f32 is exact: back to the host's widening of the same bits.
+  cuda::DeviceBuffer dw = poisoned<float>(c.size());
+  CU_ASSERT_OK(cuda::convert_bf16_to_f32(db.as<uint16_t>(), static_cast<int64_t>(c.size()),
+                                         dw.as<float>(), stream()));
+  const auto cw = download<float>(dw, c.size());
+  const auto want = test::bf16_to_f32(cb);
+  mismatches = 0;
+  for (size_t i = 0; i < c.size(); ++i) mismatches += cw[i] != want[i] ? 1 : 0;
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_FALSE(cuda::convert_bf16_to_f32(nullptr, 3, dw.as<float>(), stream()).ok());
 }
 
 // The fused decode kernel gives exactly what rope then kv_store give: the same qkv rows and the

@@ -1,5 +1,7 @@
-// The engine core on the CUDA runner (paged bf16 KV arena, paged attention, GEMMs for every
-// batch, per-row device sampling): many requests served together against each served alone,
+// The engine core on the CUDA runner (paged bf16 KV arena, paged attention, GEMMs for batches,
+// the model's decode matvecs for a decode step of one sequence (llama_cuda_model_test.cpp tests
+// those against the single-sequence decode), per-row device sampling): many requests served
+// together against each served alone,
 // device sampling against host sampling of the same logits, preemption by swap and by
 // recompute, aborts, and the real SmolLM2-135M-Instruct when its file is here. Batching changes
 // the GEMMs' shapes (and cuBLASLt's kernels), so the bar against "alone" is teacher-forced top-1

@@ -5,7 +5,9 @@
 // The real-shape parity with PyTorch/transformers runs on the H200 (scripts/device/parity.sh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -16,6 +18,7 @@
 #include "core/cuda/device_allocator.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
+#include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "formats/gguf_writer.h"
 #include "kv/kv_cache.h"
@@ -554,6 +557,98 @@ TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
   for (float v : got[1]) ASSERT_TRUE(std::isfinite(v));
   EXPECT_LT(test::rel_l2(got[0], got[1]), 1e-5);
   std::filesystem::remove(path);
+}
+
+// The engine core's decode steps of one sequence run the model's decode pass over the runner's
+// paged arena (strategies.kernels.cuda.runner_matvec, on by default): their logits against the
+// model's single-sequence decode of the same tokens (the same kernels, the fused attention
+// reading the arena through its block table; only the attention's split count may differ) and
+// against the runner's GEMM path (runner_matvec off: bf16 activations into every GEMM), for
+// Llama and Gemma 3 (sliding windows, post norms) in bf16, Q8_0 and Q4_0.
+TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
+  auto devices = cuda_devices();
+  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
+  for (const std::string arch : {"llama", "gemma3"}) {
+    for (const DType dt : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+      const std::string what = arch + " " + std::string(dtype_name(dt));
+      SCOPED_TRACE(what);
+      TinySpec spec;
+      spec.arch = arch;
+      spec.wtype = dt;
+      const std::string path = write_tiny_model(spec, 41);
+      std::mt19937 rng(5);
+      std::vector<int32_t> prompt(40);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % spec.n_vocab);
+      const int64_t n_out = 24;
+      std::unique_ptr<DecoderModel> m[2];  // [0] runner_matvec on, [1] off
+      std::vector<std::vector<float>> logits[2];
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 2; ++i) {
+        LoadOptions o;
+        o.device = Device::cuda(0);
+        o.cuda.kernels.runner_matvec = i == 0;
+        auto lm = load_decoder_model(path, o);
+        ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+        m[i] = std::move(lm).value();
+        EngineCoreOptions eo;
+        eo.n_ctx = spec.n_ctx;
+        eo.scheduler.max_seqs = 4;
+        eo.scheduler.max_batched_tokens = spec.n_ctx;
+        auto e = EngineCore::create(*m[i], eo, nullptr);
+        ASSERT_TRUE(e.ok()) << e.status().to_string();
+        RequestParams p;
+        p.prompt = prompt;
+        p.max_tokens = n_out;
+        p.ignore_eos = true;
+        p.sampling.temperature = 0.0f;
+        p.sampling.repeat_penalty = 1.0f;
+        p.want_logits = true;
+        if (i == 1) p.forced = tokens;  // the same tokens: teacher-forced
+        p.on_event = [&, i](const RequestEvent& ev) {
+          if (ev.tokens.empty()) return;
+          logits[i].emplace_back(ev.logits.begin(), ev.logits.end());
+          if (i == 0) tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        };
+        ASSERT_TRUE((*e)->submit(std::move(p)).ok());
+        const Status st = (*e)->run_until_idle();
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+      ASSERT_EQ(logits[0].size(), static_cast<size_t>(n_out));
+      ASSERT_EQ(logits[1].size(), static_cast<size_t>(n_out));
+      // The single-sequence decode of the same tokens (contiguous cache, decode graphs).
+      auto cache = m[0]->create_cache(spec.n_ctx);
+      ASSERT_TRUE(cache.ok());
+      std::vector<int32_t> pos(prompt.size());
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+      const int32_t last = static_cast<int32_t>(prompt.size()) - 1, row0 = 0;
+      std::vector<float> ref(static_cast<size_t>(spec.n_vocab));
+      ASSERT_TRUE(
+          m[0]->infer({prompt, pos, std::span<const int32_t>(&last, 1)}, *cache, ref.data()).ok());
+      double worst_matvec = 0, worst_gemm = 0;
+      for (int64_t t = 1; t < n_out; ++t) {
+        const int32_t tok = tokens[static_cast<size_t>(t - 1)];
+        const auto p0 = static_cast<int32_t>(prompt.size() + static_cast<size_t>(t) - 1);
+        ASSERT_TRUE(m[0]->infer({std::span<const int32_t>(&tok, 1),
+                                 std::span<const int32_t>(&p0, 1),
+                                 std::span<const int32_t>(&row0, 1)},
+                                *cache, ref.data())
+                        .ok());
+        const auto& a = logits[0][static_cast<size_t>(t)];
+        const auto& g = logits[1][static_cast<size_t>(t)];
+        for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "step " << t;
+        worst_matvec = std::max(worst_matvec, test::rel_l2(a, ref));
+        worst_gemm = std::max(worst_gemm, test::rel_l2(g, ref));
+      }
+      std::printf(
+          "[ %s ] decode logits rel L2 against the single-sequence decode (worst of %lld "
+          "steps): runner matvec %.2e, runner GEMM %.2e\n",
+          what.c_str(), static_cast<long long>(n_out - 1), worst_matvec, worst_gemm);
+      EXPECT_LT(worst_matvec, 1e-4);
+      // Closer to the single-sequence decode than the GEMM path: the matvecs ran.
+      EXPECT_LT(worst_matvec, worst_gemm);
+      std::filesystem::remove(path);
+    }
+  }
 }
 
 TEST(LlamaCudaModel, RejectsForeignCacheAndBadTokens) {

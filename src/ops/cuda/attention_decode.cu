@@ -10,7 +10,8 @@
 // M). Scores are in the log2 domain (q pre-scaled by scale * log2(e)); all arithmetic is f32.
 //
 // The splits cut only the positions a query sees: [n_kv - window, n_kv) with a sliding window,
-// else [0, n_kv); a ring cache keeps position j in row j % ring_rows. The kernels derive the
+// else [0, n_kv); a ring cache keeps position j in row j % ring_rows, a paged cache (the engine
+// core's arena) in the row its block table gives (kv_row). The kernels derive the
 // split boundaries themselves from n_kv, which may be read from device memory (n_kv_dev): the
 // grid and workspace are sized for the upper bound a.n_kv, blocks past the real range exit at
 // once and the merge skips them, so one captured launch serves every decode step of a graph.
@@ -77,7 +78,18 @@ struct DecArgs {
   int ring;    // > 0: rows of a ring cache
   float scale;
   const int32_t* n_kv_dev;
+  const int32_t* table;  // a paged cache: the block of each position / block
+  int block;
 };
+
+// The cache row of position j: j itself, j % ring in a ring cache, or its slot in a paged one.
+__device__ __forceinline__ uint32_t kv_row(const DecArgs& a, uint32_t j) {
+  if (a.table != nullptr) {
+    const auto b = static_cast<uint32_t>(a.block);
+    return static_cast<uint32_t>(__ldg(a.table + j / b)) * b + j % b;
+  }
+  return a.ring > 0 ? j % static_cast<uint32_t>(a.ring) : j;
+}
 
 // The positions of one decode step and their cut into splits, derived on the device from n_kv
 // (read from n_kv_dev when set, clamped to [1, n_kv]) and the grid's split count.
@@ -172,8 +184,7 @@ __device__ __forceinline__ void load_kv_step(const DecArgs& a, const void* k, co
   for (int t = 0; t < R; ++t) {
     const int j = base + t * SG + sg;
     valid[t] = j < j_end;
-    auto row = static_cast<uint32_t>(valid[t] ? j : j_begin);
-    if (a.ring > 0) row %= static_cast<uint32_t>(a.ring);
+    const uint32_t row = kv_row(a, static_cast<uint32_t>(valid[t] ? j : j_begin));
     const uint32_t off = row * static_cast<uint32_t>(a.stride) + head_off;
     load_row<kBf16, kD>(k, off, kr[t]);
     load_row<kBf16, kD>(v, off, vr[t]);
@@ -204,8 +215,7 @@ __device__ __forceinline__ void prefetch_kv_rows(const DecArgs& a, const void* k
   const int n = (to - from) * kLines * 2;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int line = i % kLines, kv = (i / kLines) % 2;
-    auto row = static_cast<uint32_t>(from + i / (2 * kLines));
-    if (a.ring > 0) row %= static_cast<uint32_t>(a.ring);
+    const uint32_t row = kv_row(a, static_cast<uint32_t>(from + i / (2 * kLines)));
     const size_t elem =
         static_cast<size_t>(row) * static_cast<uint32_t>(a.stride) + static_cast<uint32_t>(hk * kD);
     const auto* base = static_cast<const uint8_t*>(kv == 0 ? k : v);
@@ -308,8 +318,7 @@ __device__ __forceinline__ void mma_load_tile(const DecArgs& a, const void* k, c
   for (int i = threadIdx.x; i < M::kRows * kPieces; i += kThreads) {
     const int r = i / kPieces, c = i % kPieces;
     const bool ok = row0 + r < j_end;
-    auto row = static_cast<uint32_t>(ok ? row0 + r : row0);
-    if (a.ring > 0) row %= static_cast<uint32_t>(a.ring);
+    const uint32_t row = kv_row(a, static_cast<uint32_t>(ok ? row0 + r : row0));
     const size_t src = static_cast<size_t>(row) * static_cast<uint32_t>(a.stride) +
                        static_cast<uint32_t>(hk * kD + c * 8);
     const int dst = r * M::kStride + c * 8;
@@ -574,8 +583,7 @@ __global__ void __launch_bounds__(
     }
     __syncthreads();
     if (owner) {
-      const auto row = a.ring > 0 ? static_cast<uint32_t>(pos) % static_cast<uint32_t>(a.ring)
-                                  : static_cast<uint32_t>(pos);
+      const uint32_t row = kv_row(a, static_cast<uint32_t>(pos));
       const size_t off = row * static_cast<uint32_t>(a.stride) + static_cast<uint32_t>(hk * kD);
       for (int d = threadIdx.x; d < kD; d += kThreads) {
         if constexpr (kBf16) {
@@ -984,6 +992,8 @@ DecLaunch dec_launch(const AttnArgs& a, int& g, void* workspace, int n_splits) {
   l.d.ring = static_cast<int>(a.ring_rows);
   l.d.scale = a.scale;
   l.d.n_kv_dev = a.n_kv_dev;
+  l.d.table = a.block_table;
+  l.d.block = static_cast<int>(a.block_size);
   l.n_groups = static_cast<int>((a.n_head / a.n_head_kv + g - 1) / g);
   l.n_splits = n_splits;
   l.ws_o = static_cast<float*>(workspace);  // [n_splits, n_head, head_dim]

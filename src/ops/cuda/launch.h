@@ -152,6 +152,7 @@ cudaError_t launch_geglu_tanh(const float* gate, const float* up, int64_t n_rows
 cudaError_t launch_softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 
 cudaError_t launch_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+cudaError_t launch_bf16_to_f32(const uint16_t* x, int64_t n, float* out, cudaStream_t stream);
 
 // Writes new keys/values into the cache rows of positions [pos0, pos0 + n_tokens) (position p
 // at row p, or p % ring_rows when ring_rows > 0; pos0 read from *pos0_dev when it is not null).
@@ -169,6 +170,8 @@ struct AttnArgs {
   int64_t window = 0;                 // > 0: position p sees (p - window, p]
   int64_t ring_rows = 0;              // > 0: position p lives in row p % ring_rows
   const int32_t* n_kv_dev = nullptr;  // decode: the real n_kv (n_kv is then its upper bound)
+  const int32_t* block_table = nullptr;  // decode: a paged cache (KvLayout)
+  int64_t block_size = 0;
 };
 
 // Decode (n_tokens == 1): q [n_head, head_dim] f32 -> out [n_head, head_dim] f32.

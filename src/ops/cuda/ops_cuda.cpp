@@ -345,6 +345,14 @@ Status convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_
   return launched(kern::launch_f32_to_bf16(x, n, out, stream), "convert launch");
 }
 
+Status convert_bf16_to_f32(const uint16_t* x, int64_t n, float* out, cudaStream_t stream) {
+  if (n < 0) return invalid_argument("convert_bf16_to_f32: n {}", n);
+  if (n > 0 && (x == nullptr || out == nullptr)) {
+    return invalid_argument("convert_bf16_to_f32: null pointer");
+  }
+  return launched(kern::launch_bf16_to_f32(x, n, out, stream), "convert launch");
+}
+
 namespace {
 
 Status check_kv(const KvLayout& kv, const void* k, const void* v, const char* op) {
@@ -360,12 +368,32 @@ Status check_kv(const KvLayout& kv, const void* k, const void* v, const char* op
     return invalid_argument("{}: ring_rows {} out of range", op, kv.ring_rows);
   }
   if (k == nullptr || v == nullptr) return invalid_argument("{}: null KV cache", op);
+  if (kv.block_table != nullptr || kv.block_size != 0) {
+    return invalid_argument("{}: a paged KV layout is for the decode attention only", op);
+  }
+  return ok_status();
+}
+
+// check_kv for the decode kernels, which also take a paged layout (KvLayout::block_table).
+Status check_decode_kv(const KvLayout& kv, const void* k, const void* v, const char* op) {
+  KvLayout flat = kv;
+  flat.block_table = nullptr;
+  flat.block_size = 0;
+  RINFER_RETURN_IF_ERROR(check_kv(flat, k, v, op));
+  if (kv.block_table == nullptr && kv.block_size == 0) return ok_status();
+  if (kv.block_table == nullptr || kv.block_size <= 0 || kv.block_size > 65536 ||
+      kv.ring_rows != 0 || kv.paged_rows < kv.block_size) {
+    return invalid_argument(
+        "{}: bad paged KV layout (block table {}, block size {}, {} rows, ring {})", op,
+        kv.block_table == nullptr ? "null" : "set", kv.block_size, kv.paged_rows, kv.ring_rows);
+  }
   return ok_status();
 }
 
 Result<kern::AttnArgs> attn_args(const AttentionParams& p, const void* q, const void* k,
                                  const void* v, const void* out, const char* op) {
-  RINFER_RETURN_IF_ERROR(check_kv(p.kv, k, v, op));
+  RINFER_RETURN_IF_ERROR(p.n_tokens == 1 ? check_decode_kv(p.kv, k, v, op)
+                                         : check_kv(p.kv, k, v, op));
   const int64_t d = p.kv.head_dim;
   if (d != 64 && d != 128 && d != 256)
     return unsupported("{}: head_dim {} (64, 128 or 256)", op, d);
@@ -402,6 +430,8 @@ Result<kern::AttnArgs> attn_args(const AttentionParams& p, const void* q, const 
   a.window = p.window;
   a.ring_rows = p.kv.ring_rows;
   a.n_kv_dev = p.n_kv_device;
+  a.block_table = p.kv.block_table;
+  a.block_size = p.kv.block_size;
   return a;
 }
 
@@ -490,7 +520,9 @@ namespace {
 // The decode kernels index positions, heads and the elements of a layer's cache in 32 bits
 // (attention_decode.cu: DecArgs).
 Status check_decode_sizes(const AttentionParams& p, const char* op) {
-  const int64_t rows = p.kv.ring_rows > 0 ? p.kv.ring_rows : p.n_kv;
+  const int64_t rows = p.kv.block_table != nullptr ? p.kv.paged_rows
+                       : p.kv.ring_rows > 0       ? p.kv.ring_rows
+                                                  : p.n_kv;
   if (p.n_kv > kMaxDecodeKv || p.n_head > 32767 || !decode_kv_fits(rows, p.kv.kv_row_stride)) {
     return invalid_argument(
         "{}: {} positions / {} heads / {} rows of {} elements: decode attention takes at most {} "
@@ -595,6 +627,9 @@ Status attention_prefill(const AttentionParams& p, const float* q, const void* k
   RINFER_RETURN_IF_ERROR(check_act_dtype(out_dtype, "attention_prefill"));
   if (p.n_kv_device != nullptr) {
     return invalid_argument("attention_prefill: n_kv_device is for decode only");
+  }
+  if (p.kv.block_table != nullptr) {
+    return invalid_argument("attention_prefill: a paged KV layout is for decode only");
   }
   RINFER_ASSIGN_OR_RETURN(kern::AttnArgs a,
                           attn_args(p, q, k_cache, v_cache, out, "attention_prefill"));

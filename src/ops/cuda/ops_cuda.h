@@ -178,6 +178,8 @@ Status softmax(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 
 // out[i] = bf16(x[i]), round to nearest even. x: [n] f32; out: [n] bf16.
 Status convert_f32_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+// out[i] = f32(x[i]) (exact). x: [n] bf16; out: [n] f32.
+Status convert_bf16_to_f32(const uint16_t* x, int64_t n, float* out, cudaStream_t stream);
 
 // The KV cache of one layer: K and V [n_rows, n_head_kv, head_dim], rows kv_row_stride elements
 // apart (>= n_head_kv * head_dim; rows 16-byte aligned), f32 or bf16. Position p lives in row p
@@ -190,6 +192,12 @@ struct KvLayout {
   int64_t head_dim = 0;
   int64_t kv_row_stride = 0;
   int64_t ring_rows = 0;  // 0: position p at row p; > 0: at row p % ring_rows
+  // A paged cache (the engine core's arena; decode attention only, no ring): position p at row
+  // block_table[p / block_size] * block_size + p % block_size, block_table device int32 with an
+  // entry for every block the step reads; paged_rows, the cache's rows, bounds the offsets.
+  const int32_t* block_table = nullptr;
+  int64_t block_size = 0;
+  int64_t paged_rows = 0;
 };
 
 // Writes k, v [n_tokens, n_head_kv * head_dim] f32 (rows src_stride floats apart) into the cache

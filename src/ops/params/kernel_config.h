@@ -31,6 +31,10 @@ struct KernelConfig {
   // The decode step's RMSNorm as partial sums in the producing matvec, applied by the consumer;
   // off: the one-kernel norms (needs fusion.residual_norm to matter).
   bool split_norm = true;
+  // The engine core's decode steps of one sequence through the model's decode kernels (the
+  // matvecs with their fused norms, every weight format); off: the cuBLASLt GEMMs of batched
+  // steps (quantized weights dequantized per call).
+  bool runner_matvec = true;
 
   bool operator==(const KernelConfig&) const = default;
 };

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view kCudaKeys[] = {"matvec_split", "matvec_stream", "matvec_stream_kb",
                                           "producer_l2",  "attention_mma", "pdl",
-                                          "split_norm"};
+                                          "split_norm",   "runner_matvec"};
 
 Status parse_cuda(const YamlMap& m, cuda::KernelConfig& k, StrategyConfig* s) {
   RINFER_RETURN_IF_ERROR(
@@ -33,6 +33,8 @@ Status parse_cuda(const YamlMap& m, cuda::KernelConfig& k, StrategyConfig* s) {
   if (pdl) k.pdl = *pdl;
   RINFER_ASSIGN_OR_RETURN(auto sn, m.get_bool("split_norm"));
   if (sn) k.split_norm = *sn;
+  RINFER_ASSIGN_OR_RETURN(auto rm, m.get_bool("runner_matvec"));
+  if (rm) k.runner_matvec = *rm;
   if (s != nullptr) {
     for (std::string_view key : kCudaKeys) note_origin(m, key, *s);
   }
@@ -89,6 +91,9 @@ std::string describe(const StrategyConfig& s, const Device& device) {
     add(fmt::format("attention_mma {}", on_off(k.attention_mma)));
   if (k.pdl != d.pdl) add(fmt::format("pdl {}", on_off(k.pdl)));
   if (k.split_norm != d.split_norm) add(fmt::format("split_norm {}", on_off(k.split_norm)));
+  if (k.runner_matvec != d.runner_matvec) {
+    add(fmt::format("runner_matvec {}", on_off(k.runner_matvec)));
+  }
   return out;
 }
 
@@ -101,10 +106,10 @@ Status parse_cuda_kernels(const YamlMap& m, cuda::KernelConfig& k) {
 std::string describe_cuda_kernels(const cuda::KernelConfig& k) {
   return fmt::format(
       "{{matvec_split: {}, matvec_stream: {}, matvec_stream_kb: {}, producer_l2: {}, "
-      "attention_mma: {}, pdl: {}, split_norm: {}}}",
+      "attention_mma: {}, pdl: {}, split_norm: {}, runner_matvec: {}}}",
       split_name(k.matvec_split), kStreamNames[static_cast<int>(k.matvec_stream)],
       k.matvec_stream_kb, kL2Names[static_cast<int>(k.producer_l2)], k.attention_mma, k.pdl,
-      k.split_norm);
+      k.split_norm, k.runner_matvec);
 }
 
 const StrategyInfo& kernels_strategy() {
@@ -129,7 +134,10 @@ const StrategyInfo& kernels_strategy() {
        {"cuda.pdl", "bool", "true",
         "cuda programmatic dependent launch of the decode kernels (sm_90+)"},
        {"cuda.split_norm", "bool", "true",
-        "cuda decode RMSNorm as partial sums in the producing matvec; false: norm kernels"}},
+        "cuda decode RMSNorm as partial sums in the producing matvec; false: norm kernels"},
+       {"cuda.runner_matvec", "bool", "true",
+        "cuda engine core's one-sequence decode steps through the decode matvecs; false: the "
+        "batched steps' GEMMs"}},
       "{impl: reference}",
       "LoadOptions::cpu.ops.impl, LoadOptions::cuda.kernels",
       "cpu, cuda",

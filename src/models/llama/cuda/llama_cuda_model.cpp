@@ -454,7 +454,7 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
   return false;
 }
 
-Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
+Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage* kv,
                                      const Scratch& s, bool h_quantized, NormIn norm_in,
                                      NormIn& norm_out) {
   norm_out = {};
@@ -487,80 +487,14 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   if (d.bqkv != nullptr) {
     RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(s.qkv, d.bqkv, nt, qkv_dim_, qkv_dim_, st));
   }
-  float* q = s.qkv;
-  float* k = s.qkv + q_dim_;
-  float* v = s.qkv + q_dim_ + kv_dim_;
   if (hp_.qk_norm) {
     RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm_heads(q, d.q_norm, nt, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
-    RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm_heads(k, d.k_norm, nt, hp_.n_head_kv, hd, qkv_dim_, hp_.norm_eps, st));
+        cuda::rms_norm_heads(s.qkv, d.q_norm, nt, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm_heads(s.qkv + q_dim_, d.k_norm, nt, hp_.n_head_kv, hd,
+                                                qkv_dim_, hp_.norm_eps, st));
   }
-  cpu::RopeParams rope = hp_.rope;
-  int64_t window = 0;
-  if (!hp_.layer_attn.empty()) {
-    const DecoderHParams::LayerAttn& la = hp_.layer_attn[static_cast<size_t>(il)];
-    rope.freq_base = la.rope_base;
-    rope.freq_scale = la.rope_scale;
-    window = la.window;
-  }
-  const int64_t rows = kv.rows[static_cast<size_t>(il)];
-  cuda::KvLayout kl;
-  kl.dtype = kv_dtype_;
-  kl.n_head_kv = hp_.n_head_kv;
-  kl.head_dim = hd;
-  kl.kv_row_stride = kv_dim_;
-  kl.ring_rows = rows < kv_n_ctx_ ? rows : 0;
-  void* kc = kv.k[static_cast<size_t>(il)].data();
-  void* vc = kv.v[static_cast<size_t>(il)].data();
-  cuda::AttentionParams ap;
-  ap.n_tokens = nt;
-  ap.n_kv = n_past + nt;
-  ap.n_head = hp_.n_head;
-  ap.kv = kl;
-  ap.scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
-  ap.window = window;
   bool aq = false;  // the attention output's int16 form is in s.q16
-  if (decode && opts_.fusion.qkv && cuda::attention_decode_rope_supports(kl)) {
-    // RoPE, the K/V store, attention and (for a quantized Wo) the int16 form of its output in
-    // one kernel (an f32 cache of head_dim 256 takes the kernels below).
-    ap.n_kv_device = s.n_kv;
-    ap.n_kv = graph_bound_ > 0 ? graph_bound_ : kv_n_ctx_;  // the upper bound: a graph serves
-                                                            // every length up to it
-    std::optional<cuda::QuantizedActivation> oq;
-    if (any_q16({&d.wo}) && q_dim_ % 32 == 0) {
-      RINFER_ASSIGN_OR_RETURN(oq, cuda::quantized_activation_in(s.q16, s.q16_bytes, q_dim_));
-    }
-    RINFER_RETURN_IF_ERROR(
-        cuda::attention_decode_rope(ap, rope, q, kc, vc, s.attn, oq ? &*oq : nullptr,
-                                    attn_counters_.as<unsigned>(), s.attn_ws, s.attn_ws_bytes, st));
-    aq = oq.has_value();
-  } else {
-    if (opts_.fusion.qkv) {
-      // RoPE of q and k and the K/V store in one kernel (rows at s.positions).
-      RINFER_RETURN_IF_ERROR(
-          cuda::rope_kv_store(q, nt, hp_.n_head, qkv_dim_, s.positions, rope, kl, kc, vc, st));
-    } else {
-      // q and k heads are adjacent in each qkv row and rotate alike: one launch for both.
-      RINFER_RETURN_IF_ERROR(
-          cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
-      RINFER_RETURN_IF_ERROR(cuda::kv_store(k, v, nt, qkv_dim_, kl, kc, vc, n_past, st,
-                                            decode ? s.positions : nullptr));
-    }
-    if (decode) {
-      ap.n_kv_device = s.n_kv;
-      ap.n_kv = graph_bound_ > 0 ? graph_bound_ : kv_n_ctx_;  // the upper bound: a graph serves
-                                                              // every length up to it
-      RINFER_RETURN_IF_ERROR(
-          cuda::attention_decode(ap, q, kc, vc, s.attn, s.attn_ws, s.attn_ws_bytes, st));
-    } else {
-      // The prefill kernel reads contiguous queries.
-      RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.q, q_dim_ * 4, q, qkv_dim_ * 4, q_dim_ * 4, nt,
-                                           cudaMemcpyDeviceToDevice, st));
-      RINFER_RETURN_IF_ERROR(cuda::attention_prefill(ap, s.q, kc, vc, DType::kBF16, s.attnb,
-                                                     s.attn_ws, s.attn_ws_bytes, st));
-    }
-  }
+  RINFER_RETURN_IF_ERROR(attention(il, nt, n_past, kv, s, aq));
 
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
   if (decode && !aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
@@ -636,7 +570,7 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
   return ok_status();
 }
 
-Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv,
+Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage* kv,
                                const Scratch& s, float* logits_host) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
@@ -754,7 +688,7 @@ Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* l
                           batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
                           rows_, past + nc, s);
         if (st.ok()) {
-          st = forward(nc, past, static_cast<int64_t>(rows_.size()), *kv, s, chunk_logits);
+          st = forward(nc, past, static_cast<int64_t>(rows_.size()), kv, s, chunk_logits);
         }
         if (st.ok() && nc == 1 && !rows_.empty()) {
           st = cuda_status(cudaStreamSynchronize(stream_.get()), "decode step");

@@ -50,7 +50,7 @@ Result<cudaGraphExec_t> LlamaCudaModel::ensure_graph(bool sampled, int64_t pos,
   RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
   RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   graph_bound_ = bound;
-  Status fs = forward(1, pos, sampled ? 0 : 1, kv, s, nullptr);
+  Status fs = forward(1, pos, sampled ? 0 : 1, &kv, s, nullptr);
   graph_bound_ = 0;
   if (fs.ok() && sampled) fs = dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st);
   cudaGraph_t graph = nullptr;
@@ -90,7 +90,7 @@ Status LlamaCudaModel::queue_sampled_step(int64_t pos, DeviceKvStorage& kv, cons
     RINFER_ASSIGN_OR_RETURN(cudaGraphExec_t g, ensure_graph(true, pos, kv));
     RINFER_CUDA_RETURN(cudaGraphLaunch(g, st));
   } else {
-    RINFER_RETURN_IF_ERROR(forward(1, pos, 0, kv, s, nullptr));
+    RINFER_RETURN_IF_ERROR(forward(1, pos, 0, &kv, s, nullptr));
     RINFER_RETURN_IF_ERROR(dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st));
   }
   return ok_status();

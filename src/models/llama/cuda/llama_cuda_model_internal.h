@@ -19,6 +19,7 @@
 #include "core/cuda/pinned.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
+#include "kv/kv_arena.h"
 #include "kv/kv_cache.h"
 #include "models/cuda_weight_pack.h"
 #include "models/llama/cuda/llama_cuda_model.h"
@@ -152,7 +153,8 @@ class LlamaCudaModel final : public DecoderModel {
                       std::span<const int32_t> rows, int64_t n_kv, const Scratch& s);
   // Queues the whole chunk (no host synchronization); logits of the requested rows land in
   // s.logits (decode) or are copied pass by pass to `logits_host` (prefill: synchronizes).
-  Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage& kv, const Scratch& s,
+  // kv: the contiguous cache, or null while paged_ is set (the runner's one-row decode).
+  Status forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage* kv, const Scratch& s,
                  float* logits_host);
   // The mode of a pre-norm between `producer` (null: the embedding), whose input has its int16
   // form in s.q16 when producer_q16_in, and `consumers`.
@@ -164,8 +166,12 @@ class LlamaCudaModel final : public DecoderModel {
   // layer's attention norm reaches QKV; norm_out: returns how the next norm (the next layer's
   // attention norm, or the output norm) reaches its matrices, kKernel when it is left to the
   // caller's norm kernel.
-  Status layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage& kv,
+  Status layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage* kv,
                        const Scratch& s, bool h_quantized, NormIn norm_in, NormIn& norm_out);
+  // The layer's attention (llama_cuda_attention.cpp) of the rows in s.qkv into s.attn (decode,
+  // f32; aq: its int16 form is in s.q16 too) or s.attnb (prefill, bf16), over kv or paged_.
+  Status attention(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage* kv, const Scratch& s,
+                   bool& aq);
   // y[nt, n_out] = x W^T: matvec for one token (f32 x, or the shared int16 x for quantized
   // layouts), GEMM for more (bf16 x); norm: the input is a norm without a kernel (above).
   Status project(const DeviceWeight& w, int64_t nt, const float* x_f32, const uint16_t* x_bf16,
@@ -248,6 +254,21 @@ class LlamaCudaModel final : public DecoderModel {
   void* pinned_in_ = nullptr;       // 3 * max_batch + 1 int32
   float* pinned_logits_ = nullptr;  // [n_vocab]
   std::vector<int32_t> rows_;
+
+  // The engine core's one-row decode steps (LlamaCudaRunner) run forward() over the runner's
+  // paged arena: set around the call, null otherwise.
+  struct PagedPass {
+    kv::KvArena* arena = nullptr;
+    cuda::PagedAttentionParams ap;    // every field but window and tables
+    int64_t n_kv = 0;                 // the sequence's positions after this step (host)
+    const int32_t* tables = nullptr;  // group g's tables at tables + g * group_stride
+    int64_t group_stride = 0;
+    const int32_t* slots = nullptr;  // group g's slot at slots + g
+    uint16_t* out = nullptr;         // [q_dim] bf16, widened into s.attn
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  const PagedPass* paged_ = nullptr;
 
   int64_t kv_n_ctx_ = 0;           // n_ctx of the cache the current infer() runs against
   DType kv_dtype_ = DType::kBF16;  // the KV cache's elements (LoadOptions::kv_dtype)

@@ -11,9 +11,12 @@
 //   device -> copied to the host (forward) or sampled there (forward_sampled).
 // The GEMMs are cuBLASLt bf16 at every token count (bf16 weights read once per pass; quantized
 // weights dequantized per call, see ops_cuda.h), each bucket of token counts with the fastest
-// of cuBLASLt's candidates timed on its first pass (gemm.cpp). The host inputs of a pass (tokens,
-// positions, tables, slots, attention work items, sampling rows) go up in one copy from pinned
-// memory.
+// of cuBLASLt's candidates timed on its first pass (gemm.cpp). A decode step of one sequence
+// (strategies.kernels.cuda.runner_matvec) runs the model's own decode pass instead
+// (LlamaCudaModel::forward: the matvecs of every weight format with their fused norms), its
+// attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
+// stream. The host inputs of a pass (tokens, positions, tables, slots, attention work items,
+// sampling rows) go up in one copy from pinned memory.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -162,7 +165,7 @@ class DeviceKvArena final : public kv::KvArena {
 
 class LlamaCudaRunner final : public DecoderRunner {
  public:
-  static Result<std::unique_ptr<LlamaCudaRunner>> create(const LlamaCudaModel& m,
+  static Result<std::unique_ptr<LlamaCudaRunner>> create(LlamaCudaModel& m,
                                                          const RunnerOptions& o) {
     std::unique_ptr<LlamaCudaRunner> r(new LlamaCudaRunner(m, o));
     RINFER_RETURN_IF_ERROR(r->init());
@@ -181,8 +184,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
                                                     std::span<const int32_t> n_blocks) override {
     RINFER_RETURN_IF_ERROR(check_spec(spec));
-    RINFER_ASSIGN_OR_RETURN(auto a,
-                            DeviceKvArena::create(spec, n_blocks, m_.device_, stream_.get()));
+    RINFER_ASSIGN_OR_RETURN(auto a, DeviceKvArena::create(spec, n_blocks, m_.device_, stream_));
     return std::unique_ptr<kv::KvArena>(std::move(a));
   }
 
@@ -190,9 +192,9 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_RETURN_IF_ERROR(run(b, arena, {}));
     if (b.logit_rows.empty()) return ok_status();
     const size_t n = b.logit_rows.size() * static_cast<size_t>(m_.hp_.n_vocab);
-    RINFER_CUDA_RETURN(cudaMemcpyAsync(logits, logits_.data(), n * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_.get()));
-    return cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(logits, out_logits_, n * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+    return cuda_status(cudaStreamSynchronize(stream_), "forward");
   }
 
   bool samples_on_device(const SamplingParams& sp) const override {
@@ -208,14 +210,14 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_RETURN_IF_ERROR(run(b, arena, rows));
     if (rows.empty()) return ok_status();
     RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_ids_, ids_dev_, rows.size() * sizeof(int32_t),
-                                       cudaMemcpyDeviceToHost, stream_.get()));
-    RINFER_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_.get()), "forward_sampled"));
+                                       cudaMemcpyDeviceToHost, stream_));
+    RINFER_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "forward_sampled"));
     std::memcpy(ids, pinned_ids_, rows.size() * sizeof(int32_t));
     return ok_status();
   }
 
  private:
-  LlamaCudaRunner(const LlamaCudaModel& m, RunnerOptions o) : m_(m), opts_(o) {}
+  LlamaCudaRunner(LlamaCudaModel& m, RunnerOptions o) : m_(m), opts_(o) {}
 
   static cuda::DecodeSampling decode_sampling(const SamplingParams& sp) {
     return LlamaCudaModel::decode_sampling(sp);
@@ -236,14 +238,14 @@ class LlamaCudaRunner final : public DecoderRunner {
                          hp.n_head, hp.n_head_kv);
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
-    RINFER_ASSIGN_OR_RETURN(stream_, cuda::Stream::create(m_.device_));
+    stream_ = m_.stream_.get();
     RINFER_ASSIGN_OR_RETURN(lt_, cuda::CublasLt::create(m_.device_));
     lt_.set_autotune(true);  // the batches' token counts vary step by step
     const int64_t T = opts_.max_tokens, S = opts_.max_seqs;
     const int64_t e = hp.n_embd, ff = hp.n_ff, R = std::max(T, S);
     auto get = [&](DeviceBuffer& b, size_t bytes) -> Status {
       RINFER_ASSIGN_OR_RETURN(b, DeviceBuffer::create(std::max<size_t>(bytes, 16), m_.device_,
-                                                      stream_.get(), m_.alloc_));
+                                                      stream_, m_.alloc_));
       return ok_status();
     };
     const auto f = [](int64_t n) { return static_cast<size_t>(n) * 4; };
@@ -284,7 +286,7 @@ class LlamaCudaRunner final : public DecoderRunner {
                std::span<const RowSampling> samples) {
     // A pass that stopped early (cancelled, or an error) may have left its input copy queued:
     // the pinned staging is rewritten below.
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_.get()));
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_));
     const kv::KvSpec& spec = arena.spec();
     const DecoderHParams& hp = m_.hp_;
     const int64_t nt = b.n_tokens(), bs = spec.block_size;
@@ -365,7 +367,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     std::memcpy(p + L.samples, rows_.data(), rows_.size() * sizeof(cuda::RowSample));
     std::copy(hist_.begin(), hist_.end(), p + L.hist);
     RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_in_.data(), p, L.total * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream_.get()));
+                                       cudaMemcpyHostToDevice, stream_));
     return ok_status();
   }
 
@@ -380,7 +382,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     pinned_ = static_cast<int32_t*>(p);
     pinned_bytes_ = cap * 4;
     RINFER_ASSIGN_OR_RETURN(dev_in_,
-                            DeviceBuffer::create(cap * 4, m_.device_, stream_.get(), m_.alloc_));
+                            DeviceBuffer::create(cap * 4, m_.device_, stream_, m_.alloc_));
     staged_cap_ = cap;
     return ok_status();
   }
@@ -389,7 +391,7 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   Status gemm(const DeviceWeight& w, const uint16_t* x, int64_t nt, float* y) {
     return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
-                      stream_.get());
+                      stream_);
   }
 
   Status run(const ForwardBatch& b, kv::KvArena& arena, std::span<const RowSampling> samples) {
@@ -402,6 +404,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     }
     RINFER_RETURN_IF_ERROR(
         check_forward_batch(b, spec, hp.n_embd, opts_.max_tokens, logits_.as<float>()));
+    out_logits_ = logits_.as<float>();
     if (b.n_seq() > opts_.max_seqs) {
       return invalid_argument("forward: {} sequences, the runner takes at most {}", b.n_seq(),
                               opts_.max_seqs);
@@ -422,7 +425,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
     RINFER_RETURN_IF_ERROR(stage(b, arena, samples));
-    cudaStream_t st = stream_.get();
+    cudaStream_t st = stream_;
     const Layout& L = layout_;
     const int64_t nt = b.n_tokens(), e = hp.n_embd, ff = hp.n_ff, hd = hp.head_dim;
     const int64_t qkv_dim = m_.qkv_dim_, q_dim = m_.q_dim_, kv_dim = m_.kv_dim_;
@@ -433,9 +436,6 @@ class LlamaCudaRunner final : public DecoderRunner {
     auto* o = o_.as<float>();
     auto* gu = gu_.as<float>();
     auto* actb = actb_.as<uint16_t>();
-
-    RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
-    if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
 
     // Attention over the batch's sequences (the tables of group g per layer).
     int64_t max_len = 0;
@@ -463,6 +463,13 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.work = dev(L.work);
     ap.query_start = dev(L.query_start);
     ap.kv_len = dev(L.kv_len);
+    if (m_.opts_.cuda.kernels.runner_matvec && nt == 1 && b.logit_rows.size() == 1 &&
+        ap.causal) {
+      return run_one_row(b, arena, ap, samples);
+    }
+
+    RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
+    if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
 
     for (int64_t il = 0; il < hp.n_layer; ++il) {
       if (b.cancel != nullptr && b.cancel->load()) {
@@ -558,9 +565,45 @@ class LlamaCudaRunner final : public DecoderRunner {
                              ids_dev_, st);
   }
 
-  const LlamaCudaModel& m_;
+  // A decode step of one sequence through the model's decode pass: its scratch (allocated on
+  // first use), the arena's attention through LlamaCudaModel::PagedPass.
+  Status run_one_row(const ForwardBatch& b, kv::KvArena& arena,
+                     const cuda::PagedAttentionParams& ap, std::span<const RowSampling> samples) {
+    if (!one_row_) {
+      RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch(1));
+      one_row_ = std::move(s);
+    }
+    LlamaCudaModel::Scratch& s = *one_row_;
+    // The pass's token and position come from this runner's staged inputs.
+    s.tokens = const_cast<int32_t*>(dev(layout_.tokens));
+    s.positions = const_cast<int32_t*>(dev(layout_.positions));
+    LlamaCudaModel::PagedPass pp;
+    pp.arena = &arena;
+    pp.ap = ap;
+    pp.n_kv = b.kv_len[0];
+    pp.tables = dev(layout_.tables);
+    pp.group_stride = static_cast<int64_t>(b.n_seq()) * b.table_stride;
+    pp.slots = dev(layout_.slots);
+    pp.out = attnb_.as<uint16_t>();
+    pp.workspace = attn_ws_.data();
+    pp.workspace_bytes = attn_ws_bytes_;
+    m_.paged_ = &pp;
+    const Status fs = m_.forward(1, b.positions[0], 0, nullptr, s, nullptr);
+    m_.paged_ = nullptr;
+    RINFER_RETURN_IF_ERROR(fs);
+    out_logits_ = s.logits;
+    if (samples.empty()) return ok_status();
+    return cuda::sample_rows(s.logits, 1, m_.hp_.n_vocab,
+                             reinterpret_cast<const cuda::RowSample*>(dev(layout_.samples)),
+                             dev(layout_.hist), ids_dev_, stream_);
+  }
+
+  // The model's decode kernels and its stream (run_one_row drives its forward pass).
+  LlamaCudaModel& m_;
   RunnerOptions opts_;
-  cuda::Stream stream_;
+  cudaStream_t stream_ = nullptr;
+  std::optional<LlamaCudaModel::Scratch> one_row_;
+  const float* out_logits_ = nullptr;  // the last pass's logit rows on the device
   cuda::CublasLt lt_;
   DeviceBuffer x_, hb_, qkv_, attnb_, o_, gu_, actb_, gemm_ws_, attn_ws_, logits_, ids_buf_;
   size_t gemm_ws_bytes_ = 0, attn_ws_bytes_ = 0;
@@ -586,7 +629,10 @@ Result<kv::KvSpec> LlamaCudaModel::kv_spec(int64_t n_ctx, int64_t block_size) co
 
 Result<std::unique_ptr<DecoderRunner>> LlamaCudaModel::create_runner(
     const RunnerOptions& opts) const {
-  RINFER_ASSIGN_OR_RETURN(auto r, LlamaCudaRunner::create(*this, opts));
+  // The runner queues the model's own kernels on its stream (one-row decode steps run forward()
+  // with its paged attention): it drives the model, which this const interface hands over.
+  RINFER_ASSIGN_OR_RETURN(auto r,
+                          LlamaCudaRunner::create(const_cast<LlamaCudaModel&>(*this), opts));
   return std::unique_ptr<DecoderRunner>(std::move(r));
 }
 
