@@ -563,8 +563,10 @@ TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
 // paged arena (strategies.kernels.cuda.runner_matvec, on by default): their logits against the
 // model's single-sequence decode of the same tokens (the same kernels, the fused attention
 // reading the arena through its block table; only the attention's split count may differ) and
-// against the runner's GEMM path (runner_matvec off: bf16 activations into every GEMM), for
-// Llama and Gemma 3 (sliding windows, post norms) in bf16, Q8_0 and Q4_0.
+// against the runner's GEMM path (runner_matvec off: bf16 activations into every GEMM), replayed
+// from the one-row graphs (the default) and launched kernel by kernel (cuda_graphs off), the
+// graphs' device sampling against the host's choice of the same logits, for Llama and Gemma 3
+// (sliding windows, post norms) in bf16, Q8_0 and Q4_0.
 TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -580,21 +582,27 @@ TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
       std::vector<int32_t> prompt(40);
       for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % spec.n_vocab);
       const int64_t n_out = 24;
-      std::unique_ptr<DecoderModel> m[2];  // [0] runner_matvec on, [1] off
-      std::vector<std::vector<float>> logits[2];
-      std::vector<int32_t> tokens;
-      for (int i = 0; i < 2; ++i) {
-        LoadOptions o;
-        o.device = Device::cuda(0);
-        o.cuda.kernels.runner_matvec = i == 0;
-        auto lm = load_decoder_model(path, o);
-        ASSERT_TRUE(lm.ok()) << lm.status().to_string();
-        m[i] = std::move(lm).value();
+      // [0] the defaults (runner_matvec, CUDA graphs), [1] runner_matvec off, [2] graphs off.
+      std::unique_ptr<DecoderModel> m[3];
+      std::vector<std::vector<float>> logits[3];
+      std::vector<int32_t> tokens, sampled;
+      // Runs 0-2 hand over their logits (and 1, 2 are teacher-forced with run 0's tokens); run 3
+      // samples greedily on the device with the defaults.
+      for (int i = 0; i < 4; ++i) {
+        if (i < 3) {
+          LoadOptions o;
+          o.device = Device::cuda(0);
+          o.cuda.kernels.runner_matvec = i != 1;
+          o.cuda.graphs = i != 2;
+          auto lm = load_decoder_model(path, o);
+          ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+          m[i] = std::move(lm).value();
+        }
         EngineCoreOptions eo;
         eo.n_ctx = spec.n_ctx;
         eo.scheduler.max_seqs = 4;
         eo.scheduler.max_batched_tokens = spec.n_ctx;
-        auto e = EngineCore::create(*m[i], eo, nullptr);
+        auto e = EngineCore::create(*m[i % 3], eo, nullptr);
         ASSERT_TRUE(e.ok()) << e.status().to_string();
         RequestParams p;
         p.prompt = prompt;
@@ -602,17 +610,20 @@ TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
         p.ignore_eos = true;
         p.sampling.temperature = 0.0f;
         p.sampling.repeat_penalty = 1.0f;
-        p.want_logits = true;
-        if (i == 1) p.forced = tokens;  // the same tokens: teacher-forced
+        p.want_logits = i < 3;
+        if (i == 1 || i == 2) p.forced = tokens;
         p.on_event = [&, i](const RequestEvent& ev) {
           if (ev.tokens.empty()) return;
-          logits[i].emplace_back(ev.logits.begin(), ev.logits.end());
-          if (i == 0) tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+          if (i < 3) logits[i].emplace_back(ev.logits.begin(), ev.logits.end());
+          std::vector<int32_t>& to = i == 0 ? tokens : sampled;
+          if (i == 0 || i == 3) to.insert(to.end(), ev.tokens.begin(), ev.tokens.end());
         };
         ASSERT_TRUE((*e)->submit(std::move(p)).ok());
         const Status st = (*e)->run_until_idle();
         ASSERT_TRUE(st.ok()) << st.to_string();
       }
+      EXPECT_EQ(sampled, tokens);  // the sampled graphs choose what the host chose
+      ASSERT_EQ(logits[2].size(), static_cast<size_t>(n_out));
       ASSERT_EQ(logits[0].size(), static_cast<size_t>(n_out));
       ASSERT_EQ(logits[1].size(), static_cast<size_t>(n_out));
       // The single-sequence decode of the same tokens (contiguous cache, decode graphs).
@@ -624,7 +635,7 @@ TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
       std::vector<float> ref(static_cast<size_t>(spec.n_vocab));
       ASSERT_TRUE(
           m[0]->infer({prompt, pos, std::span<const int32_t>(&last, 1)}, *cache, ref.data()).ok());
-      double worst_matvec = 0, worst_gemm = 0;
+      double worst_matvec = 0, worst_gemm = 0, worst_eager = 0;
       for (int64_t t = 1; t < n_out; ++t) {
         const int32_t tok = tokens[static_cast<size_t>(t - 1)];
         const auto p0 = static_cast<int32_t>(prompt.size() + static_cast<size_t>(t) - 1);
@@ -638,12 +649,14 @@ TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
         for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "step " << t;
         worst_matvec = std::max(worst_matvec, test::rel_l2(a, ref));
         worst_gemm = std::max(worst_gemm, test::rel_l2(g, ref));
+        worst_eager = std::max(worst_eager, test::rel_l2(logits[2][static_cast<size_t>(t)], ref));
       }
       std::printf(
           "[ %s ] decode logits rel L2 against the single-sequence decode (worst of %lld "
-          "steps): runner matvec %.2e, runner GEMM %.2e\n",
-          what.c_str(), static_cast<long long>(n_out - 1), worst_matvec, worst_gemm);
+          "steps): runner matvec %.2e (without graphs %.2e), runner GEMM %.2e\n",
+          what.c_str(), static_cast<long long>(n_out - 1), worst_matvec, worst_eager, worst_gemm);
       EXPECT_LT(worst_matvec, 1e-4);
+      EXPECT_LT(worst_eager, 1e-4);
       // Closer to the single-sequence decode than the GEMM path: the matvecs ran.
       EXPECT_LT(worst_matvec, worst_gemm);
       std::filesystem::remove(path);

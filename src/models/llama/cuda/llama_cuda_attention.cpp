@@ -64,6 +64,9 @@ Status LlamaCudaModel::attention(int64_t il, int64_t nt, int64_t n_past, DeviceK
     }
     // Unfused: q and k rotated in place, the K/V rows into their slots, the paged attention
     // (bf16 out) widened to the f32 the decode matvecs read.
+    if (pp.slots == nullptr) {
+      return unsupported("attention: the one-row decode graph needs the fused decode attention");
+    }
     RINFER_RETURN_IF_ERROR(
         cuda::rope(q, nt, hp_.n_head + hp_.n_head_kv, hd, qkv_dim_, s.positions, rope, st));
     RINFER_RETURN_IF_ERROR(cuda::kv_store_slots(k, v, nt, kv_dim_, qkv_dim_, spec.dtype, kc, vc,

@@ -20,10 +20,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "kv/kv_arena.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
+#include "models/llama/cuda/llama_cuda_one_row.h"
 #include "ops/cpu/sampler.h"
 
 namespace rinfer::llama {
@@ -313,14 +316,9 @@ class LlamaCudaRunner final : public DecoderRunner {
     hist_.clear();
     rows_.clear();
     for (const RowSampling& r : samples) {
-      const SamplingParams& sp = *r.sampling;
-      const bool pen =
-          sp.repeat_last_n > 0 && (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f);
-      const size_t w = pen ? std::min(r.history.size(), static_cast<size_t>(sp.repeat_last_n)) : 0;
-      RINFER_ASSIGN_OR_RETURN(
-          cuda::RowSample rs,
-          cuda::row_sample(decode_sampling(sp), hp.n_vocab, static_cast<int32_t>(hist_.size()),
-                           static_cast<int32_t>(w), r.uniform));
+      size_t w = 0;
+      RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs,
+                              sample_row(r, static_cast<int32_t>(hist_.size()), w));
       hist_.insert(hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w), r.history.end());
       rows_.push_back(rs);
     }
@@ -369,6 +367,16 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_in_.data(), p, L.total * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_));
     return ok_status();
+  }
+
+  // A row's device sampling settings, its history window (the last w ids) at hist_off.
+  Result<cuda::RowSample> sample_row(const RowSampling& r, int32_t hist_off, size_t& w) const {
+    const SamplingParams& sp = *r.sampling;
+    const bool pen =
+        sp.repeat_last_n > 0 && (sp.repeat_penalty != 1.0f || sp.presence_penalty != 0.0f);
+    w = pen ? std::min(r.history.size(), static_cast<size_t>(sp.repeat_last_n)) : 0;
+    return cuda::row_sample(decode_sampling(sp), m_.hp_.n_vocab, hist_off,
+                            static_cast<int32_t>(w), r.uniform);
   }
 
   // Pinned and device staging of at least n int32 (after the previous pass's copy is done:
@@ -424,6 +432,13 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
+    cuda::KvLayout kl;
+    kl.dtype = spec.dtype;
+    kl.head_dim = hp.head_dim;
+    if (one_row(b) && m_.opts_.cuda.graphs && m_.opts_.fusion.qkv &&
+        cuda::attention_decode_rope_supports(kl)) {
+      return run_one_row_graph(b, arena, samples);
+    }
     RINFER_RETURN_IF_ERROR(stage(b, arena, samples));
     cudaStream_t st = stream_;
     const Layout& L = layout_;
@@ -463,10 +478,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.work = dev(L.work);
     ap.query_start = dev(L.query_start);
     ap.kv_len = dev(L.kv_len);
-    if (m_.opts_.cuda.kernels.runner_matvec && nt == 1 && b.logit_rows.size() == 1 &&
-        ap.causal) {
-      return run_one_row(b, arena, ap, samples);
-    }
+    if (one_row(b)) return run_one_row(b, arena, ap, samples);
 
     RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
     if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
@@ -565,14 +577,66 @@ class LlamaCudaRunner final : public DecoderRunner {
                              ids_dev_, st);
   }
 
-  // A decode step of one sequence through the model's decode pass: its scratch (allocated on
-  // first use), the arena's attention through LlamaCudaModel::PagedPass.
+  // A decode step of one sequence, which runs the model's decode pass (runner_matvec).
+  bool one_row(const ForwardBatch& b) const {
+    return m_.opts_.cuda.kernels.runner_matvec && b.n_tokens() == 1 && b.n_seq() == 1 &&
+           b.logit_rows.size() == 1 && b.mask == MaskKind::kCausal;
+  }
+  Status ensure_one_row_scratch() {
+    if (one_row_) return ok_status();
+    RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch(1));
+    one_row_ = std::move(s);
+    return ok_status();
+  }
+
+  // The one-row step replayed from a CUDA graph of its length bound (llama_cuda_one_row.h), its
+  // inputs staged into the graphs' fixed buffers.
+  Status run_one_row_graph(const ForwardBatch& b, kv::KvArena& arena,
+                           std::span<const RowSampling> samples) {
+    RINFER_RETURN_IF_ERROR(ensure_one_row_scratch());
+    if (!graphs_) graphs_ = std::make_unique<OneRowGraphs>(m_.device_, m_.alloc_);
+    std::optional<cuda::RowSample> rs;
+    std::span<const int32_t> hist;
+    if (!samples.empty()) {
+      size_t w = 0;
+      RINFER_ASSIGN_OR_RETURN(rs, sample_row(samples[0], 0, w));
+      hist = samples[0].history.last(w);
+    }
+    RINFER_RETURN_IF_ERROR(graphs_->stage(b, arena, rs ? &*rs : nullptr, hist, stream_));
+    LlamaCudaModel::Scratch& s = *one_row_;
+    const int64_t hd = m_.hp_.head_dim;
+    const auto capture = [&](const OneRowGraphs::Inputs& in, int64_t bound,
+                             bool sampled) -> Status {
+      s.tokens = in.token;
+      s.positions = in.position;
+      LlamaCudaModel::PagedPass pp;
+      pp.arena = &arena;
+      pp.ap.kv_len = in.kv_len;
+      pp.ap.scale = m_.hp_.attn_scale > 0 ? m_.hp_.attn_scale
+                                          : 1.0f / std::sqrt(static_cast<float>(hd));
+      pp.n_kv = bound;
+      pp.tables = in.tables;
+      pp.group_stride = in.table_width;
+      pp.workspace = attn_ws_.data();
+      pp.workspace_bytes = attn_ws_bytes_;
+      m_.paged_ = &pp;
+      const Status fs = m_.forward(1, 0, 0, nullptr, s, nullptr);
+      m_.paged_ = nullptr;
+      RINFER_RETURN_IF_ERROR(fs);
+      if (!sampled) return ok_status();
+      return cuda::sample_rows(s.logits, 1, m_.hp_.n_vocab, in.sample, in.hist, ids_dev_, stream_);
+    };
+    RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), capture, stream_));
+    out_logits_ = s.logits;
+    return ok_status();
+  }
+
+  // The same step launched kernel by kernel (cuda_graphs off, or fusion.qkv off: the unfused
+  // attention reads the slots and work items of the general staging): its attention through
+  // LlamaCudaModel::PagedPass.
   Status run_one_row(const ForwardBatch& b, kv::KvArena& arena,
                      const cuda::PagedAttentionParams& ap, std::span<const RowSampling> samples) {
-    if (!one_row_) {
-      RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch(1));
-      one_row_ = std::move(s);
-    }
+    RINFER_RETURN_IF_ERROR(ensure_one_row_scratch());
     LlamaCudaModel::Scratch& s = *one_row_;
     // The pass's token and position come from this runner's staged inputs.
     s.tokens = const_cast<int32_t*>(dev(layout_.tokens));
@@ -603,6 +667,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   RunnerOptions opts_;
   cudaStream_t stream_ = nullptr;
   std::optional<LlamaCudaModel::Scratch> one_row_;
+  std::unique_ptr<OneRowGraphs> graphs_;
   const float* out_logits_ = nullptr;  // the last pass's logit rows on the device
   cuda::CublasLt lt_;
   DeviceBuffer x_, hb_, qkv_, attnb_, o_, gu_, actb_, gemm_ws_, attn_ws_, logits_, ids_buf_;

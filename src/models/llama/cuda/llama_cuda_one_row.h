@@ -1,0 +1,75 @@
+// CUDA graphs of the engine core's one-sequence decode steps (LlamaCudaRunner with
+// strategies.kernels.cuda.runner_matvec and cuda_graphs): the model's decode pass over the paged
+// arena, captured once per attention length bound (1024 positions, twice that, ... up to the
+// arena's n_ctx, as the single-sequence decode graphs) and sampled or not, replayed every step.
+// A replay reads its inputs from fixed device buffers, written by stage() from pinned memory:
+// the token, its position, the sequence's length after the step, its block table of every group
+// (fixed width: the blocks of n_ctx positions) and the sampling row with its history window.
+// The graphs hold the arena's buffers: they are dropped when those move (the arena grows) or
+// another arena comes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/cuda/device_allocator.h"
+#include "kv/kv_arena.h"
+#include "models/model.h"
+#include "ops/cuda/ops_cuda.h"
+#include "rinfer/status.h"
+
+namespace rinfer::llama {
+
+class OneRowGraphs {
+ public:
+  // Where a replay reads its inputs (device pointers, fixed for the graphs' lifetime).
+  struct Inputs {
+    int32_t* token = nullptr;
+    int32_t* position = nullptr;
+    int32_t* kv_len = nullptr;         // the positions after this step
+    const int32_t* tables = nullptr;   // group g's table at tables + g * table_width
+    int64_t table_width = 0;
+    const cuda::RowSample* sample = nullptr;
+    const int32_t* hist = nullptr;     // the sampling row's history window
+  };
+  // Records the step of `bound` positions at most into the stream being captured.
+  using Capture = std::function<Status(const Inputs& in, int64_t bound, bool sampled)>;
+
+  OneRowGraphs(int device, cuda::DeviceAllocator* alloc) : device_(device), alloc_(alloc) {}
+  ~OneRowGraphs();
+  OneRowGraphs(const OneRowGraphs&) = delete;
+  OneRowGraphs& operator=(const OneRowGraphs&) = delete;
+
+  // Checks the step's blocks against the arena, writes its inputs to pinned memory and queues
+  // their copy to the device (after the stream's work so far); sample (with hist, at most
+  // cuda::kMaxDecodeHistory ids) when sampled.
+  Status stage(const ForwardBatch& b, const kv::KvArena& arena, const cuda::RowSample* sample,
+               std::span<const int32_t> hist, cudaStream_t st);
+  // Replays the graph of the staged step (captured by `capture` first when missing).
+  Status launch(const kv::KvArena& arena, bool sampled, const Capture& capture, cudaStream_t st);
+
+ private:
+  Status allocate(const kv::KvSpec& spec, cudaStream_t st);
+  void drop_graphs();
+  // Whether the graphs were captured over this arena's current buffers (else drops them).
+  void check_arena(const kv::KvArena& arena);
+
+  int device_ = 0;
+  cuda::DeviceAllocator* alloc_ = nullptr;
+  Inputs in_;
+  int64_t n_ctx_ = 0, block_size_ = 0, kv_len_ = 0;
+  int32_t n_groups_ = 0;
+  size_t words_ = 0;  // int32 words of the inputs
+  size_t off_sample_ = 0, off_hist_ = 0;
+  int32_t* pinned_ = nullptr;
+  cuda::DeviceBuffer dev_;
+  // Per length bound level: [0] logits only, [1] sampled.
+  std::vector<cudaGraphExec_t> graphs_[2];
+  const kv::KvArena* arena_ = nullptr;
+  std::vector<const void*> buffers_;  // the arena's K and V of every layer at capture
+};
+
+}  // namespace rinfer::llama
