@@ -73,4 +73,22 @@ Status check_launch(const char* what) {
   return cuda_status(err, what);
 }
 
+Result<cudaGraphExec_t> capture_graph(cudaStream_t stream, const std::function<Status()>& record) {
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
+  RINFER_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status rs = record();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!rs.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return rs;
+  }
+  RINFER_CUDA_RETURN(end);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  RINFER_CUDA_RETURN(inst);
+  return exec;
+}
+
 }  // namespace rinfer::cuda

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <utility>
 
 #include "rinfer/status.h"
@@ -87,5 +88,10 @@ Result<float> elapsed_ms(const Event& start, const Event& end);
 
 // Checks the last launch error (cudaGetLastError) for a kernel called `what`.
 Status check_launch(const char* what);
+
+// What `record` queues on `stream` captured into an executable graph (thread-local capture
+// mode). The stream is synchronized first: capture records, it does not run, so the work queued
+// before must be done. A failing `record` ends the capture and is returned as it is.
+Result<cudaGraphExec_t> capture_graph(cudaStream_t stream, const std::function<Status()>& record);
 
 }  // namespace rinfer::cuda

@@ -49,6 +49,7 @@ Status LlamaCudaModel::attention(int64_t il, int64_t nt, int64_t n_past, DeviceK
     ap.scale = pp.ap.scale;
     ap.window = spec.groups[static_cast<size_t>(grp)].window;
     if (opts_.fusion.qkv && cuda::attention_decode_rope_supports(kl) &&
+        cuda::decode_kv_fits(kl.paged_rows, kl.kv_row_stride) &&
         cuda::attention_decode_workspace_bytes(ap) <= pp.workspace_bytes) {
       // As over the contiguous cache: RoPE, the K/V store into the position's slot, attention
       // through the block table and the int16 form of the output, in one kernel.

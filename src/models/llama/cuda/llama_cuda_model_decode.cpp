@@ -32,38 +32,23 @@ Status LlamaCudaModel::ensure_graph_scratch(const DeviceKvStorage& kv) {
 Result<cudaGraphExec_t> LlamaCudaModel::ensure_graph(bool sampled, int64_t pos,
                                                      DeviceKvStorage& kv) {
   RINFER_RETURN_IF_ERROR(ensure_graph_scratch(kv));
-  // The smallest bound that holds the step's KV length (pos + 1).
   size_t level = 0;
-  int64_t bound = kMinGraphBound;
-  while (bound < pos + 1 && bound < kv_n_ctx_) {
-    bound *= 2;
-    ++level;
-  }
-  bound = std::min(bound, kv_n_ctx_);
+  const int64_t bound = graph_bound(pos + 1, kv_n_ctx_, level);
   std::vector<cudaGraphExec_t>& v = graphs_[sampled ? 1 : 0];
   if (v.size() <= level) v.resize(level + 1, nullptr);
   cudaGraphExec_t& exec = v[level];
   if (exec != nullptr) return exec;
   cudaStream_t st = stream_.get();
   const Scratch& s = *graph_scratch_;
-  // Everything before capture must be done: capture records, it does not run.
-  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
-  RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  graph_bound_ = bound;
-  Status fs = forward(1, pos, sampled ? 0 : 1, &kv, s, nullptr);
-  graph_bound_ = 0;
-  if (fs.ok() && sampled) fs = dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(st, &graph);
-  if (!fs.ok()) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    return fs.with_context("capturing the decode graph");
-  }
-  RINFER_CUDA_RETURN(end);
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  if (inst != cudaSuccess) exec = nullptr;
-  RINFER_CUDA_RETURN(inst);
+  auto g = cuda::capture_graph(st, [&]() -> Status {
+    graph_bound_ = bound;
+    Status fs = forward(1, pos, sampled ? 0 : 1, &kv, s, nullptr);
+    graph_bound_ = 0;
+    if (fs.ok() && sampled) fs = dsampler_->launch(s.logits, s.tokens, s.positions, s.n_kv, st);
+    return fs;
+  });
+  if (!g.ok()) return g.status().with_context("capturing the decode graph");
+  exec = *g;
   return exec;
 }
 

@@ -40,6 +40,18 @@ constexpr int64_t kLogitRowsPerPass = 64;
 // exit at once, but not for free; why 1024 is measured in docs/gpu-inference.md.
 constexpr int64_t kMinGraphBound = 1024;
 
+// The smallest attention length bound of a decode graph (kMinGraphBound, twice that, ...,
+// capped at n_ctx) that holds n_kv positions; level: its index from the smallest.
+inline int64_t graph_bound(int64_t n_kv, int64_t n_ctx, size_t& level) {
+  level = 0;
+  int64_t bound = kMinGraphBound;
+  while (bound < n_kv && bound < n_ctx) {
+    bound *= 2;
+    ++level;
+  }
+  return std::min(bound, n_ctx);
+}
+
 // Every weight matrix of one block on the device.
 struct DeviceLayer {
   DeviceWeight wqkv;          // [q_dim + 2 kv_dim, n_embd] when merged, else undefined

@@ -6,6 +6,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/pinned.h"
+#include "core/cuda/stream.h"
 #include "core/error.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
 
@@ -129,33 +130,15 @@ void OneRowGraphs::check_arena(const kv::KvArena& arena) {
 Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const Capture& capture,
                             cudaStream_t st) {
   check_arena(arena);
-  // The smallest bound that holds the step's length.
   size_t level = 0;
-  int64_t bound = kMinGraphBound;
-  while (bound < kv_len_ && bound < n_ctx_) {
-    bound *= 2;
-    ++level;
-  }
-  bound = std::min(bound, n_ctx_);
+  const int64_t bound = graph_bound(kv_len_, n_ctx_, level);
   std::vector<cudaGraphExec_t>& v = graphs_[sampled ? 1 : 0];
   if (v.size() <= level) v.resize(level + 1, nullptr);
   cudaGraphExec_t& exec = v[level];
   if (exec == nullptr) {
-    // Capture records, it does not run: the staged copy and everything before it first.
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
-    RINFER_CUDA_RETURN(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    const Status cs = capture(in_, bound, sampled);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(st, &graph);
-    if (!cs.ok()) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return cs.with_context("capturing the one-row decode graph");
-    }
-    RINFER_CUDA_RETURN(end);
-    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (inst != cudaSuccess) exec = nullptr;
-    RINFER_CUDA_RETURN(inst);
+    auto g = cuda::capture_graph(st, [&] { return capture(in_, bound, sampled); });
+    if (!g.ok()) return g.status().with_context("capturing the one-row decode graph");
+    exec = *g;
   }
   RINFER_CUDA_RETURN(cudaGraphLaunch(exec, st));
   return ok_status();
