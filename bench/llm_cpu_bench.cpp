@@ -178,14 +178,13 @@ Result<Measured> measure(const std::string& path, const Config& c,
     }
     for (int rep = 0; rep < c.reps; ++rep) {
       RINFER_ASSIGN_OR_RETURN(RequestStats st, run(std::span(prompt.data(), 1), c.tg_tokens));
-      m.tg_samples.push_back(static_cast<double>(st.generated_tokens - 1) /
-                             ((st.total_ms - st.ttft_ms) / 1e3));
+      m.tg_samples.push_back(decode_tps(st));
       m.tg_tokens = st.generated_tokens;
       cache.clear();
       Generator gen(*model, cache, nullptr, g);
       RINFER_ASSIGN_OR_RETURN(GenerationResult r,
                               gen.generate(std::span(prompt.data(), 1), nullptr));
-      m.tg_ratio.push_back(m.tg_samples.back() / r.timings.decode_tps());
+      m.tg_ratio.push_back(m.tg_samples.back() / decode_tps(r.stats));
     }
     m.pp_tps = median(m.pp_samples);
     m.tg_tps = median(m.tg_samples);
@@ -204,8 +203,8 @@ Result<Measured> measure(const std::string& path, const Config& c,
     cache.clear();
     Generator gen(*model, cache, nullptr, g);
     RINFER_ASSIGN_OR_RETURN(GenerationResult r, gen.generate(std::span(prompt.data(), 1), nullptr));
-    m.tg_samples.push_back(r.timings.decode_tps());
-    m.tg_tokens = r.timings.generated_tokens;
+    m.tg_samples.push_back(decode_tps(r.stats));
+    m.tg_tokens = r.stats.generated_tokens;
   }
   m.tg_tps = median(m.tg_samples);
   // Step k of the decode reads k+1 cached positions of K and V in every layer.

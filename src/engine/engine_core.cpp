@@ -20,19 +20,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-std::string_view finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kEndOfGeneration: return "end of generation";
-    case FinishReason::kStopString: return "stop string";
-    case FinishReason::kMaxTokens: return "max tokens";
-    case FinishReason::kContextFull: return "context full";
-    case FinishReason::kAborted: return "aborted";
-    case FinishReason::kError: return "error";
-  }
-  return "unknown";
-}
-
 int64_t Request::max_length(int64_t n_ctx) const {
   if (params.max_tokens <= 0) return n_ctx;
   return std::min(n_ctx, n_prompt + params.max_tokens);
@@ -311,6 +298,7 @@ void EngineCore::stream_token(Request& r, Result<int32_t> tok, StepStats& st) {
   const int32_t sampled = *tok;
   const auto forced_at = static_cast<size_t>(r.n_generated());
   r.tokens.push_back(forced_at < r.params.forced.size() ? r.params.forced[forced_at] : sampled);
+  r.fresh_token = true;
   const int32_t last = r.tokens.back();
   ++st.n_sampled;
   ++stats_.generated_tokens;
@@ -410,6 +398,7 @@ Result<StepStats> EngineCore::step() {
     return st;
   }
   ++stats_.steps;
+  stats_.computed_tokens += s.n_tokens();
   // One-token sequences lead the batch: the runner computes their rows as it would alone.
   std::stable_partition(s.seqs.begin(), s.seqs.end(),
                         [](const ScheduledSeq& q) { return q.n_new == 1; });

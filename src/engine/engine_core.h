@@ -76,6 +76,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0;     // computed prompt tokens (prefix hits excluded)
   int64_t generated_tokens = 0;  // sampled
+  int64_t computed_tokens = 0;   // rows of every forward batch (recomputation included)
   int64_t preemptions = 0;
   int64_t finished = 0;
   int64_t kv_grows = 0;  // prealloc auto: times the pool grew

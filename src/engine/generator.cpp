@@ -37,25 +37,6 @@ Status sampling_failed(const Status& st, int64_t n) {
 
 }  // namespace
 
-std::string_view stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::kEndOfGeneration: return "end of generation";
-    case StopReason::kStopString: return "stop string";
-    case StopReason::kMaxTokens: return "max tokens";
-    case StopReason::kContextFull: return "context full";
-    case StopReason::kCancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
-std::string GenerationTimings::to_string() const {
-  std::string s = fmt::format("prompt {} tokens", prompt_tokens);
-  if (reused_tokens > 0) s += fmt::format(" (+{} cached)", reused_tokens);
-  s += fmt::format(" {:.1f} tok/s | generated {} tokens {:.1f} tok/s | first token {:.0f} ms",
-                   prompt_tps(), generated_tokens, decode_tps(), ttft_ms);
-  return s;
-}
-
 Generator::Generator(DecoderModel& model, KvCache& cache, TokenTextStream* text,
                      GeneratorOptions opts)
     : model_(model),
@@ -129,7 +110,7 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
   }
 
   GenerationResult result;
-  GenerationTimings& tm = result.timings;
+  RequestStats& tm = result.stats;
   if (opts_.max_tokens > 0) result.tokens.reserve(static_cast<size_t>(opts_.max_tokens));
 
   // Reuse the longest cached prefix; at least one prompt token is evaluated for its logits.
@@ -145,8 +126,8 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
     }
   }
   tokens_.assign(prompt.begin(), prompt.end());
-  tm.reused_tokens = static_cast<int64_t>(keep);
-  tm.prompt_tokens = static_cast<int64_t>(prompt.size() - keep);
+  tm.cached_tokens = static_cast<int64_t>(keep);
+  tm.prompt_tokens = static_cast<int64_t>(prompt.size());
 
   // The cache and tokens_ must agree whenever we return (the next call relies on it).
   auto sync = [&] {
@@ -155,11 +136,11 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
 
   bool cancelled = false;
   Status st = evaluate(static_cast<int64_t>(keep), cancel, &cancelled);
-  tm.prompt_ms = ms_since(t0);
   if (!st.ok() || cancelled) {
     sync();
     if (!st.ok()) return st;
-    result.stop_reason = StopReason::kCancelled;
+    result.finish = FinishReason::kAborted;
+    tm.total_ms = ms_since(t0);
     return result;
   }
 
@@ -171,7 +152,7 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
   };
 
   Clock::time_point t_first;
-  // A sampled token: counted and streamed; false when it ends the reply (stop_reason set), else
+  // A sampled token: counted and streamed; false when it ends the reply (finish set), else
   // it joins the history and is fed to the next step.
   bool ended = false;
   auto accept = [&](int32_t tok) -> bool {
@@ -183,26 +164,26 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
       tm.ttft_ms = std::chrono::duration<double, std::milli>(t_first - t0).count();
     }
     if (text_ != nullptr && text_->is_end_of_generation(tok)) {
-      result.stop_reason = StopReason::kEndOfGeneration;
+      result.finish = FinishReason::kEndOfGeneration;
       return false;
     }
     if (text_ != nullptr) {
       emit(stop.push(text_->push(tok)));
       if (stop.stopped()) {
-        result.stop_reason = StopReason::kStopString;
+        result.finish = FinishReason::kStopString;
         return false;
       }
     }
     if (opts_.max_tokens > 0 && tm.generated_tokens >= opts_.max_tokens) {
-      result.stop_reason = StopReason::kMaxTokens;
+      result.finish = FinishReason::kMaxTokens;
       return false;
     }
     if (is_cancelled(cancel)) {
-      result.stop_reason = StopReason::kCancelled;
+      result.finish = FinishReason::kAborted;
       return false;
     }
     if (static_cast<int64_t>(tokens_.size()) >= n_ctx) {
-      result.stop_reason = StopReason::kContextFull;
+      result.finish = FinishReason::kContextFull;
       return false;
     }
     tokens_.push_back(tok);
@@ -251,24 +232,22 @@ Result<GenerationResult> Generator::generate(std::span<const int32_t> prompt,
                       ? sampling_failed(r.status(), tm.generated_tokens + 1)
                       : r.status());
     }
-    tm.decode_steps += r->steps;
     if (r->discarded > 0 && sampler_.params().temperature > 0.0f) sampler_.set_rng(before_last);
-    if (!ended) result.stop_reason = StopReason::kContextFull;  // the model stops only there
+    if (!ended) result.finish = FinishReason::kContextFull;  // the model stops only there
     go_on = false;
   }
   while (go_on) {
     st = evaluate(static_cast<int64_t>(tokens_.size()) - 1, cancel, &cancelled);
     if (!st.ok()) return fail(st);
-    ++tm.decode_steps;
     if (cancelled) {  // inside the step's forward: the fed token is not in the cache
-      result.stop_reason = StopReason::kCancelled;
+      result.finish = FinishReason::kAborted;
       tokens_.pop_back();
       break;
     }
     go_on = sample_and_accept();
   }
   if (!failed.ok()) return fail(failed);
-  tm.decode_ms = ms_since(t_first);
+  tm.total_ms = ms_since(t0);
   if (text_ != nullptr) {
     std::string tail = text_->finish();
     if (!stop.stopped()) {

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
@@ -39,39 +40,13 @@ struct GeneratorOptions {
   SamplingParams sampling;
 };
 
-enum class StopReason : uint8_t {
-  kEndOfGeneration,  // the model sampled an end-of-generation token
-  kStopString,
-  kMaxTokens,
-  kContextFull,
-  kCancelled,
-};
-std::string_view stop_reason_name(StopReason r);
-
-struct GenerationTimings {
-  int64_t prompt_tokens = 0;     // tokens evaluated by the prefill
-  int64_t reused_tokens = 0;     // prompt tokens already in the KV cache (not recomputed)
-  int64_t generated_tokens = 0;  // tokens sampled (the end-of-generation token included)
-  int64_t decode_steps = 0;      // forward passes after the prefill
-  double prompt_ms = 0;          // prefill
-  double decode_ms = 0;          // decode forward passes + sampling + detokenizing
-  double ttft_ms = 0;            // call start -> first token sampled
-
-  double prompt_tps() const {
-    return prompt_ms > 0 ? 1e3 * static_cast<double>(prompt_tokens) / prompt_ms : 0;
-  }
-  double decode_tps() const {
-    return decode_ms > 0 ? 1e3 * static_cast<double>(decode_steps) / decode_ms : 0;
-  }
-  // "prompt 42 tokens 512.3 tok/s | generated 100 tokens 230.1 tok/s | first token 82 ms"
-  std::string to_string() const;
-};
-
+// A reply: its tokens, its text, why it ended and its figures (the engine core's types: a
+// cancelled reply ends with FinishReason::kAborted; stats.queue_ms and preemptions stay 0).
 struct GenerationResult {
   std::vector<int32_t> tokens;  // sampled ids (an end-of-generation token included)
   std::string text;             // the streamed text, concatenated
-  StopReason stop_reason = StopReason::kMaxTokens;
-  GenerationTimings timings;
+  FinishReason finish = FinishReason::kMaxTokens;
+  RequestStats stats;
 };
 
 using PieceCallback = std::function<void(std::string_view piece)>;
@@ -87,7 +62,7 @@ class Generator {
   // null. Errors: an empty prompt, sampling settings that fail validate(), a prompt that leaves
   // no room in the context (kOutOfRange), a model failure, logits that are not finite (kDataLoss:
   // "the model produced non-finite logits at generation step N ..."). After an error the cache
-  // and tokens() still agree. Cancellation is not an error: stop_reason says kCancelled.
+  // and tokens() still agree. Cancellation is not an error: finish says kAborted.
   Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
                                     const std::atomic<bool>* cancel = nullptr);
 

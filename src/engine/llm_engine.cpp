@@ -109,10 +109,10 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   e->gen_options_ = g;
 
   if (options.model_only) return e;
-  // CUDA serves many requests through the engine core; one request at a time (rinfer run and
-  // bench) stays on the single-sequence path, whose decode graphs the runner does not have yet.
-  const bool use_core =
-      options.engine_core && r.strategies.kv_cache && (opts.device.is_cpu() || options.seats != 1);
+  // The engine core everywhere but CUDA at one seat (rinfer run and bench), which stays on the
+  // single-sequence path until the core queues a decode step ahead as that path does. kv_cache
+  // off (the baseline) is the core recomputing every sequence each step.
+  const bool use_core = options.engine_core && (opts.device.is_cpu() || options.seats != 1);
   if (use_core) {
     EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
     co.memory_hint = kv_memory_hint(r, opts, hp, ctx_from_model);
@@ -136,32 +136,6 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   e->text_ = e->sample_->postprocess_stream();
   e->generator_ = std::make_unique<Generator>(e->sample_->decoder(), e->cache_, e->text_.get(), g);
   return e;
-}
-
-namespace {
-
-StopReason stop_reason_of(FinishReason f) {
-  switch (f) {
-    case FinishReason::kEndOfGeneration: return StopReason::kEndOfGeneration;
-    case FinishReason::kStopString: return StopReason::kStopString;
-    case FinishReason::kContextFull: return StopReason::kContextFull;
-    case FinishReason::kAborted: return StopReason::kCancelled;
-    default: return StopReason::kMaxTokens;
-  }
-}
-
-}  // namespace
-
-GenerationTimings generation_timings(const RequestStats& s) {
-  GenerationTimings tm;
-  tm.reused_tokens = s.cached_tokens;
-  tm.prompt_tokens = s.prompt_tokens - s.cached_tokens;
-  tm.generated_tokens = s.generated_tokens;
-  tm.decode_steps = std::max<int64_t>(0, s.generated_tokens - 1);
-  tm.ttft_ms = s.ttft_ms;
-  tm.prompt_ms = s.ttft_ms;
-  tm.decode_ms = s.generated_tokens > 1 ? s.total_ms - s.ttft_ms : 0;
-  return tm;
 }
 
 void LlmEngine::reset() {
@@ -192,8 +166,8 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
     }
   };
   RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(*core_, std::move(p), cancel));
-  res.stop_reason = stop_reason_of(out.finish);
-  res.timings = generation_timings(out.stats);
+  res.finish = out.finish;
+  res.stats = out.stats;
   return res;
 }
 
@@ -207,12 +181,13 @@ std::string LlmEngine::describe() const {
     const kv::KvArena& a = core_->kv_arena();
     return fmt::format(
         "model     {}\n          {}\n          tokenizer {}; {}\n"
-        "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions x {} seats, {})\n"
+        "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions x {} seats, {}){}\n"
         "sampling  {}\n",
         model_path_, sample_->decoder().describe(), tokenizer_text(),
         sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
         static_cast<double>(a.bytes()) / (1 << 20), recipe_.context_length,
         core_->options().scheduler.max_seqs, a.spec().describe(),
+        recipe_.strategies.kv_cache ? "" : "; disabled: recomputes the sequence every step",
         gen_options_.sampling.to_string());
   }
   if (!generator_) {

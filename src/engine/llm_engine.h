@@ -3,12 +3,12 @@
 // cache, kernels, threads, fusion, quantization, CUDA graphs, allocator, batching), its
 // device, its context length and its sampling settings. Owns everything a conversation needs,
 // created once: the thread pool, and either
-//   the engine core (engine/engine_core.h) with its paged KV arena when the KV cache is on: on
-//   the CPU always (`rinfer run` and `rinfer bench` are its clients, one request at a time), on
-//   CUDA for many seats (`rinfer bench-serve`); or
-//   the single-sequence generator over a contiguous KvCache (CUDA at one seat, whose decode
-//   graphs the runner lacks; the kv_cache-off baseline; and the tools that drive the model
-//   directly: perplexity, parity).
+//   the engine core (engine/engine_core.h) with its KV arena: on the CPU always (`rinfer run`
+//   and `rinfer bench` are its clients, one request at a time; kv_cache off recomputes every
+//   sequence each step), on CUDA for many seats (`rinfer bench-serve`); or
+//   the single-sequence generator over a contiguous KvCache (CUDA at one seat, which does not
+//   queue a decode step ahead in the core yet; the tools that drive the model directly:
+//   perplexity, parity).
 #pragma once
 
 #include <memory>
@@ -34,10 +34,6 @@ struct LlmEngineOptions {
   // rinfer bench-serve). generate() is then an error.
   bool model_only = false;
 };
-
-// A finished request's figures as the generator's timings: computed prompt tokens, the cached
-// ones, generated tokens, time to first token (the prefill) and the decode after it.
-GenerationTimings generation_timings(const RequestStats& s);
 
 class LlmEngine {
  public:

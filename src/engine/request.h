@@ -35,6 +35,7 @@ enum class FinishReason : uint8_t {
   kAborted,  // abort() or a cancelled client
   kError,    // a bad request or a failed step (RequestEvent::error says why)
 };
+// "end of generation", "stop string", "max tokens", "context full", "cancelled", ...
 std::string_view finish_reason_name(FinishReason r);
 
 struct RequestStats {
@@ -46,6 +47,15 @@ struct RequestStats {
   double ttft_ms = 0;   // submit -> first token
   double total_ms = 0;  // submit -> finish
 };
+
+// A finished request's rates: the prefill's (the prompt tokens computed, the cached ones left
+// out, over the time to the first token) and the decode's (the tokens after the first over the
+// time after it); 0 where no time passed.
+double prefill_tps(const RequestStats& s);
+double decode_tps(const RequestStats& s);
+// "prompt 42 tokens (+8 cached) 512.3 tok/s | generated 100 tokens 230.1 tok/s | first token
+// 82 ms"
+std::string stats_text(const RequestStats& s);
 
 // What a request hands back each step it makes progress (called on the thread running step()).
 struct RequestEvent {
@@ -97,6 +107,8 @@ struct Request {
   std::vector<float> logits;  // [n_vocab] the last row, with want_logits
   Clock::time_point submitted;
   bool scheduled_once = false;
+  // A token was appended since its keys and values were last dropped (recompute_each_step).
+  bool fresh_token = false;
 
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }

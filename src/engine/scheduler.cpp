@@ -83,6 +83,17 @@ Result<bool> Scheduler::preempt_last(SchedulerOutput& out, Request** victim) {
 
 Result<SchedulerOutput> Scheduler::schedule() {
   SchedulerOutput out;
+  if (cfg_.recompute_each_step) {
+    for (Request* r : running_) {
+      // A decode row due: the token sampled last step (a sequence being recomputed in chunks
+      // keeps its blocks until it is whole).
+      if (!r->fresh_token) continue;
+      r->fresh_token = false;
+      kv_.free(r->id);
+      RINFER_ASSIGN_OR_RETURN(const int64_t hit, kv_.attach(r->id, r->tokens, r->params.cache_salt));
+      r->computed = hit;  // 0: prefix caching is off
+    }
+  }
   int64_t budget = cfg_.max_batched_tokens;
   const bool nothing_ran = running_.empty();
   bool preempted = false;

@@ -14,6 +14,8 @@
 //      fit; new ones take their prefix-cache hit, then a chunk of their prompt, admitted only
 //      when the pools keep a watermark of free blocks afterwards (so running decodes do not
 //      preempt each other at once).
+// With recompute_each_step (kv_cache off) a request due a decode row first drops its keys and
+// values and owes its whole sequence again.
 // Static batching (the baseline) is the same loop, except that waiting requests are admitted
 // only into an open batch: a batch opens when nothing runs, takes members (their prompts over as
 // many steps as the budget needs) until its seats are full or nobody waits, and the next one
@@ -45,6 +47,10 @@ struct SchedulerConfig {
   // kv_cache.prealloc max: a request takes the blocks of its whole length when admitted, so it
   // is never preempted.
   bool reserve_max_length = false;
+  // kv_cache off (the baseline): no keys and values are kept from one token to the next. A
+  // request due a decode row gives its blocks back and computes its whole sequence again, in
+  // chunks as a prompt (prefix caching must be off).
+  bool recompute_each_step = false;
 };
 
 struct ScheduledSeq {

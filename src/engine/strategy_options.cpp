@@ -57,6 +57,10 @@ EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
   sc.preemption = b.preemption;
   sc.watermark = b.watermark;
   sc.order = b.priority ? QueueOrder::kPriority : QueueOrder::kFcfs;
+  if (!s.kv_cache) {  // the baseline: every decode step recomputes the whole sequence
+    sc.recompute_each_step = true;
+    o.prefix_caching = false;
+  }
   return o;
 }
 

@@ -297,9 +297,8 @@ SamplingParams bench_sampling() {
 
 // One bench run through the engine core: an empty prefix cache, the prompt, max_tokens greedy
 // tokens with end-of-generation ignored; `on_token` after each sampled token.
-Result<GenerationTimings> bench_core_run(EngineCore& core, const std::vector<int32_t>& prompt,
-                                         int64_t max_tokens,
-                                         const std::function<void()>& on_token) {
+Result<RequestStats> bench_core_run(EngineCore& core, const std::vector<int32_t>& prompt,
+                                    int64_t max_tokens, const std::function<void()>& on_token) {
   core.clear_prefix_cache();
   RequestParams p;
   p.prompt = prompt;
@@ -310,7 +309,7 @@ Result<GenerationTimings> bench_core_run(EngineCore& core, const std::vector<int
     for (size_t i = 0; i < ev.tokens.size(); ++i) on_token();
   };
   RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(core, std::move(p)));
-  return generation_timings(out.stats);
+  return out.stats;
 }
 
 struct RunSample {
@@ -475,7 +474,7 @@ int run_bench(const BenchArgs& a) {
       bar.update(++done_tokens);
     };
     // One measured run: prefill from an empty cache, then max_tokens greedy tokens.
-    auto run_once = [&](int64_t max_tokens) -> Result<GenerationTimings> {
+    auto run_once = [&](int64_t max_tokens) -> Result<RequestStats> {
       stamps.clear();
       if (EngineCore* core = e.core()) {
         return bench_core_run(*core, prompt, max_tokens, stamp);
@@ -489,7 +488,7 @@ int run_bench(const BenchArgs& a) {
       Generator gen(e.decoder(), e.kv_cache(), &stream, g);
       gen.reset();
       RINFER_ASSIGN_OR_RETURN(GenerationResult res, gen.generate(prompt, nullptr));
-      return res.timings;
+      return res.stats;
     };
 
     std::vector<RunSample> runs;
@@ -501,11 +500,11 @@ int run_bench(const BenchArgs& a) {
         return report_error(res.status().with_context(v.path).message());
       }
       if (warm) continue;
-      const GenerationTimings& tm = *res;
+      const RequestStats& tm = *res;
       RunSample s;
       s.ttft_ms = tm.ttft_ms;
-      s.prefill_tps = tm.prompt_tps();
-      s.decode_tps = tm.decode_tps();
+      s.prefill_tps = prefill_tps(tm);
+      s.decode_tps = decode_tps(tm);
       std::vector<double> steps;
       for (size_t i = 1; i < stamps.size(); ++i) {
         steps.push_back(

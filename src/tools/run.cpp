@@ -127,8 +127,8 @@ std::optional<std::string> read_line() {
 }
 
 void print_timing(const GenerationResult& r) {
-  std::fprintf(stderr, "\n[%s | stop: %s]\n", r.timings.to_string().c_str(),
-               std::string(stop_reason_name(r.stop_reason)).c_str());
+  std::fprintf(stderr, "\n[%s | stop: %s]\n", stats_text(r.stats).c_str(),
+               std::string(finish_reason_name(r.finish)).c_str());
 }
 
 // Generates one reply to `prompt`, streaming it; returns the result (cancellation included).
@@ -221,7 +221,7 @@ Status check_template(LlmEngine& e, const char* what) {
 // end of the command by check_stdout_written).
 int reply_exit_code(const GenerationResult& r) {
   if (!write_stdout("")) return 1;
-  return r.stop_reason == StopReason::kCancelled ? 130 : 0;
+  return r.finish == FinishReason::kAborted ? 130 : 0;
 }
 
 int run_prompt(LlmEngine& e, const RunArgs& a, const std::string& text) {

@@ -162,6 +162,38 @@ TEST(EngineCore, ContiguousLayoutAndStaticBatchingGiveTheSameTokens) {
   expect_batched_equals_alone("llama/tiny_llama.gguf", o, 24, 40, 16, 2);
 }
 
+// kv_cache off (the baseline, recompute_each_step): every decode step computes the request's
+// whole sequence again, batched with the others and in chunks past the step's token budget
+// (prompts up to 60 and replies up to 30 tokens, 16-token steps, 8 seats), and gives each job the tokens
+// it gets alone with the cache on; the sliding-window model too.
+TEST(EngineCore, RecomputingEveryStepGivesTheTokensOfTheKvCache) {
+  for (const char* model : {"llama/tiny_llama.gguf", "gemma3/tiny_gemma3.gguf"}) {
+    SCOPED_TRACE(model);
+    auto m = load(model, cpu::Impl::kReference);
+    ASSERT_TRUE(m);
+    const std::vector<Job> jobs = random_jobs(12, m->hparams().n_vocab, 6, 60, 30);
+    EngineCoreOptions o = options();
+    o.scheduler.max_batched_tokens = 16;
+    o.scheduler.max_seqs = 8;
+    o.scheduler.recompute_each_step = true;
+    o.prefix_caching = false;
+    auto e = EngineCore::create(*m, o, nullptr);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    const std::vector<Outcome> got = run_all(**e, jobs);
+    EXPECT_EQ((*e)->stats().kv.used_blocks, 0);
+    int64_t computed = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "job " << i);
+      ASSERT_EQ(got[i].finish, FinishReason::kMaxTokens) << got[i].error.to_string();
+      EXPECT_EQ(got[i].tokens, alone(*m, jobs[i], options()));
+      // Every step after the first token recomputed the prompt and the reply so far.
+      const auto n = static_cast<int64_t>(jobs[i].prompt.size());
+      for (int64_t t = 0; t < jobs[i].max_tokens; ++t) computed += n + t;
+    }
+    EXPECT_EQ((*e)->stats().computed_tokens, computed);
+  }
+}
+
 // A static batch takes all its seats even when their prompts need several steps of the token
 // budget, and the next batch starts only when the last member of this one finished.
 TEST(EngineCore, StaticBatchesFillTheirSeatsThenRunToTheEnd) {

@@ -64,10 +64,10 @@ TEST(GeneratorTest, KvCacheAndRecomputeGenerateTheSameTokens) {
     Generator g(*s.model, s.cache, nullptr, greedy(12, kv));
     auto r = g.generate(kPrompt, nullptr);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    EXPECT_EQ(r->stop_reason, StopReason::kMaxTokens);
-    EXPECT_EQ(r->timings.generated_tokens, 12);
-    EXPECT_EQ(r->timings.decode_steps, 11);
-    EXPECT_EQ(r->timings.prompt_tokens, 6);
+    EXPECT_EQ(r->finish, FinishReason::kMaxTokens);
+    EXPECT_EQ(r->stats.generated_tokens, 12);
+    EXPECT_EQ(r->stats.prompt_tokens, 6);
+    EXPECT_EQ(r->stats.cached_tokens, 0);
     (kv ? with : without) = r->tokens;
   }
   EXPECT_EQ(with, without);
@@ -101,7 +101,7 @@ TEST(GeneratorTest, StreamsPiecesAndStopsAtEndOfGeneration) {
   std::vector<std::string> pieces;
   auto r = g.generate(kPrompt, [&](std::string_view p) { pieces.emplace_back(p); });
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->stop_reason, StopReason::kEndOfGeneration);
+  EXPECT_EQ(r->finish, FinishReason::kEndOfGeneration);
   EXPECT_EQ(r->tokens.back(), stop_tok);
   std::string joined;
   for (const auto& p : pieces) joined += p;
@@ -128,7 +128,7 @@ TEST(GeneratorTest, StopStringIsNeverStreamed) {
   std::string streamed;
   auto r = g.generate(kPrompt, [&](std::string_view p) { streamed += p; });
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->stop_reason, StopReason::kStopString);
+  EXPECT_EQ(r->finish, FinishReason::kStopString);
   EXPECT_EQ(streamed, first->text.substr(0, at));
   EXPECT_EQ(streamed.find(stop), std::string::npos);
 }
@@ -146,7 +146,7 @@ TEST(GeneratorTest, CancelStopsAfterTheCurrentToken) {
       },
       &cancel);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(r->finish, FinishReason::kAborted);
   EXPECT_EQ(r->tokens.size(), 3u);
   // The cache and the history still agree: the next call reuses them.
   EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size()));
@@ -154,7 +154,7 @@ TEST(GeneratorTest, CancelStopsAfterTheCurrentToken) {
   cancel = true;
   auto r2 = g.generate(std::vector<int32_t>{3, 4}, nullptr, &cancel);
   ASSERT_TRUE(r2.ok());
-  EXPECT_EQ(r2->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(r2->finish, FinishReason::kAborted);
 }
 
 TEST(GeneratorTest, ContextFullAndPromptTooLong) {
@@ -162,7 +162,7 @@ TEST(GeneratorTest, ContextFullAndPromptTooLong) {
   Generator g(*s.model, s.cache, nullptr, greedy(0));
   auto r = g.generate(kPrompt, nullptr);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->stop_reason, StopReason::kContextFull);
+  EXPECT_EQ(r->finish, FinishReason::kContextFull);
   EXPECT_EQ(s.cache.size(), 16);
   EXPECT_EQ(r->tokens.size(), 11u);  // 16 - 6 fed back, plus the last one sampled
 
@@ -190,8 +190,8 @@ TEST(GeneratorTest, ReusesTheCachedPrefixAcrossTurns) {
   auto r2 = g.generate(turn2, nullptr);
   ASSERT_TRUE(r2.ok());
   // The last reply token was sampled but never fed, so it is evaluated with the new ones.
-  EXPECT_EQ(r2->timings.reused_tokens, static_cast<int64_t>(kPrompt.size() + 4));
-  EXPECT_EQ(r2->timings.prompt_tokens, 4);
+  EXPECT_EQ(r2->stats.cached_tokens, static_cast<int64_t>(kPrompt.size() + 4));
+  EXPECT_EQ(r2->stats.prompt_tokens - r2->stats.cached_tokens, 4);
 
   Rig fresh = make();
   Generator f(*fresh.model, fresh.cache, nullptr, greedy(5));
@@ -203,7 +203,7 @@ TEST(GeneratorTest, ReusesTheCachedPrefixAcrossTurns) {
   std::vector<int32_t> edited = {1, 17, 50, 50};
   auto r3 = g.generate(edited, nullptr);
   ASSERT_TRUE(r3.ok());
-  EXPECT_EQ(r3->timings.reused_tokens, 2);
+  EXPECT_EQ(r3->stats.cached_tokens, 2);
 }
 
 TEST(GeneratorTest, SeededSamplingIsReproducible) {
@@ -281,8 +281,8 @@ TEST(GeneratorTest, DeviceDecodingMatchesTheHostLoop) {
   for (bool sampled : {false, true}) {
     struct Reply {
       std::vector<int32_t> tokens;
-      StopReason reason;
-      int64_t steps, cache;
+      FinishReason reason;
+      int64_t generated, cache;
       bool operator==(const Reply&) const = default;
     };
     std::vector<Reply> runs[2];
@@ -307,7 +307,7 @@ TEST(GeneratorTest, DeviceDecodingMatchesTheHostLoop) {
         if (turn == 2) g.mutable_options().max_tokens = 0;  // until the context is full
         auto r = g.generate(prompt, nullptr);
         ASSERT_TRUE(r.ok()) << r.status().to_string();
-        runs[dev].push_back({r->tokens, r->stop_reason, r->timings.decode_steps, s.cache.size()});
+        runs[dev].push_back({r->tokens, r->finish, r->stats.generated_tokens, s.cache.size()});
         EXPECT_EQ(s.cache.size(), static_cast<int64_t>(g.tokens().size()));
         prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
         prompt.insert(prompt.end(), {7, 8});
@@ -315,10 +315,10 @@ TEST(GeneratorTest, DeviceDecodingMatchesTheHostLoop) {
       EXPECT_EQ(m.calls, dev == 1 ? 3 : 0);
     }
     ASSERT_EQ(runs[1].size(), 3u);
-    EXPECT_EQ(runs[1][0].reason, StopReason::kMaxTokens);
+    EXPECT_EQ(runs[1][0].reason, FinishReason::kMaxTokens);
     EXPECT_EQ(runs[1][0].tokens.size(), 10u);
-    EXPECT_EQ(runs[1][0].steps, 9);
-    EXPECT_EQ(runs[1][2].reason, StopReason::kContextFull);
+    EXPECT_EQ(runs[1][0].generated, 10);
+    EXPECT_EQ(runs[1][2].reason, FinishReason::kContextFull);
     EXPECT_EQ(runs[1][2].cache, 40);
     for (size_t t = 0; t < runs[0].size(); ++t) {
       EXPECT_TRUE(runs[0][t] == runs[1][t]) << (sampled ? "sampled" : "greedy") << ", reply " << t;
@@ -331,12 +331,13 @@ TEST(GeneratorTest, TimingsAreFilled) {
   Generator g(*s.model, s.cache, nullptr, greedy(4));
   auto r = g.generate(kPrompt, nullptr);
   ASSERT_TRUE(r.ok());
-  const GenerationTimings& t = r->timings;
-  EXPECT_GT(t.prompt_ms, 0);
+  const RequestStats& t = r->stats;
   EXPECT_GT(t.ttft_ms, 0);
-  EXPECT_GT(t.prompt_tps(), 0);
-  EXPECT_GT(t.decode_tps(), 0);
-  EXPECT_NE(t.to_string().find("prompt 6 tokens"), std::string::npos) << t.to_string();
+  EXPECT_GT(t.total_ms, t.ttft_ms);
+  EXPECT_GT(prefill_tps(t), 0);
+  EXPECT_GT(decode_tps(t), 0);
+  EXPECT_NE(stats_text(t).find("prompt 6 tokens"), std::string::npos) << stats_text(t);
+  EXPECT_NE(stats_text(t).find("generated 4 tokens"), std::string::npos) << stats_text(t);
 }
 
 // A model whose logits turn non-finite from its `clean`-th infer call on (counting from 0; the
@@ -440,7 +441,7 @@ TEST(GeneratorTest, NonFiniteLogitsMidReplyAreAnErrorAndLeaveTheCacheConsistent)
 // Guards Ctrl-C during a long prefill: the baseline recipe's prompt is one uninterruptible
 // 512-token forward, and the flag was checked only between chunks. Now it reaches inside the
 // forward (the CPU model checks it between layers; here the layer observer raises it after
-// layer 0 of the k-th forward): the call returns early with StopReason::kCancelled, having run
+// layer 0 of the k-th forward): the call returns early with FinishReason::kAborted, having run
 // no further layer, the cache and the history agree, and the next generate() gives what a fresh
 // generator gives. Prefill (one chunk, or the second of several) and decode steps, KV cache on
 // and off.
@@ -471,7 +472,7 @@ TEST(GeneratorTest, CancelReachesInsideTheForward) {
     Generator g(*s.model, s.cache, nullptr, o);
     auto r = g.generate(kPrompt, nullptr, &cancel);
     ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
-    EXPECT_EQ(r->stop_reason, StopReason::kCancelled) << what;
+    EXPECT_EQ(r->finish, FinishReason::kAborted) << what;
     EXPECT_EQ(r->tokens.size(), c.tokens) << what;
     EXPECT_EQ(after_trip, 0) << what;  // stopped before layer 1 of that forward
     EXPECT_EQ(forwards, c.trip_forward) << what;
@@ -486,7 +487,7 @@ TEST(GeneratorTest, CancelReachesInsideTheForward) {
     Generator f(*fresh.model, fresh.cache, nullptr, o);
     auto want = f.generate(kPrompt, nullptr);
     ASSERT_TRUE(want.ok());
-    EXPECT_EQ(again->stop_reason, StopReason::kMaxTokens) << what;
+    EXPECT_EQ(again->finish, FinishReason::kMaxTokens) << what;
     EXPECT_EQ(again->tokens, want->tokens) << what;
   }
   // Raised before the call: not even the first chunk runs.
@@ -498,7 +499,7 @@ TEST(GeneratorTest, CancelReachesInsideTheForward) {
   Generator g(*s.model, s.cache, nullptr, greedy(5));
   auto r = g.generate(kPrompt, nullptr, &cancel);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->stop_reason, StopReason::kCancelled);
+  EXPECT_EQ(r->finish, FinishReason::kAborted);
   EXPECT_EQ(blocks, 0);
   EXPECT_EQ(s.cache.size(), 0);
 }

@@ -283,7 +283,7 @@ TEST(TinyGemma3Ring, GeneratorRewindsOrRecomputes) {
   cont.insert(cont.end(), {7, 8, 9});
   auto r2 = gen.generate(cont, nullptr);
   ASSERT_TRUE(r2.ok()) << r2.status().to_string();
-  EXPECT_EQ(r2->timings.reused_tokens, n_cached);
+  EXPECT_EQ(r2->stats.cached_tokens, n_cached);
   EXPECT_EQ(r2->tokens, fresh(cont));
 
   // Rewind far back (a shared prefix of 10 tokens, long overwritten in the rings): recompute.
@@ -292,8 +292,8 @@ TEST(TinyGemma3Ring, GeneratorRewindsOrRecomputes) {
   other.insert(other.end(), tail.begin(), tail.end());
   auto r3 = gen.generate(other, nullptr);
   ASSERT_TRUE(r3.ok()) << r3.status().to_string();
-  EXPECT_EQ(r3->timings.reused_tokens, 0);
-  EXPECT_EQ(r3->timings.prompt_tokens, 25);
+  EXPECT_EQ(r3->stats.cached_tokens, 0);
+  EXPECT_EQ(r3->stats.prompt_tokens, 25);
   EXPECT_EQ(r3->tokens, fresh(other));
 }
 

@@ -454,8 +454,8 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
                      (sampled ? " sampled" : " greedy"));
         struct Reply {
           std::vector<int32_t> tokens;
-          StopReason reason;
-          int64_t steps, cache;
+          FinishReason reason;
+          int64_t generated, cache;
         };
         std::vector<Reply> runs[2];
         for (int dev = 0; dev < 2; ++dev) {
@@ -486,18 +486,18 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
             auto r = gen.generate(prompt, nullptr);
             ASSERT_TRUE(r.ok()) << r.status().to_string();
             runs[dev].push_back(
-                {r->tokens, r->stop_reason, r->timings.decode_steps, cache->size()});
+                {r->tokens, r->finish, r->stats.generated_tokens, cache->size()});
             prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
             prompt.insert(prompt.end(), {3, 4});
           }
         }
         ASSERT_EQ(runs[0].size(), runs[1].size());
-        EXPECT_EQ(runs[1][2].reason, StopReason::kContextFull);
+        EXPECT_EQ(runs[1][2].reason, FinishReason::kContextFull);
         EXPECT_EQ(runs[1][2].cache, 48);
         for (size_t t = 0; t < runs[0].size(); ++t) {
           EXPECT_EQ(runs[0][t].tokens, runs[1][t].tokens) << "reply " << t;
           EXPECT_EQ(runs[0][t].reason, runs[1][t].reason) << "reply " << t;
-          EXPECT_EQ(runs[0][t].steps, runs[1][t].steps) << "reply " << t;
+          EXPECT_EQ(runs[0][t].generated, runs[1][t].generated) << "reply " << t;
           EXPECT_EQ(runs[0][t].cache, runs[1][t].cache) << "reply " << t;
         }
       }
