@@ -21,14 +21,7 @@ for f in ${FORMATS:-bf16 q8_0 q4_0}; do
       "$f" "$flag" >"$r"
     for c in ${CONCURRENCY:-1 8}; do
       echo "== $f runner_matvec $rm, concurrency $c" | tee -a "$out/batch1.txt"
-      if ! timeout "${SERVE_TIMEOUT:-240}" "$b/bin/rinfer" bench-serve "$r" --requests $((16 * c)) \
-          --input-len 128 --output-len 128 --concurrency "$c" --no-baseline \
-          --json "$out/serve_${f}_${rm}_c$c.json" >"$out/serve.log" 2>&1; then
-        fail=1
-        tail -20 "$out/serve.log" | tee -a "$out/batch1.txt"
-      fi
-      grep -E "^\| (output tok/s|TTFT p50|time per output token p50)" "$out/serve.log" |
-        tee -a "$out/batch1.txt"
+      serve_at "$r" "$c" "$out/serve_${f}_${rm}_c$c.json" "$out/batch1.txt" || fail=1
     done
     rm -f "$r"
   done

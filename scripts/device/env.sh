@@ -14,3 +14,18 @@ dnn="$(find /usr/local/cuda*/ /usr/lib -name 'libcudnn.so.9*' 2>/dev/null | head
 [ -f "$dnn" ] || echo "libcudnn.so.9 not found on this machine: the image classifiers' CUDA runner cannot start"
 export LD_LIBRARY_PATH="$PWD/$b/lib:$(dirname "$lt"):${dnn:+$(dirname "$dnn"):}${LD_LIBRARY_PATH:-}"
 export RINFER_SOURCE_DIR="$PWD" RINFER_GIT_SHA="$(cat "$b/git_sha" 2>/dev/null)"
+
+# serve_at RECIPE C JSON TXT: rinfer bench-serve over RECIPE at concurrency C (128/128,
+# --no-baseline, 16 requests a seat), the JSON to JSON; its output tok/s, TTFT and time per
+# output token lines (or the log's tail when it fails) appended to TXT. Returns 1 on failure.
+serve_at() {
+  local rc=0
+  if ! timeout "${SERVE_TIMEOUT:-240}" "$b/bin/rinfer" bench-serve "$1" --requests $((16 * $2)) \
+      --input-len 128 --output-len 128 --concurrency "$2" --no-baseline --json "$3" \
+      >"$out/serve.log" 2>&1; then
+    rc=1
+    tail -20 "$out/serve.log" | tee -a "$4"
+  fi
+  grep -E "^\| (output tok/s|TTFT p50|time per output token p50)" "$out/serve.log" | tee -a "$4"
+  return $rc
+}

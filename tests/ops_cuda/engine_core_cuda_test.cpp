@@ -8,6 +8,7 @@
 // agreement, not bit identity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -223,6 +224,68 @@ TEST_F(CudaEngineCore, AbortFreesEveryBlock) {
   EXPECT_EQ(e->stats().kv.used_blocks, 0);
   EXPECT_EQ(finish.size(), ids.size());
   for (auto& [id, why] : finish) EXPECT_EQ(why, FinishReason::kAborted) << id;
+}
+
+// The small-batch matvec (strategies.kernels.cuda.batch_matvec_rows, default 8) in decode steps
+// of 5, 4, 3 and 2 sequences, per Q4 weight format (Q8_0 stays on the GEMMs for now): the logits against those of the GEMM
+// path (batch_matvec_rows 0) with the same tokens forced. Both read the same bf16 activations;
+// the GEMM rounds the weights to bf16, the matvec dequantizes them exactly.
+TEST(CudaEngineCoreSmallBatch, MatvecStepsMatchTheGemmSteps) {
+  if (!cuda_devices().ok()) GTEST_SKIP() << "no usable CUDA device";
+  auto hp = llama::named_shape("smollm2");
+  ASSERT_TRUE(hp.ok());
+  hp->n_layer = 4;
+  for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    // [run][request][step]; run 0 the matvec, run 1 the GEMMs with run 0's tokens forced.
+    std::vector<std::vector<std::vector<float>>> logits[2];
+    std::vector<std::vector<int32_t>> tokens(5);
+    for (int run = 0; run < 2; ++run) {
+      LoadOptions lo;
+      lo.device = Device::cuda(0);
+      lo.cuda.kernels.batch_matvec_rows = run == 0 ? 8 : 0;
+      auto m = llama::make_random_cuda_model(*hp, dt, 77, lo);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      EngineCoreOptions o;
+      o.n_ctx = 256;
+      o.scheduler.max_seqs = 8;
+      o.scheduler.max_batched_tokens = 256;
+      auto e = EngineCore::create(**m, o, nullptr);
+      ASSERT_TRUE(e.ok()) << e.status().to_string();
+      logits[run].resize(5);
+      std::mt19937 rng(9);
+      for (size_t i = 0; i < 5; ++i) {
+        RequestParams p;
+        p.prompt.resize(3 + 9 * i);
+        for (int32_t& t : p.prompt) t = static_cast<int32_t>(rng() % hp->n_vocab);
+        p.max_tokens = static_cast<int64_t>(10 + 2 * i);  // the batch shrinks step by step
+        p.ignore_eos = true;
+        p.sampling = greedy();
+        p.want_logits = true;
+        if (run == 1) p.forced = tokens[i];
+        p.on_event = [&, run, i](const RequestEvent& ev) {
+          if (ev.tokens.empty()) return;
+          logits[run][i].emplace_back(ev.logits.begin(), ev.logits.end());
+          if (run == 0) tokens[i].insert(tokens[i].end(), ev.tokens.begin(), ev.tokens.end());
+        };
+        ASSERT_TRUE((*e)->submit(std::move(p)).ok());
+      }
+      const Status st = (*e)->run_until_idle();
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    double worst = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      ASSERT_EQ(logits[0][i].size(), 10 + 2 * i);
+      ASSERT_EQ(logits[1][i].size(), logits[0][i].size());
+      for (size_t t = 0; t < logits[0][i].size(); ++t) {
+        worst = std::max(worst, test::rel_l2(logits[0][i][t], logits[1][i][t]));
+      }
+    }
+    std::printf("%s: worst logits rel L2, small-batch matvec against the GEMMs: %.3g\n",
+                std::string(dtype_name(dt)).c_str(), worst);
+    EXPECT_LT(worst, 3e-2);
+    EXPECT_GT(worst, 0.0);  // the two paths did run different kernels
+  }
 }
 
 // The real SmolLM2 (Q4_1 weights, dequantized per GEMM) on the H200: 64 chat prompts

@@ -93,6 +93,67 @@ TEST_F(CudaMatvec, EveryLayoutMatchesTheReference) {
   }
 }
 
+// The small-batch matvec (decode steps of up to 8 sequences): every layout it takes, 1 to 8 rows
+// of bf16 activations (each row bucket, partial ones too), rows whose count is no multiple of a
+// block's four, against the scalar reference on the same bf16 activations.
+TEST_F(CudaMatvec, SmallBatchMatchesTheReference) {
+  uint64_t seed = 700;
+  for (DType t : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K}) {
+    const bool k = t == DType::kQ4_K;
+    const Shape shapes[] = {{1, k ? 256 : 32},
+                            {37, k ? 768 : 96},
+                            {130, 4096},
+                            {1001, k ? 512 : 544},
+                            {3, k ? 2048 : 1000}};
+    for (const Shape& s : shapes) {
+      if (s.n_in % 32 != 0 && t != DType::kBF16 && t != DType::kF16) continue;
+      const Tensor w = test::random_weight(t, s.n_out, s.n_in, ++seed);
+      CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight(w, 0, stream()));
+      ASSERT_TRUE(cuda::matvec_batch_supported(dw));
+      for (int64_t rows : {1, 2, 3, 4, 5, 8}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(s.n_out) + ", " +
+                     std::to_string(s.n_in) + "] x " + std::to_string(rows));
+        const auto x =
+            test::round_bf16(test::random_floats(static_cast<size_t>(rows * s.n_in), ++seed));
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+        cuda::DeviceBuffer dx = upload(xb);
+        const size_t n_y = static_cast<size_t>(rows * s.n_out);
+        // One row more than asked, poisoned: rows past n_rows stay untouched.
+        cuda::DeviceBuffer dy = poisoned<float>(n_y + static_cast<size_t>(s.n_out));
+        CU_ASSERT_OK(cuda::matvec_batch(dw, dx.as<uint16_t>(), rows, dy.as<float>(), stream()));
+        const std::vector<float> all = download<float>(dy, n_y + static_cast<size_t>(s.n_out));
+        const std::vector<float> y(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n_y));
+        EXPECT_EQ(test::count_non_finite(y), 0u);
+        EXPECT_EQ(test::count_non_finite(std::vector<float>(
+                      all.begin() + static_cast<std::ptrdiff_t>(n_y), all.end())),
+                  static_cast<size_t>(s.n_out));
+        EXPECT_LT(test::rel_l2(y, reference(w, x, rows)), 1e-5);
+      }
+    }
+  }
+  // What it refuses.
+  const Tensor w = test::random_weight(DType::kBF16, 16, 36, 1);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight odd, cuda::upload_weight(w, 0, stream()));
+  EXPECT_FALSE(cuda::matvec_batch_supported(odd));
+  const Tensor wf = test::random_weight(DType::kF32, 16, 32, 2);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight f32, cuda::upload_weight(wf, 0, stream()));
+  EXPECT_FALSE(cuda::matvec_batch_supported(f32));
+  const Tensor wq = test::random_weight(DType::kQ8_0, 16, 64, 3);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight q, cuda::upload_weight(wq, 0, stream()));
+  cuda::DeviceBuffer dx = poisoned<uint16_t>(9 * 64 + 8);
+  cuda::DeviceBuffer dy = poisoned<float>(9 * 16);
+  for (int64_t rows : {0, 9}) {
+    EXPECT_EQ(cuda::matvec_batch(q, dx.as<uint16_t>(), rows, dy.as<float>(), stream()).code(),
+              StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(cuda::matvec_batch(q, dx.as<uint16_t>() + 1, 2, dy.as<float>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::matvec_batch(f32, dx.as<uint16_t>(), 2, dy.as<float>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+}
+
 // Both Q8_0 / Q4_0 kernels (the streaming one wherever its shape rules allow, and the register
 // one) on every shape.
 constexpr cuda::MatvecKernel kBothKernels[] = {cuda::MatvecKernel::kAlways,

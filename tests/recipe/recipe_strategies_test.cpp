@@ -283,7 +283,7 @@ TEST(ApplyStrategiesTest, CudaKernelSwitchesReachTheLoadOptions) {
   const std::string text = BASE
       "device: cuda:0\nstrategies:\n  kernels:\n    cuda: {matvec_split: 2, matvec_stream: never, "
       "matvec_stream_kb: 64, producer_l2: all, attention_mma: false, pdl: false, "
-      "split_norm: false, runner_matvec: false}\n";
+      "split_norm: false, runner_matvec: false, batch_matvec_rows: 3}\n";
   const cuda::KernelConfig k = apply_ok(text).load.cuda.kernels;
   EXPECT_EQ(k.matvec_split, 2);
   EXPECT_EQ(k.matvec_stream, cuda::MatvecKernel::kNever);
@@ -293,16 +293,19 @@ TEST(ApplyStrategiesTest, CudaKernelSwitchesReachTheLoadOptions) {
   EXPECT_FALSE(k.pdl);
   EXPECT_FALSE(k.split_norm);
   EXPECT_FALSE(k.runner_matvec);
+  EXPECT_EQ(k.batch_matvec_rows, 3);
   auto r = parse_recipe(text, "r.yaml");
   ASSERT_TRUE(r.ok());
   EXPECT_NE(describe_strategies(r->strategies, r->device)
                 .find("kernels matvec_split 2, matvec_stream never, matvec_stream_kb 64, "
-                      "producer_l2 all, attention_mma off, pdl off, split_norm off, runner_matvec off"),
+                      "producer_l2 all, attention_mma off, pdl off, split_norm off, runner_matvec off, "
+                      "batch_matvec_rows 3"),
             std::string::npos)
       << describe_strategies(r->strategies, r->device);
   EXPECT_EQ(describe_cuda_kernels(k),
             "{matvec_split: 2, matvec_stream: never, matvec_stream_kb: 64, producer_l2: all, "
-            "attention_mma: false, pdl: false, split_norm: false, runner_matvec: false}");
+            "attention_mma: false, pdl: false, split_norm: false, runner_matvec: false, "
+            "batch_matvec_rows: 3}");
   // Each value of each enum, and a base recipe's switches kept where a child sets others.
   EXPECT_EQ(apply_ok(BASE "device: cuda:0\nstrategies: {kernels: {cuda: {matvec_split: 4}}}\n")
                 .load.cuda.kernels.matvec_split,
@@ -334,6 +337,7 @@ TEST(ApplyStrategiesTest, BadCudaKernelSwitchesNameTheFileAndLine) {
       {"    cuda: {matvec_split: 3}\n", "r.yaml:6:", "kernels.cuda.matvec_split"},
       {"    cuda: {matvec_stream_kb: 221}\n", "r.yaml:6:", "[16, 220]"},
       {"    cuda: {matvec_stream_kb: 15}\n", "r.yaml:6:", "[16, 220]"},
+      {"    cuda: {batch_matvec_rows: 9}\n", "r.yaml:6:", "[0, 8]"},
       {"    cuda: {producer_l2: sometimes}\n", "r.yaml:6:", "auto"},
       {"    cuda: {pdl: \"false\"}\n", "r.yaml:6:", "kernels.cuda.pdl"},
       {"    cuda: [pdl]\n", "r.yaml:6:", "kernels.cuda"},

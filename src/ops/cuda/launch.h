@@ -45,6 +45,10 @@ struct RowNorm {
 cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const RowNorm& nw, float* y,
                                    cudaStream_t stream);
 // y[n_out] = W x (+ add); x: [n_in] f32, 16-byte aligned; add: [n_out] or nullptr.
+// Y[n_rows, n_out] = X W^T, X [n_rows, n_in] bf16 (row stride n_in), 1 <= n_rows <= 8; the
+// 16-bit and quantized layouts (not f32). matvec_batch.cu.
+cudaError_t launch_matvec_batch(const WeightView& w, const uint16_t* x, int n_rows, float* y,
+                                cudaStream_t stream);
 cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
                           cudaStream_t stream);
 

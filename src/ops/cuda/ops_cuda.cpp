@@ -70,6 +70,35 @@ Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
   return launched(kern::launch_matvec(v, x, add, y, stream), "matvec launch");
 }
 
+bool matvec_batch_supported(const DeviceWeight& w) {
+  switch (w.dtype) {
+    case DType::kF16:
+    case DType::kBF16: return w.n_in % 8 == 0;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K: return true;
+    default: return false;
+  }
+}
+
+Status matvec_batch(const DeviceWeight& w, const uint16_t* x, int64_t n_rows, float* y,
+                    cudaStream_t stream) {
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_batch"));
+  if (!matvec_batch_supported(w)) {
+    return invalid_argument("matvec_batch: layout {} with {} columns (f16 and bf16 with a multiple "
+                            "of 8 columns, q8_0, q4_0, q4_1, q4_k)",
+                            dtype_name(w.dtype), w.n_in);
+  }
+  if (n_rows < 1 || n_rows > kMatvecBatchMaxRows) {
+    return invalid_argument("matvec_batch: {} rows (1 to {})", n_rows, kMatvecBatchMaxRows);
+  }
+  if (x == nullptr || y == nullptr) return invalid_argument("matvec_batch: null pointer");
+  if (!aligned16(x)) return invalid_argument("matvec_batch: x must be 16-byte aligned");
+  return launched(kern::launch_matvec_batch(v, x, static_cast<int>(n_rows), y, stream),
+                  "matvec_batch launch");
+}
+
 bool matvec_rms_norm_supported(DType layout) {
   return layout == DType::kBF16 || layout == DType::kF16;
 }

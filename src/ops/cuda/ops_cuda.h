@@ -75,6 +75,15 @@ bool matvec_rms_norm_supported(DType layout);
 Status matvec_rms_norm(const DeviceWeight& w, const float* x, const float* norm_w, float eps,
                        float* y, cudaStream_t stream);
 
+// Small-batch decode: y[n_rows, n_out] = x W^T for 1 <= n_rows <= kMatvecBatchMaxRows rows of
+// bf16 activations x [n_rows, n_in] (row stride n_in, 16-byte aligned), every weight byte read
+// once for all rows and dequantized in registers (the cuBLASLt GEMM converts quantized weights to
+// bf16 in memory first). Layouts: f16, bf16 (n_in a multiple of 8), q8_0, q4_0, q4_1, q4_k.
+inline constexpr int kMatvecBatchMaxRows = 8;
+bool matvec_batch_supported(const DeviceWeight& w);
+Status matvec_batch(const DeviceWeight& w, const uint16_t* x, int64_t n_rows, float* y,
+                    cudaStream_t stream);
+
 // The fast path for quantized layouts (q8_0, q4_0, q4_1, q4_k): x quantized once to int16 per
 // 32-element block (quantize_activation; one x serves every matvec that reads it, e.g. q/k/v or
 // gate/up), then integer dot products (dp2a) against the weight quants. The int16 rounding of x

@@ -130,13 +130,12 @@ __device__ __forceinline__ void q8_unpack(uint4 v, float (&q)[16]) {
   }
 }
 
-// Chunk c of row `row`, dequantized: v[j] is element chunk_base_lo + j (j < 16 or non-Q4) or
-// chunk_base_hi + j - 16 (Q4, j >= 16). Scalar formats: elements past n_in read the zero pad.
+// Chunk c dequantized from its loaded words: d (the chunk's 16 bytes), h (Q4_K: its super-block
+// header), sc (Q8_0 / Q4_0: the block's f16 scale; Q4_1: the (d, m) f16 pair). v[j] is element
+// chunk_base_lo + j (j < 16 or non-Q4) or chunk_base_hi + j - 16 (Q4, j >= 16).
 template <int F>
-__device__ __forceinline__ void decode_chunk(const WeightView& w, int64_t row, int64_t c,
+__device__ __forceinline__ void decode_words(uint4 d, uint4 h, uint32_t sc, int64_t c,
                                              float (&v)[WFmt<F>::kEpc]) {
-  const auto* rp = static_cast<const uint8_t*>(w.data) + row * w_row_bytes<F>(w);
-  const uint4 d = ld_stream16(rp + w_chunk_offset<F>(c));
   const uint32_t words[4] = {d.x, d.y, d.z, d.w};
   if constexpr (F == kWF32) {
 #pragma unroll
@@ -155,19 +154,17 @@ __device__ __forceinline__ void decode_chunk(const WeightView& w, int64_t row, i
       v[2 * i + 1] = f.y;
     }
   } else if constexpr (F == kWQ8_0) {
-    const int64_t nb = w.n_in / 32;
-    const float s = half_to_float(static_cast<const uint16_t*>(w.scales)[row * nb + c / 2]);
+    const float s = half_to_float(static_cast<uint16_t>(sc));
     q8_unpack(d, v);
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] *= s;
   } else if constexpr (F == kWQ4_0 || F == kWQ4_1) {
-    const int64_t nb = w.n_in / 32;
     float s, m;
     if constexpr (F == kWQ4_0) {
-      s = half_to_float(static_cast<const uint16_t*>(w.scales)[row * nb + c]);
+      s = half_to_float(static_cast<uint16_t>(sc));
       m = -8.0f * s;
     } else {
-      const float2 dm = half2_to_float2(static_cast<const uint32_t*>(w.scales)[row * nb + c]);
+      const float2 dm = half2_to_float2(sc);
       s = dm.x;
       m = dm.y;
     }
@@ -175,7 +172,6 @@ __device__ __forceinline__ void decode_chunk(const WeightView& w, int64_t row, i
 #pragma unroll
     for (int i = 0; i < 32; ++i) v[i] = v[i] * s + m;
   } else {  // Q4_K
-    const uint4 h = *reinterpret_cast<const uint4*>(rp + (c >> 3) * 144);
     const float dd = half_to_float(static_cast<uint16_t>(h.x & 0xffffu));
     const float dmin = half_to_float(static_cast<uint16_t>(h.x >> 16));
     const int j = static_cast<int>((c & 7) >> 1) * 2;
@@ -190,6 +186,28 @@ __device__ __forceinline__ void decode_chunk(const WeightView& w, int64_t row, i
       v[16 + i] = a1 * v[16 + i] - b1;
     }
   }
+}
+
+// Chunk c of row `row`, dequantized (decode_words' order). Scalar formats: elements past n_in
+// read the zero pad.
+template <int F>
+__device__ __forceinline__ void decode_chunk(const WeightView& w, int64_t row, int64_t c,
+                                             float (&v)[WFmt<F>::kEpc]) {
+  const auto* rp = static_cast<const uint8_t*>(w.data) + row * w_row_bytes<F>(w);
+  const uint4 d = ld_stream16(rp + w_chunk_offset<F>(c));
+  uint4 h{};
+  uint32_t sc = 0;
+  const int64_t nb = w.n_in / 32;
+  if constexpr (F == kWQ8_0) {
+    sc = static_cast<const uint16_t*>(w.scales)[row * nb + c / 2];
+  } else if constexpr (F == kWQ4_0) {
+    sc = static_cast<const uint16_t*>(w.scales)[row * nb + c];
+  } else if constexpr (F == kWQ4_1) {
+    sc = static_cast<const uint32_t*>(w.scales)[row * nb + c];
+  } else if constexpr (F == kWQ4_K) {
+    h = *reinterpret_cast<const uint4*>(rp + (c >> 3) * 144);
+  }
+  decode_words<F>(d, h, sc, c, v);
 }
 
 }  // namespace rinfer::cuda::kern

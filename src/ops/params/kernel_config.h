@@ -35,11 +35,17 @@ struct KernelConfig {
   // matvecs with their fused norms, every weight format); off: the cuBLASLt GEMMs of batched
   // steps (quantized weights dequantized per call).
   bool runner_matvec = true;
+  // The engine core's steps of at most this many tokens (a decode step of up to 8 sequences)
+  // multiply by each quantized weight with the small-batch matvec (every weight byte read once,
+  // dequantized in registers); 0: the cuBLASLt GEMMs at every size (quantized weights converted
+  // to bf16 on every call). 16-bit and Q8_0 weights take the GEMMs for now.
+  int batch_matvec_rows = 8;
 
   bool operator==(const KernelConfig&) const = default;
 };
 
 inline constexpr int kMinMatvecStreamKb = 16;
 inline constexpr int kMaxMatvecStreamKb = 220;
+inline constexpr int kMaxBatchMatvecRows = 8;
 
 }  // namespace rinfer::cuda

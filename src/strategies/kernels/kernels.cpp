@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view kCudaKeys[] = {"matvec_split", "matvec_stream", "matvec_stream_kb",
                                           "producer_l2",  "attention_mma", "pdl",
-                                          "split_norm",   "runner_matvec"};
+                                          "split_norm",   "runner_matvec", "batch_matvec_rows"};
 
 Status parse_cuda(const YamlMap& m, cuda::KernelConfig& k, StrategyConfig* s) {
   RINFER_RETURN_IF_ERROR(
@@ -35,6 +35,8 @@ Status parse_cuda(const YamlMap& m, cuda::KernelConfig& k, StrategyConfig* s) {
   if (sn) k.split_norm = *sn;
   RINFER_ASSIGN_OR_RETURN(auto rm, m.get_bool("runner_matvec"));
   if (rm) k.runner_matvec = *rm;
+  RINFER_ASSIGN_OR_RETURN(auto bm, m.get_int("batch_matvec_rows", 0, cuda::kMaxBatchMatvecRows));
+  if (bm) k.batch_matvec_rows = static_cast<int>(*bm);
   if (s != nullptr) {
     for (std::string_view key : kCudaKeys) note_origin(m, key, *s);
   }
@@ -94,6 +96,9 @@ std::string describe(const StrategyConfig& s, const Device& device) {
   if (k.runner_matvec != d.runner_matvec) {
     add(fmt::format("runner_matvec {}", on_off(k.runner_matvec)));
   }
+  if (k.batch_matvec_rows != d.batch_matvec_rows) {
+    add(fmt::format("batch_matvec_rows {}", k.batch_matvec_rows));
+  }
   return out;
 }
 
@@ -106,10 +111,11 @@ Status parse_cuda_kernels(const YamlMap& m, cuda::KernelConfig& k) {
 std::string describe_cuda_kernels(const cuda::KernelConfig& k) {
   return fmt::format(
       "{{matvec_split: {}, matvec_stream: {}, matvec_stream_kb: {}, producer_l2: {}, "
-      "attention_mma: {}, pdl: {}, split_norm: {}, runner_matvec: {}}}",
+      "attention_mma: {}, pdl: {}, split_norm: {}, runner_matvec: {}, "
+      "batch_matvec_rows: {}}}",
       split_name(k.matvec_split), kStreamNames[static_cast<int>(k.matvec_stream)],
       k.matvec_stream_kb, kL2Names[static_cast<int>(k.producer_l2)], k.attention_mma, k.pdl,
-      k.split_norm, k.runner_matvec);
+      k.split_norm, k.runner_matvec, k.batch_matvec_rows);
 }
 
 const StrategyInfo& kernels_strategy() {
@@ -137,7 +143,10 @@ const StrategyInfo& kernels_strategy() {
         "cuda decode RMSNorm as partial sums in the producing matvec; false: norm kernels"},
        {"cuda.runner_matvec", "bool", "true",
         "cuda engine core's one-sequence decode steps through the decode matvecs; false: the "
-        "batched steps' GEMMs"}},
+        "batched steps' GEMMs"},
+       {"cuda.batch_matvec_rows", "int in [0, 8]", "8",
+        "cuda engine core's steps of at most this many tokens over quantized weights through "
+        "the small-batch matvec (weights read once, dequantized in registers); 0: the GEMMs"}},
       "{impl: reference}",
       "LoadOptions::cpu.ops.impl, LoadOptions::cuda.kernels",
       "cpu, cuda",

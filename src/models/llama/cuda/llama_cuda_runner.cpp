@@ -9,9 +9,10 @@
 //              GLU (bf16) -> down GEMM -> (post norm)
 //   the logit rows gathered, normed, projected (GEMM) -> logits f32 [n_out, n_vocab] on the
 //   device -> copied to the host (forward) or sampled there (forward_sampled).
-// The GEMMs are cuBLASLt bf16 at every token count (bf16 weights read once per pass; quantized
-// weights dequantized per call, see ops_cuda.h), each bucket of token counts with the fastest
-// of cuBLASLt's candidates timed on its first pass (gemm.cpp). A decode step of one sequence
+// The GEMMs of passes of up to batch_matvec_rows tokens (strategies.kernels.cuda) over quantized
+// weights are the small-batch matvec (each weight byte read once, dequantized in registers); larger passes use
+// cuBLASLt bf16 (quantized weights dequantized per call, see ops_cuda.h), each bucket of token
+// counts with the fastest of cuBLASLt's candidates timed on its first pass (gemm.cpp). A decode step of one sequence
 // (strategies.kernels.cuda.runner_matvec) runs the model's own decode pass instead
 // (LlamaCudaModel::forward: the matvecs of every weight format with their fused norms), its
 // attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
@@ -397,7 +398,17 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   const int32_t* dev(size_t off) const { return dev_in_.as<int32_t>() + off; }
 
+  // y[nt, n_out] = x W^T: steps of a few tokens over quantized weights through the small-batch
+  // matvec (strategies.kernels.cuda.batch_matvec_rows), the others through cuBLASLt (which
+  // reads a 16-bit weight once per pass already: docs/serving.md).
   Status gemm(const DeviceWeight& w, const uint16_t* x, int64_t nt, float* y) {
+    // Q8_0 stays on the GEMMs: its small-batch logits in the engine core disagreed with the
+    // GEMMs' (rel L2 0.74, CudaEngineCoreSmallBatch) although the op matches its reference on
+    // uploaded weights; not yet understood (docs/serving.md).
+    if (nt <= m_.opts_.cuda.kernels.batch_matvec_rows && is_quantized(w.dtype) &&
+        w.dtype != DType::kQ8_0 && cuda::matvec_batch_supported(w)) {
+      return cuda::matvec_batch(w, x, nt, y, stream_);
+    }
     return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
                       stream_);
   }
