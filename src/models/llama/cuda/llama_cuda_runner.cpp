@@ -9,11 +9,11 @@
 //              GLU (bf16) -> down GEMM -> (post norm)
 //   the logit rows gathered, normed, projected (GEMM) -> logits f32 [n_out, n_vocab] on the
 //   device -> copied to the host (forward) or sampled there (forward_sampled).
-// The GEMMs of passes of up to batch_matvec_rows tokens (strategies.kernels.cuda) over quantized
-// weights are the small-batch matvec (each weight byte read once, dequantized in registers); larger passes use
-// cuBLASLt bf16 (quantized weights dequantized per call, see ops_cuda.h), each bucket of token
-// counts with the fastest of cuBLASLt's candidates timed on its first pass (gemm.cpp). A decode step of one sequence
-// (strategies.kernels.cuda.runner_matvec) runs the model's own decode pass instead
+// The GEMMs of passes of up to batch_matvec_rows tokens (strategies.kernels.cuda) over Q4
+// weights are the small-batch matvec (each weight byte read once, dequantized in registers);
+// the others are cuBLASLt bf16 (quantized weights dequantized per call, see ops_cuda.h), each
+// bucket of token counts with the fastest of cuBLASLt's candidates timed on its first pass
+// (gemm.cpp). A decode step of one sequence (strategies.kernels.cuda.runner_matvec) runs the model's own decode pass instead
 // (LlamaCudaModel::forward: the matvecs of every weight format with their fused norms), its
 // attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
 // stream. The host inputs of a pass (tokens, positions, tables, slots, attention work items,
