@@ -13,9 +13,9 @@
 // weights are the small-batch matvec (each weight byte read once, dequantized in registers);
 // the others are cuBLASLt bf16 (quantized weights dequantized per call, see ops_cuda.h), each
 // bucket of token counts with the fastest of cuBLASLt's candidates timed on its first pass
-// (gemm.cpp). A decode step of one sequence (strategies.kernels.cuda.runner_matvec) runs the model's own decode pass instead
-// (LlamaCudaModel::forward: the matvecs of every weight format with their fused norms), its
-// attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
+// (gemm.cpp). A decode step of one sequence (strategies.kernels.cuda.runner_matvec) runs the
+// model's own decode pass instead (LlamaCudaModel::forward: the matvecs of every weight format
+// with their fused norms), its attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
 // stream. The host inputs of a pass (tokens, positions, tables, slots, attention work items,
 // sampling rows) go up in one copy from pinned memory.
 #include <algorithm>
