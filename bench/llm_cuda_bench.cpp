@@ -9,7 +9,7 @@
 // over the measured bf16 GEMM peak.
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
-//                  [--quick] [--format a,b,...] [--host-sampling] [--out FILE.json]
+//                  [--quick] [--format a,b,...] [--host-sampling] [--engine-core] [--out FILE.json]
 //       decode: with device sampling (strategies.device_sampling, the generator's default on
 //       CUDA), greedy tokens chosen on the device, each step queued before the host reads the
 //       last token; the "host sampling" row copies the logits to the host every step instead.
@@ -26,6 +26,11 @@
 //       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
 //       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
 //       KV cache of N positions (default 4096; the decode attention's grid is sized for it).
+//   --engine-core: after each row with the KV cache and device sampling, a row of the same
+//       decode (a 128-token prompt, greedy, one request) and prefill 2048 through the engine core
+//       (the paged KV arena, the runner, decode steps queued ahead), its reps interleaved with the
+//       row's own, and the ratio of the two (what `rinfer run` at one seat costs over the model's
+//       own single-sequence decode).
 //   --kernels '{matvec_split: 2, pdl: false}' (or matvec_split=2,pdl=false): strategies.kernels.
 //       cuda for every row (the keys and domains of a recipe; `rinfer strategies` lists them).
 #include <cuda_profiler_api.h>
@@ -46,6 +51,7 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
 #include "core/error.h"
+#include "engine/engine_core.h"
 #include "kv/kv_cache.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
@@ -162,6 +168,9 @@ struct Result1 {
   double decode_tok_s = 0, decode_ms_p10 = 0, decode_ms_p90 = 0, decode_ms = 0;
   double decode_long_ms = 0;  // a decode step at positions kLongPrompt.. (optimized rows)
   double prefill512 = 0, prefill2048 = 0;
+  // --engine-core: the same through the engine core (0: not measured), and each figure over the
+  // row's own, the medians of the interleaved reps' ratios.
+  double core_decode_ms = 0, core_prefill2048 = 0, core_decode_ratio = 0, core_prefill_ratio = 0;
   uint64_t weight_bytes = 0;
   uint64_t device_peak = 0;
   std::string error;
@@ -204,8 +213,33 @@ Status greedy_on_device(DecoderModel& model, KvCache& cache, std::span<const int
 // steps; the KV cache holds 4096 positions.
 constexpr int64_t kLongPrompt = 3968, kLongSteps = 64;
 
+// One request through the engine core: the intervals between its tokens in `ms` (the first,
+// which ends the prompt, left out), or its time to the first token when ms is null.
+Result<double> core_request(EngineCore& core, std::span<const int32_t> prompt, int64_t n,
+                            std::vector<double>* ms) {
+  core.clear_prefix_cache();
+  RequestParams p;
+  p.prompt.assign(prompt.begin(), prompt.end());
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0.0f;
+  p.sampling.repeat_penalty = 1.0f;
+  auto t_prev = Clock::now();
+  int64_t got = 0;
+  p.on_event = [&](const RequestEvent& ev) {
+    const auto now = Clock::now();
+    if (ms != nullptr && got > 0 && !ev.tokens.empty()) {
+      ms->push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
+    }
+    got += static_cast<int64_t>(ev.tokens.size());
+    t_prev = now;
+  };
+  RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(core, std::move(p)));
+  return out.stats.ttft_ms;
+}
+
 Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int decode_tokens,
-                    bool do_prefill) {
+                    bool do_prefill, bool engine_core) {
   Result1 r;
   auto m = llama::make_random_cuda_model(hp, v.dtype, 1234, v.opts);
   if (!m.ok()) {
@@ -300,6 +334,49 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
     std::vector<double> long_ms;
     if (r.error.empty()) decode_steps(kLongPrompt, kLongSteps, long_ms);
     if (!long_ms.empty()) r.decode_long_ms = bench::median(long_ms);
+  }
+  if (engine_core && v.kv_cache && v.opts.cuda.device_sampling && r.error.empty()) {
+    // The same decode and prefill 2048 through the engine core, each rep beside one of the
+    // model's own.
+    EngineCoreOptions eo;
+    eo.n_ctx = n_ctx;
+    eo.scheduler.max_seqs = 1;
+    eo.scheduler.max_batched_tokens = 2048;
+    eo.queue_ahead = true;
+    auto core = EngineCore::create(model, eo, nullptr);
+    if (!core.ok()) {
+      r.error = core.status().to_string();
+      return r;
+    }
+    std::vector<double> own_ms, core_ms, dec_ratio, pf_ratio, core_pf;
+    const auto head = std::span<const int32_t>(tokens).first(static_cast<size_t>(prompt));
+    for (int rep = 0; rep < std::max(3, reps) && r.error.empty(); ++rep) {
+      prefill(prompt);
+      decode_steps(prompt, decode_tokens, own_ms);
+      const double own = bench::median(own_ms);
+      core_ms.clear();
+      auto c = core_request(**core, head, decode_tokens + 1, &core_ms);
+      if (!c.ok()) {
+        r.error = c.status().to_string();
+        break;
+      }
+      dec_ratio.push_back(own / bench::median(core_ms));
+      r.core_decode_ms += bench::median(core_ms) / std::max(3, reps);
+      if (!do_prefill) continue;
+      const double own_pf = 2048.0 / prefill(2048);
+      auto t = core_request(**core, std::span<const int32_t>(tokens).first(2048), 1, nullptr);
+      if (!t.ok()) {
+        r.error = t.status().to_string();
+        break;
+      }
+      core_pf.push_back(2048.0 / (*t / 1e3));
+      pf_ratio.push_back(core_pf.back() / own_pf);
+    }
+    if (!dec_ratio.empty()) r.core_decode_ratio = bench::median(dec_ratio);
+    if (!pf_ratio.empty()) {
+      r.core_prefill_ratio = bench::median(pf_ratio);
+      r.core_prefill2048 = bench::median(core_pf);
+    }
   }
   if (!step_ms.empty()) {
     r.decode_ms = bench::median(step_ms);
@@ -400,6 +477,7 @@ int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
   bool quick = false, profile = false, host_rows = false, device_profile = false;
+  bool engine_core = false;
   int64_t profile_ctx = 4096;  // --profile: the KV cache's positions (the decode graph's bound)
   int prefill = 0, skip = 0;
   std::string format;          // --profile: q4_1 when not given; the table: every format
@@ -417,6 +495,8 @@ int main_impl(int argc, char** argv) {
       out = next();
     else if (a == "--quick")
       quick = true;
+    else if (a == "--engine-core")
+      engine_core = true;
     else if (a == "--host-sampling")
       host_rows = true;
     else if (a == "--device-sampling")
@@ -440,7 +520,8 @@ int main_impl(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] "
+                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--engine-core] "
+                   "[--out FILE] "
                    "[--kernels '{matvec_split: 2, pdl: false}'] | --profile [--shape S] "
                    "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | "
                    "--prefill N]\n");
@@ -576,8 +657,8 @@ int main_impl(int argc, char** argv) {
         "|\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Variant& v : vs) {
       const bool kv = v.kv_cache;
-      const Result1 r =
-          run_variant(hp, v, reps, kv ? decode_tokens : 32, v.change.rfind("weights", 0) == 0);
+      const Result1 r = run_variant(hp, v, reps, kv ? decode_tokens : 32,
+                                    v.change.rfind("weights", 0) == 0, engine_core);
       const double limit_dec = lim.copy_gbs * 1e9 / static_cast<double>(r.weight_bytes);
       const double f2048 = matmul_flops_per_token(hp, false) * 2048 + attention_flops(hp, 2048);
       const double limit_pf = lim.gemm_tflops * 1e12 / (f2048 / 2048);
@@ -598,6 +679,21 @@ int main_impl(int argc, char** argv) {
             v.name.c_str(), r.decode_tok_s, r.decode_ms_p10, r.decode_ms_p90, limit_dec,
             100 * r.decode_tok_s / limit_dec, long_cell.c_str(), r.prefill512, r.prefill2048,
             limit_pf, 100 * r.prefill2048 / limit_pf, static_cast<double>(r.device_peak) / 1e9);
+      }
+      if (r.error.empty() && r.core_decode_ms > 0) {
+        const double core_tok_s = 1e3 / r.core_decode_ms;
+        std::printf(
+            "| %s, engine core | %.1f (x%.4f of the row's) | %.0f | %.0f%% |  |  | %s | %.0f | "
+            "%s |  |\n",
+            v.name.c_str(), core_tok_s, r.core_decode_ratio, limit_dec,
+            100 * core_tok_s / limit_dec,
+            r.core_prefill2048 > 0
+                ? fmt::format("{:.0f} (x{:.4f})", r.core_prefill2048, r.core_prefill_ratio).c_str()
+                : "",
+            limit_pf,
+            r.core_prefill2048 > 0
+                ? fmt::format("{:.0f}%", 100 * r.core_prefill2048 / limit_pf).c_str()
+                : "");
       }
       std::fflush(stdout);
       nlohmann::ordered_json e;
@@ -629,6 +725,12 @@ int main_impl(int argc, char** argv) {
         e["prefill_512_tok_s"] = r.prefill512;
         e["prefill_2048_tok_s"] = r.prefill2048;
         e["prefill_2048_limit_tok_s"] = limit_pf;
+      }
+      if (r.core_decode_ms > 0) {
+        e["engine_core"] = {{"decode_tok_s", 1e3 / r.core_decode_ms},
+                            {"decode_ratio", r.core_decode_ratio},
+                            {"prefill_2048_tok_s", r.core_prefill2048},
+                            {"prefill_2048_ratio", r.core_prefill_ratio}};
       }
       e["device_peak_bytes"] = r.device_peak;
       if (!r.error.empty()) e["error"] = r.error;

@@ -450,6 +450,11 @@ Result<StepStats> EngineCore::step() {
       }
       row_sampling_.push_back(rs);
     }
+    if (runs_ahead(s)) {
+      decode_ahead(*s.seqs[0].req, b, st);
+      st.forward_ms = ms_between(t0, Clock::now());
+      return st;
+    }
     sampled_.resize(row_sampling_.size());
     fwd = runner_->forward_sampled(b, *arena_, row_sampling_, sampled_.data());
   } else {

@@ -56,6 +56,9 @@ struct EngineCoreOptions {
   KvPrealloc prealloc = KvPrealloc::kMax;
   // Host blocks per group for preemption by swapping: 0 none, -1 as many as the device pool.
   int32_t swap_blocks = 0;
+  // One request alone decoding, with device sampling: its steps are queued ahead of the host
+  // where the runner can (DecoderRunner::decode_ahead); false: step by step.
+  bool queue_ahead = false;
   SchedulerConfig scheduler;
   // What to change when the KV pool does not fit in memory (names the recipe keys or flags).
   std::string memory_hint;
@@ -112,6 +115,18 @@ class EngineCore {
   Result<StepStats> step();
   // Steps until every request has finished.
   Status run_until_idle();
+
+  // Teacher-forced logits (perplexity, precision gates, parity): evaluates `tokens` as a new
+  // sequence of the KV pool (no prefix-cache hit; its blocks given back at the end), at most
+  // `chunk` rows per forward pass (0: the step budget, max_batched_tokens), and hands the logits
+  // of every row at or after `first_row` to on_rows(row, logits [n, n_vocab]) pass by pass, in
+  // order (n is at most the runner's max_logit_rows()). On the calling thread, between steps:
+  // nothing may step the core meanwhile. interrupt() stops it (kCancelled). Errors: an empty
+  // sequence, one longer than the context, a token outside the vocabulary, a pool the running
+  // requests leave too small (kOutOfMemory), a failed pass, the callback's error.
+  using ScoreCallback = std::function<Status(int64_t row, std::span<const float> logits)>;
+  Status score(std::span<const int32_t> tokens, int64_t first_row, int64_t chunk,
+               const ScoreCallback& on_rows);
   // Thread-safe: whether a request is queued, running or about to be aborted.
   bool has_work() const;
   // Blocks until has_work() or the timeout (a serving loop between requests).
@@ -138,6 +153,13 @@ class EngineCore {
   // The request's next token (or the error that ends it): appended, streamed, finished when
   // it stops the request.
   void stream_token(Request& r, Result<int32_t> tok, StepStats& st);
+  // Whether this step's batch (sampled on the device) is one request's decode alone, with nothing
+  // waiting: then its steps are queued ahead of the host (engine_ahead.cpp).
+  bool runs_ahead(const SchedulerOutput& s) const;
+  // Up to kAheadSteps decode steps of `r` queued ahead (DecoderRunner::decode_ahead), from the
+  // batch `b` of its next step; stops early for new work, an abort or an interrupt.
+  void decode_ahead(Request& r, const ForwardBatch& b, StepStats& st);
+  bool inbox_has_work() const;
 
   const DecoderModel& model_;
   EngineCoreOptions opts_;

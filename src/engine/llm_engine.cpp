@@ -108,6 +108,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   g.sampling.seed = e->seed_;
   e->gen_options_ = g;
 
+  e->memory_hint_ = kv_memory_hint(r, opts, hp, ctx_from_model);
   if (options.model_only) return e;
   // The engine core everywhere but CUDA at one seat (rinfer run and bench), which stays on the
   // single-sequence path until the core queues a decode step ahead as that path does. kv_cache
@@ -115,7 +116,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   const bool use_core = options.engine_core && (opts.device.is_cpu() || options.seats != 1);
   if (use_core) {
     EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
-    co.memory_hint = kv_memory_hint(r, opts, hp, ctx_from_model);
+    co.memory_hint = e->memory_hint_;
     if (options.seats > 0) {
       co.scheduler.max_seqs = options.seats;
       co.scheduler.max_batched_tokens =
@@ -136,6 +137,18 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   e->text_ = e->sample_->postprocess_stream();
   e->generator_ = std::make_unique<Generator>(e->sample_->decoder(), e->cache_, e->text_.get(), g);
   return e;
+}
+
+Result<EngineCore*> LlmEngine::scoring_core() {
+  if (core_) return core_.get();
+  if (score_core_) return score_core_.get();
+  EngineCoreOptions co = engine_core_options(recipe_.strategies, recipe_.context_length);
+  co.memory_hint = memory_hint_;
+  co.scheduler.max_seqs = 1;
+  auto core = EngineCore::create(sample_->decoder(), co, {});
+  if (!core.ok()) return core.status().with_context(recipe_.path);
+  score_core_ = std::move(core).value();
+  return score_core_.get();
 }
 
 void LlmEngine::reset() {

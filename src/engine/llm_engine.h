@@ -31,7 +31,8 @@ struct LlmEngineOptions {
   // the recipe's batching.max_seqs.
   int64_t seats = 1;
   // The model alone: no KV cache, no generator, no core (callers that build their own cores:
-  // rinfer bench-serve). generate() is then an error.
+  // rinfer bench-serve; or score through scoring_core(): perplexity). generate() is then an
+  // error.
   bool model_only = false;
 };
 
@@ -54,6 +55,9 @@ class LlmEngine {
   bool has_generator() const { return generator_ != nullptr; }
   // The engine core, or null.
   EngineCore* core() { return core_.get(); }
+  // The engine core for teacher-forced scoring (perplexity, the precision gates): core(), or one
+  // seat's core made on first use where the engine generates on the single-sequence path.
+  Result<EngineCore*> scoring_core();
   int64_t context_length() const { return recipe_.context_length; }
 
   // One reply to `prompt` with the recipe's sampling, max_tokens and stop strings, streamed to
@@ -86,6 +90,8 @@ class LlmEngine {
   std::unique_ptr<TokenTextStream> text_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<EngineCore> score_core_;  // scoring_core() beside the generator
+  std::string memory_hint_;                 // the engine core's, naming the recipe's keys
   GeneratorOptions gen_options_;  // the recipe's sampling, max_tokens, stop (engine-core mode)
   uint64_t calls_ = 0;
 };

@@ -23,15 +23,14 @@ Status non_finite(int64_t window, int64_t pos, int64_t token, float value) {
 
 }  // namespace
 
-Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
-                                            std::span<const int32_t> tokens,
+Result<PerplexityResult> compute_perplexity(EngineCore& core, std::span<const int32_t> tokens,
                                             const PerplexityOptions& opts,
                                             const PerplexityProgress& progress) {
   const int64_t n_ctx = opts.n_ctx;
   if (n_ctx < 16) return invalid_argument("perplexity: window of {} tokens is < 16", n_ctx);
-  if (n_ctx > cache.n_ctx()) {
-    return invalid_argument("perplexity: window of {} tokens exceeds the KV cache ({})", n_ctx,
-                            cache.n_ctx());
+  if (n_ctx > core.options().n_ctx) {
+    return invalid_argument("perplexity: window of {} tokens exceeds the context ({})", n_ctx,
+                            core.options().n_ctx);
   }
   const auto n_tokens = static_cast<int64_t>(tokens.size());
   int64_t n_windows = n_tokens / n_ctx;
@@ -41,15 +40,9 @@ Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
   }
   if (opts.max_windows > 0) n_windows = std::min(n_windows, opts.max_windows);
 
-  const int64_t n_vocab = model.hparams().n_vocab;
-  const int64_t chunk = std::clamp<int64_t>(opts.chunk, 1, n_ctx);
-  const int64_t first = n_ctx / 2;                                  // first scored logit row
-  std::vector<int32_t> window(static_cast<size_t>(n_ctx));          // [n_ctx]
-  std::vector<int32_t> positions(static_cast<size_t>(n_ctx));       // [n_ctx]
-  std::vector<int32_t> rows;                                        // [<= chunk]
-  std::vector<float> logits(static_cast<size_t>(chunk * n_vocab));  // [chunk, n_vocab]
-  rows.reserve(static_cast<size_t>(chunk));
-  for (int64_t i = 0; i < n_ctx; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  const int64_t n_vocab = core.model().hparams().n_vocab;
+  const int64_t first = n_ctx / 2;                          // first scored logit row
+  std::vector<int32_t> window(static_cast<size_t>(n_ctx));  // [n_ctx]
 
   const auto t0 = std::chrono::steady_clock::now();
   double sum = 0, sum_sq = 0;
@@ -57,23 +50,13 @@ Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
   for (int64_t w = 0; w < n_windows; ++w) {
     std::copy_n(tokens.begin() + w * n_ctx, n_ctx, window.begin());
     if (opts.bos >= 0) window[0] = opts.bos;
-    cache.clear();
-    for (int64_t c0 = 0; c0 < n_ctx; c0 += chunk) {
-      const int64_t nc = std::min(chunk, n_ctx - c0);
-      rows.clear();
-      for (int64_t r = std::max(c0, first); r < std::min(c0 + nc, n_ctx - 1); ++r) {
-        rows.push_back(static_cast<int32_t>(r - c0));
-      }
-      DecoderBatch b;
-      b.tokens = std::span<const int32_t>(window).subspan(static_cast<size_t>(c0),
-                                                          static_cast<size_t>(nc));
-      b.positions = std::span<const int32_t>(positions).subspan(static_cast<size_t>(c0),
-                                                                static_cast<size_t>(nc));
-      b.logit_rows = rows;
-      RINFER_RETURN_IF_ERROR(model.infer(b, cache, logits.data()));
-      for (size_t r = 0; r < rows.size(); ++r) {
-        const float* l = logits.data() + static_cast<int64_t>(r) * n_vocab;  // [n_vocab]
-        const int64_t pos = c0 + rows[r];
+    // Rows [first, n_ctx - 1) each predict the next token; the last row predicts nothing.
+    auto on_rows = [&](int64_t row0, std::span<const float> logits) -> Status {
+      const auto n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t pos = row0 + r;
+        if (pos + 1 >= n_ctx) break;
+        const float* l = logits.data() + r * n_vocab;  // [n_vocab]
         const int32_t next = window[static_cast<size_t>(pos + 1)];
         float max_l = -INFINITY;
         for (int64_t i = 0; i < n_vocab; ++i) {
@@ -90,7 +73,9 @@ Result<PerplexityResult> compute_perplexity(DecoderModel& model, KvCache& cache,
         sum_sq += nll * nll;
         ++count;
       }
-    }
+      return ok_status();
+    };
+    RINFER_RETURN_IF_ERROR(core.score(window, first, opts.chunk, on_rows));
     const double so_far = std::exp(sum / static_cast<double>(count));
     if (!std::isfinite(so_far)) {  // exp() of a huge mean
       return data_loss("perplexity: the result is not finite (mean negative log-likelihood {})",

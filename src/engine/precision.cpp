@@ -21,34 +21,17 @@ std::string PrecisionThresholds::to_string() const {
   return s;
 }
 
-Result<std::vector<float>> teacher_forced_logits(DecoderModel& model, KvCache& cache,
-                                                 std::span<const int32_t> tokens, int64_t chunk) {
+Result<std::vector<float>> teacher_forced_logits(EngineCore& core, std::span<const int32_t> tokens,
+                                                 int64_t chunk) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("teacher-forced logits: the token sequence is empty");
-  if (n > cache.n_ctx()) {
-    return out_of_range("teacher-forced logits: {} tokens do not fit the KV cache of {} positions",
-                        n, cache.n_ctx());
-  }
-  const int64_t n_vocab = model.hparams().n_vocab;
-  if (cache.max_chunk() > 0) chunk = std::min(chunk, cache.max_chunk());
-  chunk = std::max<int64_t>(1, chunk);
+  const int64_t n_vocab = core.model().hparams().n_vocab;
   std::vector<float> logits(static_cast<size_t>(n * n_vocab));  // [n, n_vocab]
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::vector<int32_t> rows(static_cast<size_t>(chunk));
-  for (int64_t i = 0; i < chunk; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  cache.clear();
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t nc = std::min(chunk, n - c0);
-    DecoderBatch b;
-    b.tokens = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc));
-    b.positions = std::span<const int32_t>(positions).subspan(static_cast<size_t>(c0),
-                                                              static_cast<size_t>(nc));
-    b.logit_rows = std::span<const int32_t>(rows).first(static_cast<size_t>(nc));
-    const Status s = model.infer(b, cache, logits.data() + c0 * n_vocab);
-    if (!s.ok())
-      return s.with_context(fmt::format("teacher-forced logits, tokens [{}, {})", c0, c0 + nc));
-  }
+  const Status s = core.score(tokens, 0, chunk, [&](int64_t row, std::span<const float> l) {
+    std::copy(l.begin(), l.end(), logits.begin() + row * n_vocab);
+    return ok_status();
+  });
+  if (!s.ok()) return s.with_context("teacher-forced logits");
   return logits;
 }
 

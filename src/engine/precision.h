@@ -17,9 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_core.h"
 #include "engine/logit_metrics.h"
-#include "kv/kv_cache.h"
-#include "models/model.h"
 #include "rinfer/status.h"
 
 namespace rinfer {
@@ -45,12 +44,11 @@ struct PrecisionReport {
   std::string failures;  // "top-1 0.912 < 0.95; ..." ("" when passed)
 };
 
-// Teacher-forced logits of every position of `tokens`: [n, n_vocab] row-major. Clears `cache`
-// first and leaves it holding `tokens`; runs in chunks of at most `chunk` tokens. Errors: an
-// empty sequence, more tokens than the cache holds, a model failure.
-Result<std::vector<float>> teacher_forced_logits(DecoderModel& model, KvCache& cache,
-                                                 std::span<const int32_t> tokens,
-                                                 int64_t chunk = 256);
+// Teacher-forced logits of every position of `tokens`: [n, n_vocab] row-major, through the
+// engine core (EngineCore::score: a sequence of its own, at most `chunk` tokens a pass, 0: the
+// core's step budget). Errors: an empty sequence, more tokens than the context, a model failure.
+Result<std::vector<float>> teacher_forced_logits(EngineCore& core, std::span<const int32_t> tokens,
+                                                 int64_t chunk = 0);
 
 // exp(mean over i in [0, n-1) of -log softmax(logits[i])[tokens[i + 1]]), in double.
 double perplexity_of_logits(std::span<const float> logits, std::span<const int32_t> tokens,

@@ -86,6 +86,10 @@ Status DecoderRunner::forward_sampled(const ForwardBatch& /*batch*/, kv::KvArena
   return unsupported("forward_sampled: this runner samples on the host only");
 }
 
+Result<int64_t> DecoderRunner::decode_ahead(const DecodeAhead& /*d*/, kv::KvArena& /*kv*/) {
+  return unsupported("decode_ahead: this runner does not queue decode steps ahead");
+}
+
 Result<std::unique_ptr<DecoderRunner>> DecoderModel::create_runner(
     const RunnerOptions& /*opts*/) const {
   return unsupported("{}: this backend has no multi-sequence runner yet", architecture());

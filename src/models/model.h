@@ -215,6 +215,8 @@ class DecoderRunner {
   // batch.cancel reads true between layers (the new tokens' blocks then hold partial values,
   // which the engine treats as not computed).
   virtual Status forward(const ForwardBatch& batch, kv::KvArena& kv, float* logits) = 0;
+  // The most logit rows one forward pass gives.
+  virtual int64_t max_logit_rows() const { return options().max_tokens; }
 
   // Sampling on the runner's device, so that no logits row crosses to the host: whether these
   // settings are taken (the CPU runner takes none: its rows are already in host memory).
@@ -229,6 +231,27 @@ class DecoderRunner {
   };
   virtual Status forward_sampled(const ForwardBatch& batch, kv::KvArena& kv,
                                  std::span<const RowSampling> rows, int32_t* ids);
+
+  // Decode steps of one sequence queued ahead of the host (one request alone, where the device
+  // would otherwise wait for the host between steps): step 0 is `first` (one sequence, one row,
+  // sampled on the device with `sampling`); step k + 1 feeds step k's id at the next position
+  // on the device (the penalties' window grows by that id there too) and is queued before the
+  // host reads that id. Whether the runner does this for these settings:
+  virtual bool decodes_ahead(const SamplingParams& /*sampling*/) const { return false; }
+  struct DecodeAhead {
+    const ForwardBatch* first = nullptr;
+    RowSampling sampling;  // step 0's draw and history; later steps' draws come from next()
+    // Before step k >= 1 is queued: its batch (position, length, tables; its token is not read)
+    // and its draw, or nullptr to queue no more.
+    std::function<const ForwardBatch*(int64_t k, float& uniform)> next;
+    // Step k's id, in order (-1: its logits held NaN or +inf, or no finite value): true goes on,
+    // false stops (a step queued ahead is then dropped; it wrote the keys and values of one
+    // position past the last id handed out).
+    std::function<bool(int64_t k, int32_t id)> on_token;
+  };
+  // Runs the steps until next() or on_token() stops them; returns the ids handed out. Errors as
+  // forward (the steps handed out before it stay valid).
+  virtual Result<int64_t> decode_ahead(const DecodeAhead& d, kv::KvArena& kv);
   // An arena for `spec` on the runner's device, zero-filled: n_blocks[g] blocks of group g.
   virtual Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
                                                             std::span<const int32_t> n_blocks) = 0;

@@ -548,16 +548,10 @@ int run_bench(const BenchArgs& a) {
     vj["gate_failures"] = "";
     if (!a.no_precision) {
       const int64_t n_vocab = e.decoder().hparams().n_vocab;
-      // Teacher-forced logits through the single-sequence path (every row of one prefill); in
-      // engine-core mode on a cache made for it.
-      KvCache local;
-      if (!e.has_generator()) {
-        auto c = e.decoder().create_cache(e.context_length());
-        if (!c.ok()) return report_error(c.status().with_context(v.path).message());
-        local = std::move(c).value();
-      }
-      auto logits = teacher_forced_logits(e.decoder(), e.has_generator() ? e.kv_cache() : local,
-                                          ptokens, 512);
+      // Teacher-forced logits through the engine core (every row, one sequence).
+      auto core = e.scoring_core();
+      if (!core.ok()) return report_error(core.status().with_context(v.path).message());
+      auto logits = teacher_forced_logits(**core, ptokens);
       if (!logits.ok()) return report_error(logits.status().with_context(v.path).message());
       if (is_base) {
         base_logits = std::move(logits).value();

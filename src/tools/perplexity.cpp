@@ -53,7 +53,9 @@ int run_perplexity(const PplArgs& a) {
       !st.ok()) {
     return report_error(st.message());
   }
-  auto engine = LlmEngine::create(*recipe);
+  LlmEngineOptions eo;
+  eo.model_only = true;  // scoring_core() makes the one core it needs
+  auto engine = LlmEngine::create(*recipe, eo);
   if (!engine.ok()) return report_error(engine.status().message());
   LlmEngine& e = **engine;
 
@@ -63,8 +65,10 @@ int run_perplexity(const PplArgs& a) {
   auto ids = tok.encode(*text, EncodeOptions{.add_special = false, .parse_special = false});
   if (!ids.ok()) return report_error(ids.status().message());
 
+  auto core = e.scoring_core();
+  if (!core.ok()) return report_error(core.status().message());
   PerplexityOptions opts;
-  opts.n_ctx = e.kv_cache().n_ctx();
+  opts.n_ctx = e.context_length();
   opts.max_windows = a.max_windows;
   opts.bos = tok.add_bos() ? tok.bos() : -1;
   const int64_t available = static_cast<int64_t>(ids->size()) / opts.n_ctx;
@@ -77,7 +81,7 @@ int run_perplexity(const PplArgs& a) {
   auto progress = [&](int64_t done, int64_t, double ppl) {
     bar.update(done, fmt::format("ppl {:.4f}", ppl));
   };
-  auto r = compute_perplexity(e.decoder(), e.kv_cache(), *ids, opts, progress);
+  auto r = compute_perplexity(**core, *ids, opts, progress);
   bar.finish();
   if (!r.ok()) return report_error(r.status().message());
   std::printf("perplexity %.4f +/- %.4f over %lld windows of %lld tokens (%lld scored), %.1f s\n",

@@ -13,15 +13,29 @@
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "gguf_copy.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_cache.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rinfer {
 namespace {
 
+// An engine core that scores one sequence at a time: `budget` rows per pass.
+std::unique_ptr<EngineCore> scoring_core(const DecoderModel& m, int64_t n_ctx,
+                                         int64_t budget = 512) {
+  EngineCoreOptions o;
+  o.n_ctx = n_ctx;
+  o.scheduler.max_seqs = 1;
+  o.scheduler.max_batched_tokens = budget;
+  auto e = EngineCore::create(m, o, nullptr);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
 struct Rig {
   std::unique_ptr<DecoderModel> model;
-  KvCache cache;
+  std::unique_ptr<EngineCore> core;
 };
 
 Rig load(const std::string& path, ThreadPool* pool, int64_t n_ctx) {
@@ -30,8 +44,9 @@ Rig load(const std::string& path, ThreadPool* pool, int64_t n_ctx) {
   o.cpu.ops.pool = pool;
   auto m = load_decoder_model(path, o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
-  const DecoderHParams& hp = (*m)->hparams();
-  return {std::move(m).value(), KvCache::create(hp.n_layer, n_ctx, hp.kv_dim()).value()};
+  Rig r{std::move(m).value(), nullptr};
+  r.core = scoring_core(*r.model, n_ctx);
+  return r;
 }
 
 TEST(PerplexityTest, MatchesAHandComputationOnTheTinyModel) {
@@ -42,14 +57,17 @@ TEST(PerplexityTest, MatchesAHandComputationOnTheTinyModel) {
   o.n_ctx = 32;
   o.chunk = 7;  // uneven chunks on purpose
   o.bos = 1;
-  auto p = compute_perplexity(*r.model, r.cache, tokens, o);
+  auto p = compute_perplexity(*r.core, tokens, o);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p->windows, 2);             // 70 tokens: two whole windows of 32
   EXPECT_EQ(p->scored_tokens, 2 * 15);  // positions 16..30 predict 17..31
 
-  // By hand: each window in one pass, all logits, the same positions.
+  // By hand: each window in one pass of the model's own single-sequence forward, all logits, the
+  // same positions.
   double sum = 0;
   const int64_t v = r.model->hparams().n_vocab;
+  const DecoderHParams& hp = r.model->hparams();
+  KvCache cache = KvCache::create(hp.n_layer, 32, hp.kv_dim()).value();
   for (int w = 0; w < 2; ++w) {
     std::vector<int32_t> win(tokens.begin() + w * 32, tokens.begin() + (w + 1) * 32);
     win[0] = 1;
@@ -57,8 +75,8 @@ TEST(PerplexityTest, MatchesAHandComputationOnTheTinyModel) {
     std::iota(pos.begin(), pos.end(), 0);
     std::iota(rows.begin(), rows.end(), 0);
     std::vector<float> logits(32 * v);
-    r.cache.clear();
-    ASSERT_TRUE(r.model->infer({win, pos, rows}, r.cache, logits.data()).ok());
+    cache.clear();
+    ASSERT_TRUE(r.model->infer({win, pos, rows}, cache, logits.data()).ok());
     for (int i = 16; i < 31; ++i) {
       const float* l = logits.data() + i * v;
       double z = 0, mx = *std::max_element(l, l + v);
@@ -70,7 +88,7 @@ TEST(PerplexityTest, MatchesAHandComputationOnTheTinyModel) {
   EXPECT_GT(p->ppl_stderr, 0);
 
   o.max_windows = 1;
-  auto one = compute_perplexity(*r.model, r.cache, tokens, o);
+  auto one = compute_perplexity(*r.core, tokens, o);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->windows, 1);
 }
@@ -80,14 +98,15 @@ TEST(PerplexityTest, RejectsShortTextsAndOversizedWindows) {
   std::vector<int32_t> tokens(20, 3);
   PerplexityOptions o;
   o.n_ctx = 32;
-  auto p = compute_perplexity(*r.model, r.cache, tokens, o);
+  auto p = compute_perplexity(*r.core, tokens, o);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("shorter than one window"), std::string::npos);
   o.n_ctx = 64;
   tokens.resize(200, 3);
-  p = compute_perplexity(*r.model, r.cache, tokens, o);
+  p = compute_perplexity(*r.core, tokens, o);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("exceeds the KV cache"), std::string::npos);
+  EXPECT_NE(p.status().message().find("exceeds the context (32)"), std::string::npos)
+      << p.status().message();
 }
 
 // Guards `rinfer perplexity` printing "nan +/- nan": a model with one NaN in output_norm.weight
@@ -103,7 +122,7 @@ TEST(PerplexityTest, NaNWeightsAreAnErrorNotANaNResult) {
   PerplexityOptions o;
   o.n_ctx = 32;
   double reported = 0;
-  auto p = compute_perplexity(*r.model, r.cache, tokens, o,
+  auto p = compute_perplexity(*r.core, tokens, o,
                               [&](int64_t, int64_t, double ppl) { reported = ppl; });
   ASSERT_FALSE(p.ok()) << "ppl " << p->ppl;
   EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
@@ -116,10 +135,33 @@ TEST(PerplexityTest, NaNWeightsAreAnErrorNotANaNResult) {
 }
 
 // A model of 6 tokens whose logits are given by a function of (position, token): the cases the
-// scoring must refuse without a real model.
+// scoring must refuse without a real model. Its runner writes those logits and no keys or values.
 class FixedLogits final : public DecoderModel {
  public:
   using Fn = std::function<float(int32_t pos, int64_t token)>;
+  class Runner final : public DecoderRunner {
+   public:
+    Runner(const Fn& fn, RunnerOptions o) : fn_(fn), opts_(o) {}
+    const RunnerOptions& options() const override { return opts_; }
+    Device device() const override { return Device::cpu(); }
+    Status forward(const ForwardBatch& b, kv::KvArena& kv, float* logits) override {
+      RINFER_RETURN_IF_ERROR(check_forward_batch(b, kv.spec(), 4, opts_.max_tokens, logits));
+      for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+        const int32_t pos = b.positions[static_cast<size_t>(b.logit_rows[r])];
+        for (int64_t t = 0; t < 6; ++t) logits[r * 6 + t] = fn_(pos, t);
+      }
+      return ok_status();
+    }
+    Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
+                                                      std::span<const int32_t> n) override {
+      RINFER_ASSIGN_OR_RETURN(auto a, kv::HostKvArena::create(spec, n));
+      return std::unique_ptr<kv::KvArena>(std::move(a));
+    }
+
+   private:
+    const Fn& fn_;
+    RunnerOptions opts_;
+  };
   explicit FixedLogits(Fn fn) : fn_(std::move(fn)) {
     hp_.architecture = "fixed";
     hp_.n_vocab = 6;
@@ -132,6 +174,9 @@ class FixedLogits final : public DecoderModel {
   std::string describe() const override { return "fixed logits"; }
   uint64_t weight_bytes_per_token() const override { return 0; }
   const DecoderHParams& hparams() const override { return hp_; }
+  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
+    return std::unique_ptr<DecoderRunner>(std::make_unique<Runner>(fn_, o));
+  }
   Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
     RINFER_RETURN_IF_ERROR(check_decoder_batch(b, c, logits));
     for (size_t r = 0; r < b.logit_rows.size(); ++r) {
@@ -155,7 +200,6 @@ TEST(PerplexityTest, NonFiniteRowsAndAnInfiniteResultAreErrors) {
   PerplexityOptions o;
   o.n_ctx = 16;
   o.chunk = 5;
-  KvCache cache = KvCache::create(1, 16, 4).value();
   struct Case {
     FixedLogits::Fn fn;
     std::string want;  // "" = OK
@@ -171,7 +215,9 @@ TEST(PerplexityTest, NonFiniteRowsAndAnInfiniteResultAreErrors) {
   };
   for (const Case& c : cases) {
     FixedLogits m(c.fn);
-    auto p = compute_perplexity(m, cache, tokens, o);
+    auto core = scoring_core(m, 16);
+    ASSERT_TRUE(core);
+    auto p = compute_perplexity(*core, tokens, o);
     if (c.want.empty()) {
       ASSERT_TRUE(p.ok()) << p.status().to_string();
       EXPECT_TRUE(std::isfinite(p->ppl) && p->ppl > 1.0) << p->ppl;
@@ -216,7 +262,7 @@ std::optional<Gpl3Run> gpl3_perplexity(const std::string& model, int64_t n_ctx, 
   o.n_ctx = n_ctx;
   o.max_windows = windows;
   if (with_bos) o.bos = (*tok)->bos();
-  auto p = compute_perplexity(*r.model, r.cache, *ids, o);
+  auto p = compute_perplexity(*r.core, *ids, o);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   if (!p.ok()) return std::nullopt;
   return Gpl3Run{p->ppl, p->scored_tokens};

@@ -18,7 +18,7 @@ namespace {
 
 struct Loaded {
   std::unique_ptr<DecoderModel> model;
-  KvCache cache;
+  std::unique_ptr<EngineCore> core;  // one seat, 64 positions
 };
 
 Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch = 512) {
@@ -30,9 +30,15 @@ Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch 
   auto m = load_decoder_model(test::test_data_path("llama/tiny_llama.gguf"), opts);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
-  auto c = (*m)->create_cache(64);
-  EXPECT_TRUE(c.ok());
-  return {std::move(m).value(), std::move(c).value()};
+  Loaded l{std::move(m).value(), nullptr};
+  EngineCoreOptions o;
+  o.n_ctx = 64;
+  o.scheduler.max_seqs = 1;
+  o.scheduler.max_batched_tokens = max_batch;
+  auto c = EngineCore::create(*l.model, o, nullptr);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  if (c.ok()) l.core = std::move(c).value();
+  return l;
 }
 
 std::vector<int32_t> some_tokens(int n) {
@@ -43,18 +49,19 @@ std::vector<int32_t> some_tokens(int n) {
 
 TEST(Precision, TeacherForcedRowsMatchPrefixRuns) {
   ThreadPool pool(2);
-  Loaded l = load_tiny(pool, false, /*max_batch=*/7);  // chunks of 7: several passes
-  ASSERT_TRUE(l.model);
+  Loaded l = load_tiny(pool, false, /*max_batch=*/7);  // passes of 7 rows at most
+  ASSERT_TRUE(l.core);
   const auto toks = some_tokens(20);
   const int64_t n_vocab = l.model->hparams().n_vocab;
-  auto all = teacher_forced_logits(*l.model, l.cache, toks, 5);
+  auto all = teacher_forced_logits(*l.core, toks, 5);
   ASSERT_TRUE(all.ok()) << all.status().message();
   ASSERT_EQ(all->size(), static_cast<size_t>(20 * n_vocab));
-  EXPECT_EQ(l.cache.size(), 20);
+  EXPECT_EQ(l.core->stats().steps, 4);  // passes of 5
+  EXPECT_EQ(l.core->stats().kv.used_blocks, 0) << "the sequence's blocks go back";
   for (int k : {0, 6, 13, 19}) {
     // The prefix tokens[0..k] alone, last row only.
     const std::vector<int32_t> prefix(toks.begin(), toks.begin() + k + 1);
-    auto one = teacher_forced_logits(*l.model, l.cache, prefix, 64);
+    auto one = teacher_forced_logits(*l.core, prefix);
     ASSERT_TRUE(one.ok());
     const std::vector<float> want(one->end() - n_vocab, one->end());
     const std::vector<float> got(all->begin() + k * n_vocab, all->begin() + (k + 1) * n_vocab);
@@ -113,12 +120,12 @@ TEST(Precision, TinyModelAgainstItselfAndInt8Activations) {
   ThreadPool pool(2);
   Loaded exact = load_tiny(pool, false);
   Loaded q8 = load_tiny(pool, true);
-  ASSERT_TRUE(exact.model && q8.model);
+  ASSERT_TRUE(exact.core && q8.core);
   const auto toks = some_tokens(48);
   const int64_t n_vocab = exact.model->hparams().n_vocab;
-  auto a = teacher_forced_logits(*exact.model, exact.cache, toks);
-  auto b = teacher_forced_logits(*exact.model, exact.cache, toks);
-  auto c = teacher_forced_logits(*q8.model, q8.cache, toks);
+  auto a = teacher_forced_logits(*exact.core, toks);
+  auto b = teacher_forced_logits(*exact.core, toks);
+  auto c = teacher_forced_logits(*q8.core, toks);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   const PrecisionReport same = compare_precision(*a, *b, toks, n_vocab, {});
   EXPECT_TRUE(same.passed) << same.failures;
@@ -136,15 +143,21 @@ TEST(Precision, TinyModelAgainstItselfAndInt8Activations) {
 TEST(Precision, Errors) {
   ThreadPool pool(1);
   Loaded l = load_tiny(pool, false);
-  ASSERT_TRUE(l.model);
-  auto empty = teacher_forced_logits(*l.model, l.cache, {});
+  ASSERT_TRUE(l.core);
+  auto empty = teacher_forced_logits(*l.core, {});
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
-  const auto long_seq = some_tokens(65);  // the cache holds 64
-  auto too_long = teacher_forced_logits(*l.model, l.cache, long_seq);
+  const auto long_seq = some_tokens(65);  // the context holds 64
+  auto too_long = teacher_forced_logits(*l.core, long_seq);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("65 tokens"), std::string::npos)
       << too_long.status().message();
+  std::vector<int32_t> bad = some_tokens(10);
+  bad[7] = 100000;
+  auto outside = teacher_forced_logits(*l.core, bad);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("token 100000 (at 7)"), std::string::npos)
+      << outside.status().message();
 }
 
 }  // namespace

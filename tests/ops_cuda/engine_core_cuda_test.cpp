@@ -226,6 +226,85 @@ TEST_F(CudaEngineCore, AbortFreesEveryBlock) {
   for (auto& [id, why] : finish) EXPECT_EQ(why, FinishReason::kAborted) << id;
 }
 
+// One request alone: its decode steps queued ahead of the host (DecoderRunner::decode_ahead,
+// each sampled id fed to the next step on the device) give exactly the tokens of the same steps
+// run one at a time, with the penalties' window growing on the device and with draws; runs cross
+// block boundaries and end at max_tokens; every block comes back.
+TEST_F(CudaEngineCore, StepsQueuedAheadMatchStepByStep) {
+  auto inputs = prompts(3, 5);
+  inputs.push_back({11, 12, 13, 14, 15});  // a history shorter than the penalties' window
+  SamplingParams pen = greedy();
+  pen.repeat_penalty = 1.3f;
+  pen.presence_penalty = 0.2f;
+  pen.repeat_last_n = 64;
+  SamplingParams chain;  // the defaults: temperature, top-k, top-p, min-p, penalties
+  chain.temperature = 0.9f;
+  for (const SamplingParams& sp : {greedy(), pen, chain}) {
+    for (const auto& in : inputs) {
+      EngineCoreOptions o = options();
+      o.prefix_caching = false;
+      o.queue_ahead = true;
+      auto ahead = make(o);
+      o.queue_ahead = false;
+      auto stepwise = make(o);
+      ASSERT_TRUE(ahead && stepwise);
+      const auto a = serve(*ahead, {in}, 100, sp, nullptr);
+      const auto b = serve(*stepwise, {in}, 100, sp, nullptr);
+      ASSERT_EQ(a[0].tokens.size(), 100u);
+      EXPECT_EQ(a[0].tokens, b[0].tokens) << "temperature " << sp.temperature;
+      EXPECT_EQ(a[0].finish, FinishReason::kMaxTokens);
+      // Queued ahead: far fewer engine steps than tokens (a step runs up to 32 ahead).
+      EXPECT_LT(ahead->stats().steps, 20) << ahead->stats().steps;
+      EXPECT_EQ(stepwise->stats().steps, 100);
+      EXPECT_EQ(ahead->stats().kv.used_blocks, 0);
+      EXPECT_TRUE(ahead->kv_manager().check_invariants().ok());
+    }
+  }
+}
+
+// A run queued ahead stops for new work: a request submitted while another decodes alone gets
+// its first token before the other ends; an abort ends a run within a step or two.
+TEST_F(CudaEngineCore, RunsAheadStopForNewRequestsAndAborts) {
+  EngineCoreOptions o = options();
+  o.queue_ahead = true;
+  auto e = make(o);
+  ASSERT_TRUE(e);
+  const auto in = prompts(2, 6);
+  std::vector<std::string> order;
+  int n_first = 0;
+  RequestId first_id = 0;
+  RequestParams p;
+  p.prompt = in[0];
+  p.max_tokens = 200;
+  p.ignore_eos = true;
+  p.sampling = greedy();
+  p.on_event = [&](const RequestEvent& ev) {
+    n_first += static_cast<int>(ev.tokens.size());
+    if (n_first == 10) {
+      RequestParams q;
+      q.prompt = in[1];
+      q.max_tokens = 5;
+      q.ignore_eos = true;
+      q.sampling = greedy();
+      q.on_event = [&](const RequestEvent& qe) {
+        if (qe.finish != FinishReason::kNone) order.push_back("second done");
+      };
+      EXPECT_TRUE(e->submit(std::move(q)).ok());
+    }
+    if (n_first == 60) e->abort(first_id);
+    if (ev.finish != FinishReason::kNone) {
+      order.push_back("first done");
+      EXPECT_EQ(ev.finish, FinishReason::kAborted);
+    }
+  };
+  first_id = *e->submit(std::move(p));
+  ASSERT_TRUE(e->run_until_idle().ok());
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], "second done");
+  EXPECT_LE(n_first, 62) << "tokens after the abort";
+  EXPECT_EQ(e->stats().kv.used_blocks, 0);
+}
+
 // The small-batch matvec (strategies.kernels.cuda.batch_matvec_rows, default 8) in decode steps
 // of 5, 4, 3 and 2 sequences, per Q4 weight format (Q8_0 stays on the GEMMs for now): the logits against those of the GEMM
 // path (batch_matvec_rows 0) with the same tokens forced. Both read the same bf16 activations;

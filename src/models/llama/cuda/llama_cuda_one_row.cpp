@@ -14,7 +14,10 @@ namespace rinfer::llama {
 
 OneRowGraphs::~OneRowGraphs() {
   drop_graphs();
-  if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, words_ * 4);
+  if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, pinned_bytes());
+  for (cudaEvent_t e : fed_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
 }
 
 void OneRowGraphs::drop_graphs() {
@@ -35,7 +38,7 @@ Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
   }
   drop_graphs();
   RINFER_CUDA_RETURN(cudaStreamSynchronize(st));  // the old inputs may still be read
-  if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, words_ * 4);
+  if (pinned_ != nullptr) cuda::pinned_host_allocator().deallocate(pinned_, pinned_bytes());
   pinned_ = nullptr;
   n_ctx_ = spec.n_ctx;
   block_size_ = spec.block_size;
@@ -45,11 +48,14 @@ Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
   static_assert(sizeof(cuda::RowSample) % 4 == 0);
   off_sample_ = align4(4 + static_cast<size_t>(n_groups_ * width));
   off_hist_ = off_sample_ + align4(sizeof(cuda::RowSample) / 4);
-  words_ = off_hist_ + static_cast<size_t>(cuda::kMaxDecodeHistory);
-  RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(words_ * 4));
+  words_ = off_hist_ + static_cast<size_t>(cuda::kMaxDecodeHistory + kAheadSteps);
+  RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(pinned_bytes()));
   pinned_ = static_cast<int32_t*>(p);
-  std::memset(pinned_, 0, words_ * 4);
+  std::memset(pinned_, 0, pinned_bytes());
   RINFER_ASSIGN_OR_RETURN(dev_, cuda::DeviceBuffer::create(words_ * 4, device_, st, alloc_));
+  for (cudaEvent_t& e : fed_) {
+    if (e == nullptr) RINFER_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   auto* d = dev_.as<int32_t>();
   in_.token = d;
   in_.position = d + 1;
@@ -61,17 +67,11 @@ Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
   return ok_status();
 }
 
-Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
-                           const cuda::RowSample* sample, std::span<const int32_t> hist,
-                           cudaStream_t st) {
+Status OneRowGraphs::write_inputs(const ForwardBatch& b, const kv::KvArena& arena, int32_t* p) {
   const kv::KvSpec& spec = arena.spec();
   if (b.n_seq() != 1 || b.n_tokens() != 1) {
     return invalid_argument("one-row decode: {} sequences, {} tokens", b.n_seq(), b.n_tokens());
   }
-  if (static_cast<int64_t>(hist.size()) > cuda::kMaxDecodeHistory) {
-    return invalid_argument("one-row decode: a history window of {} ids", hist.size());
-  }
-  RINFER_RETURN_IF_ERROR(allocate(spec, st));
   const int32_t len = b.kv_len[0];
   if (len < 1 || len > n_ctx_) {
     return invalid_argument("one-row decode: length {} outside [1, {}]", len, n_ctx_);
@@ -80,11 +80,6 @@ Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
   if (n_tab > b.table_stride) {
     return invalid_argument("one-row decode: {} blocks in a table of {}", n_tab, b.table_stride);
   }
-  // The previous step's copy is done (every step ends with a synchronization; one that stopped
-  // early may have left it queued).
-  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
-  int32_t* p = pinned_;
-  p[0] = b.tokens[0];
   p[1] = b.positions[0];
   p[2] = len;
   for (int32_t g = 0; g < n_groups_; ++g) {
@@ -100,15 +95,62 @@ Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
     }
     std::copy(t, t + n_tab, dst);
   }
+  kv_len_ = len;
+  return ok_status();
+}
+
+Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
+                           const cuda::RowSample* sample, std::span<const int32_t> hist,
+                           cudaStream_t st) {
+  if (static_cast<int64_t>(hist.size()) > cuda::kMaxDecodeHistory) {
+    return invalid_argument("one-row decode: a history window of {} ids", hist.size());
+  }
+  RINFER_RETURN_IF_ERROR(allocate(arena.spec(), st));
+  // The previous step's copy is done (every step ends with a synchronization; one that stopped
+  // early may have left it queued).
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
+  int32_t* p = pinned_;
+  RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
+  p[0] = b.tokens[0];
   if (sample != nullptr) {
     std::memcpy(p + off_sample_, sample, sizeof(cuda::RowSample));
     std::copy(hist.begin(), hist.end(), p + off_hist_);
   }
   const size_t n = sample != nullptr ? off_hist_ + hist.size() : off_sample_;
-  kv_len_ = len;
   RINFER_CUDA_RETURN(
       cudaMemcpyAsync(dev_.data(), p, n * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   return ok_status();
+}
+
+Status OneRowGraphs::stage_ahead(const ForwardBatch& b, const kv::KvArena& arena,
+                                 const cuda::RowSample& sample, int64_t k, cudaStream_t st) {
+  if (dev_.data() == nullptr) return invalid_argument("one-row decode: nothing staged before");
+  int32_t* p = pinned_ + static_cast<size_t>(k % 2) * words_;
+  RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
+  std::memcpy(p + off_sample_, &sample, sizeof(cuda::RowSample));
+  // Words [1, off_hist_): the token and the history are on the device already.
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_.as<int32_t>() + 1, p + 1, (off_hist_ - 1) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, st));
+  return ok_status();
+}
+
+Status OneRowGraphs::feed(const int32_t* ids, int64_t k, int32_t w, cudaStream_t st) {
+  if (dev_.data() == nullptr) return invalid_argument("one-row decode: nothing staged before");
+  if (w < 0 || w > cuda::kMaxDecodeHistory || k < 0 || k >= kAheadSteps) {
+    return invalid_argument("one-row decode: step {} past a window of {} ids", k, w);
+  }
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(in_.token, ids, 4, cudaMemcpyDeviceToDevice, st));
+  auto* hist = const_cast<int32_t*>(in_.hist);
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(hist + w + k, ids, 4, cudaMemcpyDeviceToDevice, st));
+  int32_t* out = pinned_ + 2 * words_ + k % 2;
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(out, ids, 4, cudaMemcpyDeviceToHost, st));
+  RINFER_CUDA_RETURN(cudaEventRecord(fed_[k % 2], st));
+  return ok_status();
+}
+
+Result<int32_t> OneRowGraphs::wait(int64_t k) {
+  RINFER_CUDA_RETURN(cudaEventSynchronize(fed_[k % 2]));
+  return pinned_[2 * words_ + static_cast<size_t>(k % 2)];
 }
 
 void OneRowGraphs::check_arena(const kv::KvArena& arena) {

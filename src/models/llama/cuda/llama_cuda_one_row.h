@@ -7,6 +7,11 @@
 // (fixed width: the blocks of n_ctx positions) and the sampling row with its history window.
 // The graphs hold the arena's buffers: they are dropped when those move (the arena grows) or
 // another arena comes.
+// Queued ahead (DecoderRunner::decode_ahead): after step k's replay, feed() copies its sampled id
+// on the device into the token input and the history (whose window moves one id along per step,
+// over room for kAheadSteps ids past the first window) and to pinned memory; stage_ahead()
+// writes step k + 1's other inputs through the second of two pinned slots, so that it is queued
+// while step k runs; wait(k) hands out step k's id.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,8 +56,23 @@ class OneRowGraphs {
   // Replays the graph of the staged step (captured by `capture` first when missing).
   Status launch(const kv::KvArena& arena, bool sampled, const Capture& capture, cudaStream_t st);
 
+  // Steps a run queued ahead can take past its first history window.
+  static constexpr int64_t kAheadSteps = 4096;
+  // Queues, after step k (sampled; `ids` its device id, `w` the first step's history window):
+  // the id into the token input and history slot w + k, into pinned memory, and step k's event.
+  Status feed(const int32_t* ids, int64_t k, int32_t w, cudaStream_t st);
+  // Step k's inputs but the token and the history (the sampling row's hist_off k moves its
+  // window), through pinned slot k % 2 (free: step k - 2 has been waited for), not synchronized.
+  Status stage_ahead(const ForwardBatch& b, const kv::KvArena& arena, const cuda::RowSample& sample,
+                     int64_t k, cudaStream_t st);
+  // Waits for step k (fed) and returns its id.
+  Result<int32_t> wait(int64_t k);
+
  private:
   Status allocate(const kv::KvSpec& spec, cudaStream_t st);
+  // Checks the step against the arena and writes its inputs but the token and the history to
+  // pinned words p (0: the token's word).
+  Status write_inputs(const ForwardBatch& b, const kv::KvArena& arena, int32_t* p);
   void drop_graphs();
   // Whether the graphs were captured over this arena's current buffers (else drops them).
   void check_arena(const kv::KvArena& arena);
@@ -63,8 +83,10 @@ class OneRowGraphs {
   int64_t n_ctx_ = 0, block_size_ = 0, kv_len_ = 0;
   int32_t n_groups_ = 0;
   size_t words_ = 0;  // int32 words of the inputs
+  size_t pinned_bytes() const { return (2 * words_ + 2) * 4; }
   size_t off_sample_ = 0, off_hist_ = 0;
-  int32_t* pinned_ = nullptr;
+  int32_t* pinned_ = nullptr;  // [2 slots of words_], then the ids of steps fed [2]
+  cudaEvent_t fed_[2] = {nullptr, nullptr};
   cuda::DeviceBuffer dev_;
   // Per length bound level: [0] logits only, [1] sampled.
   std::vector<cudaGraphExec_t> graphs_[2];

@@ -184,6 +184,7 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   const RunnerOptions& options() const override { return opts_; }
   Device device() const override { return Device::cuda(m_.device_); }
+  int64_t max_logit_rows() const override { return logit_cap_; }
 
   Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
                                                     std::span<const int32_t> n_blocks) override {
@@ -203,6 +204,72 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   bool samples_on_device(const SamplingParams& sp) const override {
     return cuda::decode_sampling_supported(decode_sampling(sp), m_.hp_.n_vocab).ok();
+  }
+
+  bool decodes_ahead(const SamplingParams& sp) const override {
+    return one_row_graphs(m_.kv_dtype_) && samples_on_device(sp);
+  }
+
+  Result<int64_t> decode_ahead(const DecodeAhead& d, kv::KvArena& arena) override {
+    if (d.first == nullptr || d.sampling.sampling == nullptr || !d.next || !d.on_token) {
+      return invalid_argument("decode_ahead: no first step, sampling settings or callbacks");
+    }
+    if (!decodes_ahead(*d.sampling.sampling)) {
+      return unsupported("decode_ahead: these settings are not run ahead on this runner");
+    }
+    const ForwardBatch& b0 = *d.first;
+    if (!one_row(b0) || arena.device() != device()) {
+      return invalid_argument("decode_ahead: the first step is not one row of one sequence on {}",
+                              device().to_string());
+    }
+    RINFER_RETURN_IF_ERROR(check_forward_batch(b0, arena.spec(), m_.hp_.n_embd, opts_.max_tokens,
+                                               logits_.as<float>()));
+    if (b0.tokens[0] < 0 || b0.tokens[0] >= m_.hp_.n_vocab) {
+      return invalid_argument("decode_ahead: token {} is outside the vocabulary [0, {})",
+                              b0.tokens[0], m_.hp_.n_vocab);
+    }
+    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
+    RINFER_RETURN_IF_ERROR(ensure_one_row_scratch());
+    if (!graphs_) graphs_ = std::make_unique<OneRowGraphs>(m_.device_, m_.alloc_);
+    size_t w = 0;
+    RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs, sample_row(d.sampling, 0, w));
+    const auto w32 = static_cast<int32_t>(w);
+    const OneRowGraphs::Capture capture = one_row_capture(arena);
+    RINFER_RETURN_IF_ERROR(graphs_->stage(b0, arena, &rs, d.sampling.history.last(w), stream_));
+    Status queued = graphs_->launch(arena, true, capture, stream_);
+    if (queued.ok()) queued = graphs_->feed(ids_dev_, 0, w32, stream_);
+    int64_t handed = 0;
+    for (int64_t k = 0; queued.ok(); ++k) {
+      // Step k + 1 is queued before step k's id is read.
+      const ForwardBatch* nb = nullptr;
+      if (k + 1 < OneRowGraphs::kAheadSteps) {
+        float u = 0.0f;
+        nb = d.next(k + 1, u);
+        if (nb != nullptr) {
+          rs.uniform = u;
+          // The penalties' window: the last repeat_last_n ids, ending with step k's.
+          const int64_t end = static_cast<int64_t>(w) + k + 1;
+          rs.hist_len = static_cast<int>(
+              w == 0 ? 0 : std::min<int64_t>(end, d.sampling.sampling->repeat_last_n));
+          rs.hist_off = static_cast<int>(end - rs.hist_len);
+          queued = graphs_->stage_ahead(*nb, arena, rs, k + 1, stream_);
+          if (queued.ok()) queued = graphs_->launch(arena, true, capture, stream_);
+          if (queued.ok()) queued = graphs_->feed(ids_dev_, k + 1, w32, stream_);
+        }
+      }
+      auto id = graphs_->wait(k);
+      if (!id.ok()) {
+        queued = id.status();
+        break;
+      }
+      ++handed;
+      if (!d.on_token(k, *id) || nb == nullptr) break;
+    }
+    // Nothing stays queued on the graphs' inputs (a step queued ahead of the stop).
+    const Status drained = cuda_status(cudaStreamSynchronize(stream_), "decode_ahead");
+    RINFER_RETURN_IF_ERROR(queued.with_context(fmt::format("decode_ahead, step {}", handed)));
+    RINFER_RETURN_IF_ERROR(drained);
+    return handed;
   }
 
   Status forward_sampled(const ForwardBatch& b, kv::KvArena& arena,
@@ -443,13 +510,7 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
-    cuda::KvLayout kl;
-    kl.dtype = spec.dtype;
-    kl.head_dim = hp.head_dim;
-    if (one_row(b) && m_.opts_.cuda.graphs && m_.opts_.fusion.qkv &&
-        cuda::attention_decode_rope_supports(kl)) {
-      return run_one_row_graph(b, arena, samples);
-    }
+    if (one_row(b) && one_row_graphs(spec.dtype)) return run_one_row_graph(b, arena, samples);
     RINFER_RETURN_IF_ERROR(stage(b, arena, samples));
     cudaStream_t st = stream_;
     const Layout& L = layout_;
@@ -593,6 +654,15 @@ class LlamaCudaRunner final : public DecoderRunner {
     return m_.opts_.cuda.kernels.runner_matvec && b.n_tokens() == 1 && b.n_seq() == 1 &&
            b.logit_rows.size() == 1 && b.mask == MaskKind::kCausal;
   }
+  // Whether one-row steps replay CUDA graphs (cuda_graphs, the fused QKV and a KV layout the
+  // decode attention with RoPE takes).
+  bool one_row_graphs(DType kv_dtype) const {
+    cuda::KvLayout kl;
+    kl.dtype = kv_dtype;
+    kl.head_dim = m_.hp_.head_dim;
+    return m_.opts_.cuda.kernels.runner_matvec && m_.opts_.cuda.graphs && m_.opts_.fusion.qkv &&
+           cuda::attention_decode_rope_supports(kl);
+  }
   Status ensure_one_row_scratch() {
     if (one_row_) return ok_status();
     RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch(1));
@@ -614,10 +684,17 @@ class LlamaCudaRunner final : public DecoderRunner {
       hist = samples[0].history.last(w);
     }
     RINFER_RETURN_IF_ERROR(graphs_->stage(b, arena, rs ? &*rs : nullptr, hist, stream_));
-    LlamaCudaModel::Scratch& s = *one_row_;
-    const int64_t hd = m_.hp_.head_dim;
-    const auto capture = [&](const OneRowGraphs::Inputs& in, int64_t bound,
-                             bool sampled) -> Status {
+    const OneRowGraphs::Capture capture = one_row_capture(arena);
+    RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), capture, stream_));
+    out_logits_ = one_row_->logits;
+    return ok_status();
+  }
+
+  // Records the one-row step of `bound` positions over `arena`, reading the graphs' inputs.
+  OneRowGraphs::Capture one_row_capture(kv::KvArena& arena) {
+    return [this, &arena](const OneRowGraphs::Inputs& in, int64_t bound, bool sampled) -> Status {
+      LlamaCudaModel::Scratch& s = *one_row_;
+      const int64_t hd = m_.hp_.head_dim;
       s.tokens = in.token;
       s.positions = in.position;
       LlamaCudaModel::PagedPass pp;
@@ -637,9 +714,6 @@ class LlamaCudaRunner final : public DecoderRunner {
       if (!sampled) return ok_status();
       return cuda::sample_rows(s.logits, 1, m_.hp_.n_vocab, in.sample, in.hist, ids_dev_, stream_);
     };
-    RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), capture, stream_));
-    out_logits_ = s.logits;
-    return ok_status();
   }
 
   // The same step launched kernel by kernel (cuda_graphs off, or fusion.qkv off: the unfused
