@@ -1,9 +1,10 @@
-// LLM inference on the CPU, baseline and optimized side by side (recipes/llm-chat/smollm2-135m):
-//   pp   prompt processing: one forward pass over a 512-token prompt (real text: the start of
-//        /usr/share/common-licenses/GPL-3), from an empty KV cache       -> tokens/s
+// LLM inference on the CPU, baseline and optimized side by side (recipes/llm-chat/smollm2-135m),
+// each a client of the engine core, one request at a time (as `rinfer run`):
+//   pp   prompt processing: a 512-token prompt (real text: the start of
+//        /usr/share/common-licenses/GPL-3) from an empty KV cache, to its first token -> tokens/s
 //   tg   generation: greedy decoding from a 1-token prompt, end-of-text ignored (llama-bench's
 //        tg), measured over the decode steps                              -> tokens/s
-// baseline  = no KV cache (every step recomputes the prefix), reference kernels, 1 thread.
+// baseline  = no KV cache (every step recomputes the sequence), reference kernels, 1 thread.
 //             It is slow: it generates --baseline-tg tokens (default 16), not 128.
 // optimized = KV cache, fast kernels, --threads threads (default: all cores). Best of --reps.
 // Decode is also given as a share of the machine's memory read bandwidth, measured here with
@@ -33,10 +34,8 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
-#include "engine/generator.h"
 #include "formats/gguf.h"
 #include "formats/model_cache.h"
-#include "kv/kv_cache.h"
 #include "models/model.h"
 #include "ops/cpu/ops.h"
 #include "tokenizer/tokenizer.h"
@@ -99,7 +98,6 @@ struct Config {
   int64_t tg_tokens;
   int reps;
   bool quantize_activations = true;
-  bool engine_core = false;  // through the engine core (one request at a time), not the generator
 };
 
 struct Measured {
@@ -108,10 +106,10 @@ struct Measured {
   std::vector<double> pp_samples, tg_samples;
   int64_t tg_tokens = 0;
   double tg_avg_kv_bytes = 0;  // KV cache bytes read per decoded token, averaged
-  // engine_core: each rep's rate over the generator's in the rep run right after it.
-  std::vector<double> pp_ratio, tg_ratio;
 };
 
+// One request at a time through the engine core (paged KV, the scheduler, per-request sampling:
+// what `rinfer run` does); the KV cache off is the core recomputing every sequence each step.
 Result<Measured> measure(const std::string& path, const Config& c,
                          const std::vector<int32_t>& prompt) {
   ThreadPool pool(c.threads);
@@ -123,88 +121,37 @@ Result<Measured> measure(const std::string& path, const Config& c,
   RINFER_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, load_decoder_model(path, opts));
   const DecoderHParams& hp = model->hparams();
   const auto n_pp = static_cast<int64_t>(prompt.size());
-  // The model's own cache (Gemma 3: rings for the sliding-window layers), as the engine uses.
-  RINFER_ASSIGN_OR_RETURN(KvCache cache, model->create_cache(std::max(n_pp, c.tg_tokens + 1)));
+  EngineCoreOptions eo;
+  eo.n_ctx = std::max(n_pp, c.tg_tokens + 1) + 1;
+  eo.scheduler.max_seqs = 1;
+  eo.scheduler.max_batched_tokens = 512;
+  eo.scheduler.recompute_each_step = !c.kv_cache;
+  eo.prefix_caching = c.kv_cache;
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
+                          EngineCore::create(*model, eo, nullptr));
+  auto run = [&](std::span<const int32_t> p, int64_t max_tokens) -> Result<RequestStats> {
+    core->clear_prefix_cache();
+    RequestParams rp;
+    rp.prompt.assign(p.begin(), p.end());
+    rp.max_tokens = max_tokens;
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0.0f;
+    rp.sampling.repeat_penalty = 1.0f;
+    RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(*core, std::move(rp)));
+    return out.stats;
+  };
   Measured m;
-
-  // Prompt processing: one pass over the prompt, logits of the last row only.
-  std::vector<int32_t> positions(prompt.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
-  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-  const int32_t last = static_cast<int32_t>(n_pp - 1);
+  // Prompt processing: the prompt's pass and its one sampled token (time to first token).
   for (int rep = 0; rep < c.reps; ++rep) {
-    cache.clear();
-    const auto t0 = Clock::now();
-    RINFER_RETURN_IF_ERROR(
-        model->infer({prompt, positions, std::span(&last, 1)}, cache, logits.data()));
-    m.pp_samples.push_back(static_cast<double>(n_pp) / seconds_since(t0));
+    RINFER_ASSIGN_OR_RETURN(RequestStats st, run(prompt, 1));
+    m.pp_samples.push_back(static_cast<double>(n_pp) / (st.ttft_ms / 1e3));
   }
   m.pp_tps = median(m.pp_samples);
-
-  if (c.engine_core) {
-    // The same measurements as one request at a time through the engine core (paged KV, the
-    // scheduler, per-request sampling): what `rinfer run` does.
-    EngineCoreOptions eo;
-    eo.n_ctx = std::max(n_pp, c.tg_tokens + 1) + 1;
-    eo.scheduler.max_seqs = 1;
-    eo.scheduler.max_batched_tokens = 512;
-    RINFER_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                            EngineCore::create(*model, eo, nullptr));
-    auto run = [&](std::span<const int32_t> p, int64_t max_tokens) -> Result<RequestStats> {
-      core->clear_prefix_cache();
-      RequestParams rp;
-      rp.prompt.assign(p.begin(), p.end());
-      rp.max_tokens = max_tokens;
-      rp.ignore_eos = true;
-      rp.sampling.temperature = 0.0f;
-      rp.sampling.repeat_penalty = 1.0f;
-      RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(*core, std::move(rp)));
-      return out.stats;
-    };
-    // Interleaved with the generator's runs on the same model, so that the machine's drift
-    // hits both alike: the ratio of each pair is what batch 1 through the core costs.
-    GeneratorOptions g;
-    g.max_tokens = c.tg_tokens;
-    g.sampling.temperature = 0.0f;
-    g.sampling.repeat_penalty = 1.0f;
-    for (int rep = 0; rep < c.reps; ++rep) {
-      RINFER_ASSIGN_OR_RETURN(RequestStats st, run(prompt, 1));
-      m.pp_samples.push_back(static_cast<double>(n_pp) / (st.ttft_ms / 1e3));
-      cache.clear();
-      const auto t0 = Clock::now();
-      RINFER_RETURN_IF_ERROR(
-          model->infer({prompt, positions, std::span(&last, 1)}, cache, logits.data()));
-      m.pp_ratio.push_back(m.pp_samples.back() / (static_cast<double>(n_pp) / seconds_since(t0)));
-    }
-    for (int rep = 0; rep < c.reps; ++rep) {
-      RINFER_ASSIGN_OR_RETURN(RequestStats st, run(std::span(prompt.data(), 1), c.tg_tokens));
-      m.tg_samples.push_back(decode_tps(st));
-      m.tg_tokens = st.generated_tokens;
-      cache.clear();
-      Generator gen(*model, cache, nullptr, g);
-      RINFER_ASSIGN_OR_RETURN(GenerationResult r,
-                              gen.generate(std::span(prompt.data(), 1), nullptr));
-      m.tg_ratio.push_back(m.tg_samples.back() / decode_tps(r.stats));
-    }
-    m.pp_tps = median(m.pp_samples);
-    m.tg_tps = median(m.tg_samples);
-    const double avg = 1.0 + static_cast<double>(c.tg_tokens) / 2.0;
-    m.tg_avg_kv_bytes = avg * 2.0 * static_cast<double>(hp.n_layer * hp.kv_dim()) * 4.0;
-    return m;
-  }
-
   // Generation from a 1-token prompt.
-  GeneratorOptions g;
-  g.kv_cache = c.kv_cache;
-  g.max_tokens = c.tg_tokens;
-  g.sampling.temperature = 0.0f;
-  g.sampling.repeat_penalty = 1.0f;
   for (int rep = 0; rep < c.reps; ++rep) {
-    cache.clear();
-    Generator gen(*model, cache, nullptr, g);
-    RINFER_ASSIGN_OR_RETURN(GenerationResult r, gen.generate(std::span(prompt.data(), 1), nullptr));
-    m.tg_samples.push_back(decode_tps(r.stats));
-    m.tg_tokens = r.stats.generated_tokens;
+    RINFER_ASSIGN_OR_RETURN(RequestStats st, run(std::span(prompt.data(), 1), c.tg_tokens));
+    m.tg_samples.push_back(decode_tps(st));
+    m.tg_tokens = st.generated_tokens;
   }
   m.tg_tps = median(m.tg_samples);
   // Step k of the decode reads k+1 cached positions of K and V in every layer.
@@ -287,8 +234,6 @@ int main(int argc, char** argv) {
   std::vector<Config> configs;
   if (baseline) configs.push_back({"baseline", false, cpu::Impl::kReference, 1, baseline_tg, 1});
   configs.push_back({"optimized", true, cpu::Impl::kFast, n_threads, tg, reps});
-  // The same settings through the engine core: batch 1 must not lose to the generator.
-  configs.push_back({"core", true, cpu::Impl::kFast, n_threads, tg, reps, true, true});
   if (f32_acts) {
     configs.push_back({"opt-f32act", true, cpu::Impl::kFast, n_threads, tg, reps, false});
   }
@@ -328,7 +273,6 @@ int main(int argc, char** argv) {
                 c.impl == cpu::Impl::kFast ? "fast" : "reference", c.threads, m->pp_tps, m->tg_tps,
                 static_cast<long long>(m->tg_tokens), gbps, 100.0 * gbps / bandwidth);
     results.push_back({{"config", c.name},
-                       {"engine_core", c.engine_core},
                        {"kv_cache", c.kv_cache},
                        {"kernels", c.impl == cpu::Impl::kFast ? "fast" : "reference"},
                        {"threads", c.threads},
@@ -342,21 +286,12 @@ int main(int argc, char** argv) {
                        {"decode_bytes_per_token", bytes_per_token},
                        {"decode_gb_per_s", gbps},
                        {"decode_share_of_bandwidth", gbps / bandwidth}});
-    if (c.engine_core) {
-      std::printf(
-          "| core / generator, interleaved reps: pp %.3f, tg %.3f (medians of %zu pairs) |\n",
-          median(m->pp_ratio), median(m->tg_ratio), m->tg_ratio.size());
-      results.back()["vs_generator_pp_ratio"] = median(m->pp_ratio);
-      results.back()["vs_generator_tg_ratio"] = median(m->tg_ratio);
-      results.back()["vs_generator_pp_ratio_samples"] = m->pp_ratio;
-      results.back()["vs_generator_tg_ratio_samples"] = m->tg_ratio;
-    }
   }
   std::printf(
-      "pp: one forward pass over %lld tokens of GPL-3 text; tg: greedy decode steps from "
-      "a 1-token prompt; core: the optimized settings through the engine core, one request at a "
-      "time (pp: time to first token). Baseline tg is %lld tokens (it recomputes the prefix every "
-      "step). Decode reads %.1f MB of weights per token (+ the KV cache).\n",
+      "Each row: one request at a time through the engine core. pp: time to the first token of "
+      "%lld tokens of GPL-3 text; tg: greedy decode steps from a 1-token prompt. Baseline tg is "
+      "%lld tokens (it recomputes the sequence every step). Decode reads %.1f MB of weights per "
+      "token (+ the KV cache).\n",
       static_cast<long long>(pp), static_cast<long long>(baseline_tg),
       static_cast<double>(weight_bytes) / 1e6);
 
@@ -385,9 +320,10 @@ int main(int argc, char** argv) {
         {"weight_bytes_per_token", weight_bytes},
         {"memory_read_bandwidth_gb_per_s", bandwidth},
         {"method",
-         "pp: one forward pass over the first N tokens of /usr/share/common-licenses/GPL-3 from "
-         "an empty KV cache, median of reps; tg: greedy decode steps from a 1-token prompt, EOS "
-         "ignored, decode steps / decode time, median of reps; baseline generates fewer tokens"},
+         "one request at a time through the engine core; pp: time to the first token of the "
+         "first N tokens of /usr/share/common-licenses/GPL-3 from an empty KV cache, median of "
+         "reps; tg: greedy decode steps from a 1-token prompt, EOS ignored, decode steps / decode "
+         "time, median of reps; baseline generates fewer tokens"},
         {"results", results},
         {"limit",
          "decode is memory bound: (weight bytes + KV bytes) per token x tokens/s vs the measured "
