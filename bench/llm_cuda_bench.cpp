@@ -30,7 +30,7 @@
 //       decode (a 128-token prompt, greedy, one request) and prefill 2048 through the engine core
 //       (the paged KV arena, the runner, decode steps queued ahead), its reps interleaved with the
 //       row's own, and the ratio of the two (what `rinfer run` at one seat costs over the model's
-//       own single-sequence decode).
+//       own single-sequence decode), and the core's decode without queueing ahead beside it.
 //   --kernels '{matvec_split: 2, pdl: false}' (or matvec_split=2,pdl=false): strategies.kernels.
 //       cuda for every row (the keys and domains of a recipe; `rinfer strategies` lists them).
 #include <cuda_profiler_api.h>
@@ -171,6 +171,7 @@ struct Result1 {
   // --engine-core: the same through the engine core (0: not measured), and each figure over the
   // row's own, the medians of the interleaved reps' ratios.
   double core_decode_ms = 0, core_prefill2048 = 0, core_decode_ratio = 0, core_prefill_ratio = 0;
+  double core_stepwise_ratio = 0;  // the core's decode without queueing ahead, over the row's
   uint64_t weight_bytes = 0;
   uint64_t device_peak = 0;
   std::string error;
@@ -344,11 +345,13 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
     eo.scheduler.max_batched_tokens = 2048;
     eo.queue_ahead = true;
     auto core = EngineCore::create(model, eo, nullptr);
-    if (!core.ok()) {
-      r.error = core.status().to_string();
+    eo.queue_ahead = false;
+    auto stepwise = EngineCore::create(model, eo, nullptr);
+    if (!core.ok() || !stepwise.ok()) {
+      r.error = (core.ok() ? stepwise.status() : core.status()).to_string();
       return r;
     }
-    std::vector<double> own_ms, core_ms, dec_ratio, pf_ratio, core_pf;
+    std::vector<double> own_ms, core_ms, dec_ratio, pf_ratio, core_pf, step_ratio;
     const auto head = std::span<const int32_t>(tokens).first(static_cast<size_t>(prompt));
     for (int rep = 0; rep < std::max(3, reps) && r.error.empty(); ++rep) {
       prefill(prompt);
@@ -362,6 +365,12 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
       }
       dec_ratio.push_back(own / bench::median(core_ms));
       r.core_decode_ms += bench::median(core_ms) / std::max(3, reps);
+      core_ms.clear();
+      if (auto sw = core_request(**stepwise, head, decode_tokens + 1, &core_ms); !sw.ok()) {
+        r.error = sw.status().to_string();
+        break;
+      }
+      step_ratio.push_back(own / bench::median(core_ms));
       if (!do_prefill) continue;
       const double own_pf = 2048.0 / prefill(2048);
       auto t = core_request(**core, std::span<const int32_t>(tokens).first(2048), 1, nullptr);
@@ -373,6 +382,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
       pf_ratio.push_back(core_pf.back() / own_pf);
     }
     if (!dec_ratio.empty()) r.core_decode_ratio = bench::median(dec_ratio);
+    if (!step_ratio.empty()) r.core_stepwise_ratio = bench::median(step_ratio);
     if (!pf_ratio.empty()) {
       r.core_prefill_ratio = bench::median(pf_ratio);
       r.core_prefill2048 = bench::median(core_pf);
@@ -683,9 +693,9 @@ int main_impl(int argc, char** argv) {
       if (r.error.empty() && r.core_decode_ms > 0) {
         const double core_tok_s = 1e3 / r.core_decode_ms;
         std::printf(
-            "| %s, engine core | %.1f (x%.4f of the row's) | %.0f | %.0f%% |  |  | %s | %.0f | "
-            "%s |  |\n",
-            v.name.c_str(), core_tok_s, r.core_decode_ratio, limit_dec,
+            "| %s, engine core | %.1f (x%.4f of the row's; step by step x%.4f) | %.0f | %.0f%% "
+            "|  |  | %s | %.0f | %s |  |\n",
+            v.name.c_str(), core_tok_s, r.core_decode_ratio, r.core_stepwise_ratio, limit_dec,
             100 * core_tok_s / limit_dec,
             r.core_prefill2048 > 0
                 ? fmt::format("{:.0f} (x{:.4f})", r.core_prefill2048, r.core_prefill_ratio).c_str()
@@ -729,6 +739,7 @@ int main_impl(int argc, char** argv) {
       if (r.core_decode_ms > 0) {
         e["engine_core"] = {{"decode_tok_s", 1e3 / r.core_decode_ms},
                             {"decode_ratio", r.core_decode_ratio},
+                            {"decode_step_by_step_ratio", r.core_stepwise_ratio},
                             {"prefill_2048_tok_s", r.core_prefill2048},
                             {"prefill_2048_ratio", r.core_prefill_ratio}};
       }

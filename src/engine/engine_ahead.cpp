@@ -82,6 +82,7 @@ void EngineCore::decode_ahead(Request& r, const ForwardBatch& b, StepStats& st) 
     if (k > 0) {
       ++stats_.steps;
       ++stats_.computed_tokens;
+      ++stats_.queued_ahead;
     }
     r.computed += 1;
     kv_->commit(id, r.tokens, r.computed);

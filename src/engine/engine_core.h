@@ -58,7 +58,7 @@ struct EngineCoreOptions {
   int32_t swap_blocks = 0;
   // One request alone decoding, with device sampling: its steps are queued ahead of the host
   // where the runner can (DecoderRunner::decode_ahead); false: step by step.
-  bool queue_ahead = false;
+  bool queue_ahead = true;
   SchedulerConfig scheduler;
   // What to change when the KV pool does not fit in memory (names the recipe keys or flags).
   std::string memory_hint;
@@ -83,6 +83,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t finished = 0;
   int64_t kv_grows = 0;  // prealloc auto: times the pool grew
+  int64_t queued_ahead = 0;  // decode steps queued ahead of the host (a request alone; in steps)
   size_t running = 0;
   size_t waiting = 0;
   kv::KvUsage kv;

@@ -6,7 +6,6 @@
 #include <random>
 
 #include "core/error.h"
-#include "core/memory_plan.h"
 #include "engine/strategy_options.h"
 #include "formats/model_cache.h"
 #include "models/registry.h"
@@ -15,20 +14,6 @@
 namespace rinfer {
 
 namespace {
-
-// The bytes the model's create_cache will allocate for n_ctx positions: every layer n_ctx rows,
-// a sliding-window layer min(n_ctx, window + max_batch - 1) (as LlamaModel and LlamaCudaModel
-// lay it out); f32 elements on the CPU, the kv_cache dtype (bf16 by default) on CUDA.
-uint64_t planned_kv_bytes(const DecoderHParams& hp, int64_t n_ctx, const LoadOptions& opts) {
-  KvCacheSpec spec = KvCacheSpec::uniform(hp.n_layer, n_ctx, hp.kv_dim());
-  if (!hp.layer_attn.empty()) {
-    std::vector<int64_t> windows;
-    for (const DecoderHParams::LayerAttn& la : hp.layer_attn) windows.push_back(la.window);
-    spec = KvCacheSpec::windowed(windows, n_ctx, hp.kv_dim(), opts.max_batch);
-  }
-  const DType elem = opts.device.is_cpu() ? DType::kF32 : opts.kv_dtype.value_or(DType::kBF16);
-  return spec.bytes(dtype_traits(elem).block_bytes);
-}
 
 // What to change when the KV cache does not fit: the context, named by where it was set.
 std::string kv_memory_hint(const RecipeConfig& r, const LoadOptions& opts, const DecoderHParams& hp,
@@ -44,23 +29,6 @@ std::string kv_memory_hint(const RecipeConfig& r, const LoadOptions& opts, const
     hint += ", or set strategies.kv_cache.dtype to bf16 (half the bytes)";
   }
   return hint;
-}
-
-// Refuses a KV cache larger than the device's free memory, before it is allocated (see
-// core/memory_plan.h). The weights are loaded by now, so what is available already leaves
-// them out. When the free memory cannot be told (no /proc/meminfo) the check is skipped.
-Status check_kv_cache_memory(const RecipeConfig& r, const LoadOptions& opts,
-                             const DecoderHParams& hp, bool ctx_from_model) {
-  auto available = memory_available(opts.device);
-  if (!available.ok()) {
-    spdlog::debug("memory check skipped: {}", available.status().message());
-    return ok_status();
-  }
-  MemoryPlan plan;
-  plan.items.push_back({fmt::format("the KV cache for {} positions", r.context_length),
-                        planned_kv_bytes(hp, r.context_length, opts)});
-  plan.hint = kv_memory_hint(r, opts, hp, ctx_from_model);
-  return check_memory_plan(plan, *available).with_context(r.path);
 }
 
 }  // namespace
@@ -110,59 +78,44 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
 
   e->memory_hint_ = kv_memory_hint(r, opts, hp, ctx_from_model);
   if (options.model_only) return e;
-  // The engine core everywhere but CUDA at one seat (rinfer run and bench), which stays on the
-  // single-sequence path until the core queues a decode step ahead as that path does. kv_cache
-  // off (the baseline) is the core recomputing every sequence each step.
-  const bool use_core = options.engine_core && (opts.device.is_cpu() || options.seats != 1);
-  if (use_core) {
-    EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
-    co.memory_hint = e->memory_hint_;
-    if (options.seats > 0) {
-      co.scheduler.max_seqs = options.seats;
-      co.scheduler.max_batched_tokens =
-          std::max<int64_t>(co.scheduler.max_batched_tokens, options.seats);
-    }
-    const TextGenerationSample* text = e->sample_.get();
-    auto core = EngineCore::create(e->sample_->decoder(), co,
-                                   [text] { return text->postprocess_stream(); });
-    if (!core.ok()) return core.status().with_context(r.path);
-    e->core_ = std::move(core).value();
-    return e;
+  // The engine core on every device; kv_cache off (the baseline) is the core recomputing every
+  // sequence each step.
+  EngineCoreOptions co = engine_core_options(r.strategies, r.context_length);
+  co.memory_hint = e->memory_hint_;
+  if (options.seats > 0) {
+    co.scheduler.max_seqs = options.seats;
+    co.scheduler.max_batched_tokens =
+        std::max<int64_t>(co.scheduler.max_batched_tokens, options.seats);
   }
-
-  RINFER_RETURN_IF_ERROR(check_kv_cache_memory(r, opts, hp, ctx_from_model));
-  auto cache = e->sample_->decoder().create_cache(r.context_length);
-  if (!cache.ok()) return cache.status();
-  e->cache_ = std::move(cache).value();
-  e->text_ = e->sample_->postprocess_stream();
-  e->generator_ = std::make_unique<Generator>(e->sample_->decoder(), e->cache_, e->text_.get(), g);
+  const TextGenerationSample* text = e->sample_.get();
+  auto core = EngineCore::create(e->sample_->decoder(), co,
+                                 [text] { return text->postprocess_stream(); });
+  if (!core.ok()) return core.status().with_context(r.path);
+  e->core_ = std::move(core).value();
   return e;
 }
 
 Result<EngineCore*> LlmEngine::scoring_core() {
   if (core_) return core_.get();
-  if (score_core_) return score_core_.get();
   EngineCoreOptions co = engine_core_options(recipe_.strategies, recipe_.context_length);
   co.memory_hint = memory_hint_;
   co.scheduler.max_seqs = 1;
   auto core = EngineCore::create(sample_->decoder(), co, {});
   if (!core.ok()) return core.status().with_context(recipe_.path);
-  score_core_ = std::move(core).value();
-  return score_core_.get();
+  core_ = std::move(core).value();
+  return core_.get();
 }
 
 void LlmEngine::reset() {
-  if (generator_) generator_->reset();
   if (core_) core_->clear_prefix_cache();
 }
 
 Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
                                              const PieceCallback& on_piece,
                                              const std::atomic<bool>* cancel) {
-  if (!core_ && !generator_) {
+  if (!core_) {
     return invalid_argument("{}: this engine was made for its model alone (model_only)", recipe_.path);
   }
-  if (!core_) return generator_->generate(prompt, on_piece, cancel);
   const GeneratorOptions& g = gen_options_;
   RequestParams p;
   p.prompt.assign(prompt.begin(), prompt.end());
@@ -203,19 +156,9 @@ std::string LlmEngine::describe() const {
         recipe_.strategies.kv_cache ? "" : "; disabled: recomputes the sequence every step",
         gen_options_.sampling.to_string());
   }
-  if (!generator_) {
-    return fmt::format("model     {}\n          {}\n          tokenizer {}; {}\ndevice    {}\n",
-                       model_path_, sample_->decoder().describe(), tokenizer_text(),
-                       sample_->chat_template_note(), recipe_.device.to_string());
-  }
-  return fmt::format(
-      "model     {}\n          {}\n          tokenizer {}; {}\n"
-      "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions){}\nsampling  {}\n",
-      model_path_, sample_->decoder().describe(), tokenizer_text(),
-      sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
-      static_cast<double>(cache_.bytes()) / (1 << 20), cache_.n_ctx(),
-      recipe_.strategies.kv_cache ? "" : " (disabled: recomputes the prefix every step)",
-      generator_->options().sampling.to_string());
+  return fmt::format("model     {}\n          {}\n          tokenizer {}; {}\ndevice    {}\n",
+                     model_path_, sample_->decoder().describe(), tokenizer_text(),
+                     sample_->chat_template_note(), recipe_.device.to_string());
 }
 
 }  // namespace rinfer

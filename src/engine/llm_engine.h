@@ -1,14 +1,11 @@
 // An LLM engine built from a recipe: the text-generation sample plus the recipe's strategies
-// (turned into the load, generator and engine core options by engine/strategy_options.h: KV
-// cache, kernels, threads, fusion, quantization, CUDA graphs, allocator, batching), its
-// device, its context length and its sampling settings. Owns everything a conversation needs,
-// created once: the thread pool, and either
-//   the engine core (engine/engine_core.h) with its KV arena: on the CPU always (`rinfer run`
-//   and `rinfer bench` are its clients, one request at a time; kv_cache off recomputes every
-//   sequence each step), on CUDA for many seats (`rinfer bench-serve`); or
-//   the single-sequence generator over a contiguous KvCache (CUDA at one seat, which does not
-//   queue a decode step ahead in the core yet; the tools that drive the model directly:
-//   perplexity, parity).
+// (turned into the load and engine core options by engine/strategy_options.h: KV cache, kernels,
+// threads, fusion, quantization, CUDA graphs, allocator, batching), its device, its context
+// length and its sampling settings. Owns everything a conversation needs, created once: the
+// thread pool and the engine core (engine/engine_core.h) with its KV arena, on every device:
+// `rinfer run` and `rinfer bench` are its clients one request at a time (on CUDA the decode
+// steps of a request alone are queued ahead of the host), `rinfer serve` with many seats;
+// kv_cache off recomputes every sequence each step.
 #pragma once
 
 #include <memory>
@@ -17,7 +14,6 @@
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "engine/generator.h"
-#include "kv/kv_cache.h"
 #include "models/text_generation.h"
 #include "recipe/recipe.h"
 #include "rinfer/status.h"
@@ -25,12 +21,10 @@
 namespace rinfer {
 
 struct LlmEngineOptions {
-  // Serve through the engine core where the device has a runner and the KV cache is on.
-  bool engine_core = false;
   // Requests the engine core serves at once (its KV pool holds this many full contexts); 0:
   // the recipe's batching.max_seqs.
   int64_t seats = 1;
-  // The model alone: no KV cache, no generator, no core (callers that build their own cores:
+  // The model alone: no engine core (callers that build their own cores:
   // rinfer bench-serve; or score through scoring_core(): perplexity). generate() is then an
   // error.
   bool model_only = false;
@@ -49,19 +43,15 @@ class LlmEngine {
   const std::string& model_path() const { return model_path_; }
   TextGenerationSample& sample() { return *sample_; }
   DecoderModel& decoder() { return sample_->decoder(); }
-  // The single-sequence path (null / empty in engine-core mode).
-  KvCache& kv_cache() { return cache_; }
-  Generator& generator() { return *generator_; }
-  bool has_generator() const { return generator_ != nullptr; }
-  // The engine core, or null.
+  // The engine core (null with model_only).
   EngineCore* core() { return core_.get(); }
-  // The engine core for teacher-forced scoring (perplexity, the precision gates): core(), or one
-  // seat's core made on first use where the engine generates on the single-sequence path.
+  // The engine core for teacher-forced scoring (perplexity, the precision gates): core(), or,
+  // with model_only, one seat's core made on first use.
   Result<EngineCore*> scoring_core();
   int64_t context_length() const { return recipe_.context_length; }
 
   // One reply to `prompt` with the recipe's sampling, max_tokens and stop strings, streamed to
-  // on_piece, through the engine core or the generator. `cancel` (may be null) is checked
+  // on_piece, through the engine core. `cancel` (may be null) is checked
   // between steps; interrupt() stops a forward pass in flight. Each call draws from its own
   // random sequence (the seed plus the call's number).
   Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
@@ -70,7 +60,7 @@ class LlmEngine {
   void interrupt() {
     if (core_) core_->interrupt();
   }
-  // Forgets the conversation (the generator's history, the core's prefix cache).
+  // Forgets the conversation (the core's prefix cache).
   void reset();
   ThreadPool& pool() { return *pool_; }
   uint64_t seed() const { return seed_; }
@@ -86,13 +76,9 @@ class LlmEngine {
   uint64_t seed_ = 0;
   std::unique_ptr<ThreadPool> pool_;  // created once, before the model that uses it
   std::unique_ptr<TextGenerationSample> sample_;
-  KvCache cache_;
-  std::unique_ptr<TokenTextStream> text_;
-  std::unique_ptr<Generator> generator_;
   std::unique_ptr<EngineCore> core_;
-  std::unique_ptr<EngineCore> score_core_;  // scoring_core() beside the generator
-  std::string memory_hint_;                 // the engine core's, naming the recipe's keys
-  GeneratorOptions gen_options_;  // the recipe's sampling, max_tokens, stop (engine-core mode)
+  std::string memory_hint_;       // the engine core's, naming the recipe's keys
+  GeneratorOptions gen_options_;  // the recipe's sampling, max_tokens, stop
   uint64_t calls_ = 0;
 };
 

@@ -58,7 +58,6 @@ Result<std::unique_ptr<ServedModel>> ServedModel::load(const RecipeConfig& recip
                                                        Metrics& metrics) {
   std::unique_ptr<ServedModel> m(new ServedModel());
   LlmEngineOptions eo;
-  eo.engine_core = true;
   eo.seats = 0;  // the recipe's batching.max_seqs
   auto engine = LlmEngine::create(recipe, eo);
   if (!engine.ok()) return engine.status();

@@ -40,7 +40,6 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "core/progress.h"
-#include "engine/generator.h"
 #include "engine/llm_engine.h"
 #include "engine/precision.h"
 #include "recipe/recipe.h"
@@ -271,21 +270,6 @@ Result<std::vector<int32_t>> text_tokens(const Tokenizer& tok, const BenchText& 
   return out;
 }
 
-// A postprocess stage that never ends the reply and stamps each sampled token: per-token
-// latencies, G tokens whatever the model samples, and the progress line.
-class TimingStream : public TokenTextStream {
- public:
-  bool is_end_of_generation(int32_t) const override { return false; }
-  std::string push(int32_t) override {
-    stamps.push_back(Clock::now());
-    if (on_token) on_token();
-    return {};
-  }
-  std::string finish() override { return {}; }
-  std::vector<Clock::time_point> stamps;
-  std::function<void()> on_token;
-};
-
 // Greedy, no penalties: every variant decodes the same tokens.
 SamplingParams bench_sampling() {
   SamplingParams sp;
@@ -442,11 +426,8 @@ int run_bench(const BenchArgs& a) {
     malloc_trim(0);
     const uint64_t rss0 = proc_status_bytes("VmRSS");
     hwm_reset_ok = reset_peak_rss() && hwm_reset_ok;
-    // What `rinfer run` makes of the recipe: the engine core with one seat on the CPU, the
-    // single-sequence generator elsewhere.
-    LlmEngineOptions eo;
-    eo.engine_core = true;
-    auto engine = LlmEngine::create(v.recipe, eo);
+    // What `rinfer run` makes of the recipe: the engine core with one seat.
+    auto engine = LlmEngine::create(v.recipe);
     if (!engine.ok()) return report_error(engine.status().with_context(v.path).message());
     LlmEngine& e = **engine;
     if (is_base) {
@@ -476,19 +457,7 @@ int run_bench(const BenchArgs& a) {
     // One measured run: prefill from an empty cache, then max_tokens greedy tokens.
     auto run_once = [&](int64_t max_tokens) -> Result<RequestStats> {
       stamps.clear();
-      if (EngineCore* core = e.core()) {
-        return bench_core_run(*core, prompt, max_tokens, stamp);
-      }
-      GeneratorOptions g = e.generator().options();  // the recipe's strategies (kv_cache, chunk)
-      g.stop.clear();
-      g.sampling = bench_sampling();
-      g.max_tokens = max_tokens;
-      TimingStream stream;
-      stream.on_token = stamp;
-      Generator gen(e.decoder(), e.kv_cache(), &stream, g);
-      gen.reset();
-      RINFER_ASSIGN_OR_RETURN(GenerationResult res, gen.generate(prompt, nullptr));
-      return res.stats;
+      return bench_core_run(*e.core(), prompt, max_tokens, stamp);
     };
 
     std::vector<RunSample> runs;

@@ -181,9 +181,8 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
     recipe.strategies.origins.set("context_length", "--ctx");
   }
   if (!a.chat_template.empty()) recipe.chat_template = a.chat_template;
-  // One conversation: the engine core with one seat where the device has a runner.
+  // One conversation: the engine core with one seat.
   LlmEngineOptions eo;
-  eo.engine_core = true;
   eo.seats = 1;
   return LlmEngine::create(recipe, eo);
 }

@@ -25,6 +25,7 @@
 #include <numeric>
 
 #include "engine/llm_engine.h"
+#include "engine/precision.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -52,8 +53,8 @@ Reply greedy_reply(LlmEngine& e, const std::string& prompt) {
   EXPECT_TRUE(ids.ok()) << ids.status().to_string();
   if (!ids.ok()) return r;
   r.prompt = *ids;
-  e.generator().reset();
-  auto g = e.generator().generate(*ids, nullptr);
+  e.reset();
+  auto g = e.generate(*ids, nullptr);
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   if (!g.ok()) return r;
   r.ids = g->tokens;
@@ -67,22 +68,19 @@ std::vector<float> golden_gaps(LlmEngine& e, const std::vector<int32_t>& prompt,
                                const std::vector<int32_t>& golden) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), golden.begin(), golden.end());
-  std::vector<int32_t> pos(all.size()), rows(golden.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  std::iota(rows.begin(), rows.end(), static_cast<int32_t>(prompt.size()) - 1);
   const int64_t v = e.decoder().hparams().n_vocab;
-  std::vector<float> logits(golden.size() * static_cast<size_t>(v));
-  e.generator().reset();
-  Status st = e.decoder().infer({all, pos, rows}, e.kv_cache(), logits.data());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  Sampler penalties(e.generator().options().sampling, v);
+  auto logits = teacher_forced_logits(*e.core(), all);
+  EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+  if (!logits.ok()) return {};
+  Sampler penalties(e.recipe().sampling, v);
   std::vector<float> gaps;
   for (size_t j = 0; j < golden.size(); ++j) {
-    std::span<float> row(logits.data() + j * static_cast<size_t>(v), static_cast<size_t>(v));
+    // The row of the position before golden id j.
+    std::span<float> row(logits->data() + (prompt.size() - 1 + j) * static_cast<size_t>(v),
+                         static_cast<size_t>(v));
     penalties.apply_penalties(row, std::span<const int32_t>(all).first(prompt.size() + j));
     gaps.push_back(*std::max_element(row.begin(), row.end()) - row[golden[j]]);
   }
-  e.generator().reset();
   return gaps;
 }
 

@@ -232,7 +232,6 @@ TEST(ModelRegistry, RandomRecipeRunsThroughTheEngineCoreWithIdsAsText) {
   auto r = load_recipe(path);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   LlmEngineOptions eo;
-  eo.engine_core = true;
   auto e = LlmEngine::create(*r, eo);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   ASSERT_NE((*e)->core(), nullptr);

@@ -253,9 +253,12 @@ TEST_F(CudaEngineCore, StepsQueuedAheadMatchStepByStep) {
       ASSERT_EQ(a[0].tokens.size(), 100u);
       EXPECT_EQ(a[0].tokens, b[0].tokens) << "temperature " << sp.temperature;
       EXPECT_EQ(a[0].finish, FinishReason::kMaxTokens);
-      // Queued ahead: far fewer engine steps than tokens (a step runs up to 32 ahead).
-      EXPECT_LT(ahead->stats().steps, 20) << ahead->stats().steps;
+      // One step for the prompt, then every decode step but the first of each run of up to 32
+      // queued ahead.
+      EXPECT_EQ(ahead->stats().steps, 100);
+      EXPECT_GE(ahead->stats().queued_ahead, 90) << ahead->stats().queued_ahead;
       EXPECT_EQ(stepwise->stats().steps, 100);
+      EXPECT_EQ(stepwise->stats().queued_ahead, 0);
       EXPECT_EQ(ahead->stats().kv.used_blocks, 0);
       EXPECT_TRUE(ahead->kv_manager().check_invariants().ok());
     }
