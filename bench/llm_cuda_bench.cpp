@@ -25,7 +25,9 @@
 //       times (per step, and kernel count per step from the launches seen) on stdout; with
 //       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
 //       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
-//       KV cache of N positions (default 4096; the decode attention's grid is sized for it).
+//       KV cache of N positions (default 4096; the decode attention's grid is sized for it);
+//       with --engine-core, N decode steps of a request through the engine core instead (steps
+//       queued ahead), after 64 warm ones.
 //   --engine-core: after each row with the KV cache and device sampling, a row of the same
 //       decode (a 128-token prompt, greedy, one request) and prefill 2048 through the engine core
 //       (the paged KV arena, the runner, decode steps queued ahead), its reps interleaved with the
@@ -399,8 +401,53 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 }
 
 // --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
+// --profile --engine-core: a 128-token prompt's request through the engine core (greedy, steps
+// queued ahead) whose decode steps after its first `64 + steps` tokens run between
+// cudaProfilerStart/Stop.
+int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx) {
+  EngineCoreOptions eo;
+  eo.n_ctx = n_ctx;
+  eo.scheduler.max_seqs = 1;
+  eo.scheduler.max_batched_tokens = 2048;
+  auto core = EngineCore::create(model, eo, nullptr);
+  if (!core.ok()) {
+    std::fprintf(stderr, "%s\n", core.status().to_string().c_str());
+    return 1;
+  }
+  std::vector<int32_t> prompt(128);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
+  }
+  RequestParams p;
+  p.prompt = prompt;
+  p.max_tokens = 65 + steps;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0.0f;
+  p.sampling.repeat_penalty = 1.0f;
+  int64_t got = 0;
+  std::vector<double> warm;
+  auto t_prev = Clock::now();
+  p.on_event = [&](const RequestEvent& ev) {
+    got += static_cast<int64_t>(ev.tokens.size());
+    const auto now = Clock::now();
+    if (got > 1 && got <= 65) warm.push_back(seconds_since(t_prev) * 1e3);
+    t_prev = now;
+    if (got == 65) cudaProfilerStart();
+  };
+  auto out = run_request(**core, std::move(p));
+  cudaProfilerStop();
+  if (!out.ok()) {
+    std::fprintf(stderr, "%s\n", out.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("profile engine core: median decode step %.4f ms over 64 warm steps (queued ahead)\n",
+              bench::median(warm));
+  return 0;
+}
+
 int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,
-                   bool device_sampling, int64_t n_ctx, const cuda::KernelConfig& kernels) {
+                   bool device_sampling, int64_t n_ctx, const cuda::KernelConfig& kernels,
+                   bool engine_core) {
   LoadOptions o;
   o.device = Device::cuda(0);
   o.cuda.kernels = kernels;
@@ -411,6 +458,7 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
     return 1;
   }
   DecoderModel& model = **m;
+  if (engine_core) return profile_core_decode(model, steps, n_ctx);
   auto cache = model.create_cache(n_ctx);
   if (!cache.ok()) return 1;
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
@@ -565,7 +613,7 @@ int main_impl(int argc, char** argv) {
     const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
                           decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile,
-                          profile_ctx, kernels);
+                          profile_ctx, kernels, engine_core);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",

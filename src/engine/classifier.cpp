@@ -74,8 +74,7 @@ Result<std::unique_ptr<Classifier>> Classifier::create(const RecipeConfig& recip
         r.path, r.scenario);
   }
   LoadOptions opts;
-  GeneratorOptions unused;
-  RINFER_ASSIGN_OR_RETURN(c->model_path_, prepare_model_load(r, opts, unused));
+  RINFER_ASSIGN_OR_RETURN(c->model_path_, prepare_model_load(r, opts));
   c->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
   opts.cpu.ops.pool = c->pool_.get();
   auto m = load_image_classifier(c->model_path_, conv_net_spec(r.classifier.network), opts);

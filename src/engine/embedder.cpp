@@ -59,8 +59,7 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
         r.path, r.scenario);
   }
   LoadOptions opts;
-  GeneratorOptions unused;
-  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, unused));
+  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts));
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
   opts.cpu.ops.pool = e->pool_.get();
   RINFER_ASSIGN_OR_RETURN(e->model_, load_encoder_model(e->model_path_, opts));

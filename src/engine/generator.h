@@ -40,17 +40,6 @@ struct GeneratorOptions {
   SamplingParams sampling;
 };
 
-// A reply: its tokens, its text, why it ended and its figures (the engine core's types: a
-// cancelled reply ends with FinishReason::kAborted; stats.queue_ms and preemptions stay 0).
-struct GenerationResult {
-  std::vector<int32_t> tokens;  // sampled ids (an end-of-generation token included)
-  std::string text;             // the streamed text, concatenated
-  FinishReason finish = FinishReason::kMaxTokens;
-  RequestStats stats;
-};
-
-using PieceCallback = std::function<void(std::string_view piece)>;
-
 class Generator {
  public:
   // `model`, `cache` and `text` must outlive the generator. `text` may be null (no text, no

@@ -46,8 +46,7 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   RINFER_RETURN_IF_ERROR(r.sampling.validate().with_context(r.path + ": sampling"));
   // The strategies composed and validated, then the device checked against this machine.
   LoadOptions opts;
-  GeneratorOptions g;
-  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts, g));
+  RINFER_ASSIGN_OR_RETURN(e->model_path_, prepare_model_load(r, opts));
 
   e->pool_ = std::make_unique<ThreadPool>(r.strategies.threads);
   opts.cpu.ops.pool = e->pool_.get();
@@ -69,12 +68,8 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
                  r.origins().where("context_length"), r.context_length, hp.n_ctx_train);
   }
   e->seed_ = r.seed_set ? r.sampling.seed : std::random_device{}();
-  g.prefill_chunk = opts.max_batch;
-  g.max_tokens = r.max_tokens;
-  g.stop = r.stop;
-  g.sampling = r.sampling;
-  g.sampling.seed = e->seed_;
-  e->gen_options_ = g;
+  e->sampling_ = r.sampling;
+  e->sampling_.seed = e->seed_;
 
   e->memory_hint_ = kv_memory_hint(r, opts, hp, ctx_from_model);
   if (options.model_only) return e;
@@ -116,13 +111,12 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
   if (!core_) {
     return invalid_argument("{}: this engine was made for its model alone (model_only)", recipe_.path);
   }
-  const GeneratorOptions& g = gen_options_;
   RequestParams p;
   p.prompt.assign(prompt.begin(), prompt.end());
-  p.sampling = g.sampling;
+  p.sampling = sampling_;
   p.sampling.seed = seed_ + calls_++;
-  p.max_tokens = g.max_tokens;
-  p.stop = g.stop;
+  p.max_tokens = recipe_.max_tokens;
+  p.stop = recipe_.stop;
   GenerationResult res;
   p.on_event = [&](const RequestEvent& ev) {
     res.tokens.insert(res.tokens.end(), ev.tokens.begin(), ev.tokens.end());
@@ -154,7 +148,7 @@ std::string LlmEngine::describe() const {
         static_cast<double>(a.bytes()) / (1 << 20), recipe_.context_length,
         core_->options().scheduler.max_seqs, a.spec().describe(),
         recipe_.strategies.kv_cache ? "" : "; disabled: recomputes the sequence every step",
-        gen_options_.sampling.to_string());
+        sampling_.to_string());
   }
   return fmt::format("model     {}\n          {}\n          tokenizer {}; {}\ndevice    {}\n",
                      model_path_, sample_->decoder().describe(), tokenizer_text(),

@@ -13,7 +13,6 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
-#include "engine/generator.h"
 #include "models/text_generation.h"
 #include "recipe/recipe.h"
 #include "rinfer/status.h"
@@ -78,7 +77,7 @@ class LlmEngine {
   std::unique_ptr<TextGenerationSample> sample_;
   std::unique_ptr<EngineCore> core_;
   std::string memory_hint_;       // the engine core's, naming the recipe's keys
-  GeneratorOptions gen_options_;  // the recipe's sampling, max_tokens, stop
+  SamplingParams sampling_;  // the recipe's, with the seed drawn (seed())
   uint64_t calls_ = 0;
 };
 

@@ -116,4 +116,16 @@ struct Request {
   int64_t max_length(int64_t n_ctx) const;
 };
 
+// A reply as one client sees it (LlmEngine::generate, the single-sequence generator): its tokens,
+// its text, why it ended and its figures (a cancelled reply ends with FinishReason::kAborted).
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // sampled ids (an end-of-generation token included)
+  std::string text;             // the streamed text, concatenated
+  FinishReason finish = FinishReason::kMaxTokens;
+  RequestStats stats;
+};
+
+// Each piece of a reply's text as it streams.
+using PieceCallback = std::function<void(std::string_view piece)>;
+
 }  // namespace rinfer

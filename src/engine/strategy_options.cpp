@@ -6,12 +6,10 @@
 
 namespace rinfer {
 
-Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load,
-                        GeneratorOptions& gen) {
+Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptions& load) {
   RINFER_RETURN_IF_ERROR(validate_strategies(s, device));
   load.device = device;
-  // kv_cache
-  gen.kv_cache = s.kv_cache;
+  // kv_cache (on or off: engine_core_options)
   load.kv_dtype = s.kv_dtype;
   // kernels
   load.cpu.ops.impl = s.kernels;
@@ -33,8 +31,8 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
   return ok_status();
 }
 
-Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load, GeneratorOptions& gen) {
-  return apply_strategies(recipe.strategies, recipe.device, load, gen);
+Status apply_strategies(const RecipeConfig& recipe, LoadOptions& load) {
+  return apply_strategies(recipe.strategies, recipe.device, load);
 }
 
 EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
@@ -64,9 +62,8 @@ EngineCoreOptions engine_core_options(const StrategyConfig& s, int64_t n_ctx) {
   return o;
 }
 
-Result<std::string> prepare_model_load(const RecipeConfig& r, LoadOptions& load,
-                                       GeneratorOptions& gen) {
-  RINFER_RETURN_IF_ERROR(apply_strategies(r, load, gen));
+Result<std::string> prepare_model_load(const RecipeConfig& r, LoadOptions& load) {
+  RINFER_RETURN_IF_ERROR(apply_strategies(r, load));
   RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
   if (is_random_source(r.model)) return r.model;  // random weights: no file to find
   auto path = resolve_model(r.model_ref);

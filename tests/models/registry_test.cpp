@@ -14,6 +14,7 @@
 #include "engine/classifier.h"
 #include "engine/engine_core.h"
 #include "engine/llm_engine.h"
+#include "kv/kv_cache.h"
 #include "formats/model_info.h"
 #include "models/encoder.h"
 #include "models/image_classifier.h"

@@ -105,8 +105,7 @@ TEST(RecipeBaseTest, ConflictAcrossFilesNamesWhereEachKeyWasSet) {
   auto r = load_recipe(fixture("cuda_graphs_child.yaml"));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   LoadOptions load;
-  GeneratorOptions gen;
-  Status st = apply_strategies(*r, load, gen);
+  Status st = apply_strategies(*r, load);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.message(), fixture("cuda_graphs_child.yaml") +
                               ":5:26: strategies.cuda_graphs.enabled: true needs the KV cache: a "

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 struct Applied {
   LoadOptions load;
-  GeneratorOptions gen;
+  EngineCoreOptions core;  // engine_core_options of the recipe's strategies
 };
 
 Applied apply_ok(const std::string& text) {
@@ -34,8 +34,9 @@ Applied apply_ok(const std::string& text) {
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   Applied a;
   if (!r.ok()) return a;
-  Status st = apply_strategies(*r, a.load, a.gen);
+  Status st = apply_strategies(*r, a.load);
   EXPECT_TRUE(st.ok()) << st.to_string();
+  a.core = engine_core_options(r->strategies, 2048);
   return a;
 }
 
@@ -105,8 +106,7 @@ bool composes(const std::string& strategy, const std::string& key, const std::st
   for (const char* device : {"cpu", "cuda:0"}) {
     auto r = parse_recipe(with_key(strategy, key, value, device), "k.yaml");
     LoadOptions load;
-    GeneratorOptions gen;
-    if (r.ok() && apply_strategies(*r, load, gen).ok()) return true;
+    if (r.ok() && apply_strategies(*r, load).ok()) return true;
   }
   return false;
 }
@@ -171,7 +171,7 @@ TEST(ApplyStrategiesTest, CpuDefaults) {
   EXPECT_TRUE(a.load.keep_precision_layers.empty());
   EXPECT_FALSE(a.load.convert_embeddings);
   EXPECT_FALSE(a.load.cuda.graphs);  // resolved off on the CPU
-  EXPECT_TRUE(a.gen.kv_cache);
+  EXPECT_FALSE(a.core.scheduler.recompute_each_step);
   EXPECT_FALSE(a.load.kv_dtype.has_value());  // the device's default
 }
 
@@ -201,7 +201,7 @@ TEST(ApplyStrategiesTest, CpuBaselineSwitches) {
                        "  cuda_graphs: {enabled: false}\n");
   EXPECT_EQ(a.load.cpu.ops.impl, cpu::Impl::kReference);
   EXPECT_FALSE(a.load.cpu.ops.quantize_activations);
-  EXPECT_FALSE(a.gen.kv_cache);
+  EXPECT_TRUE(a.core.scheduler.recompute_each_step);
   EXPECT_FALSE(a.load.cuda.graphs);
   auto r = parse_recipe(BASE "strategies:\n  threads: {count: 3}\n", "r.yaml");
   ASSERT_TRUE(r.ok());
@@ -229,7 +229,7 @@ TEST(ApplyStrategiesTest, CudaDefaultsAreTheOptimizedSettings) {
   EXPECT_TRUE(a.load.fusion.attention && a.load.fusion.residual_norm && a.load.fusion.swiglu &&
               a.load.fusion.qkv);
   EXPECT_FALSE(a.load.weight_format.has_value());
-  EXPECT_TRUE(a.gen.kv_cache);
+  EXPECT_FALSE(a.core.scheduler.recompute_each_step);
   auto r = parse_recipe(BASE "device: cuda:1\n", "r.yaml");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->strategies_summary(),
@@ -257,7 +257,7 @@ TEST(ApplyStrategiesTest, CudaBaselineSwitches) {
 
 TEST(ApplyStrategiesTest, CudaWithoutKvCacheTurnsTheDefaultGraphsOff) {
   Applied a = apply_ok(BASE "device: cuda:0\nstrategies: {kv_cache: {enabled: false}}\n");
-  EXPECT_FALSE(a.gen.kv_cache);
+  EXPECT_TRUE(a.core.scheduler.recompute_each_step);
   EXPECT_FALSE(a.load.cuda.graphs);
   EXPECT_FALSE(a.load.cuda.device_sampling);
 }
@@ -447,8 +447,7 @@ TEST_P(ConflictTest, NamesBothKeys) {
   auto r = parse_recipe(GetParam().text, "c.yaml");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   LoadOptions load;
-  GeneratorOptions gen;
-  Status st = apply_strategies(*r, load, gen);
+  Status st = apply_strategies(*r, load);
   ASSERT_FALSE(st.ok()) << GetParam().text;
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   const std::string& msg = st.message();
@@ -562,8 +561,7 @@ TEST(CommittedRecipesTest, EveryRecipeParsesAndComposesForItsDevice) {
     auto r = load_recipe(entry.path().string());
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     LoadOptions load;
-    GeneratorOptions gen;
-    Status st = apply_strategies(*r, load, gen);
+    Status st = apply_strategies(*r, load);
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_EQ(load.device, r->device);
     ++n;
@@ -599,8 +597,7 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
   v = load_recipe(dir + "cuda-baseline.yaml");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   LoadOptions load;
-  GeneratorOptions gen;
-  ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
+  ASSERT_TRUE(apply_strategies(*v, load).ok());
   EXPECT_FALSE(load.cuda.graphs);
   EXPECT_FALSE(load.cuda.device_sampling);
   EXPECT_EQ(load.cuda.allocator, AllocatorKind::kPlain);
@@ -609,21 +606,21 @@ TEST(CommittedRecipesTest, SmolLM2VariantsChangeOneStrategyEach) {
 
   v = load_recipe(dir + "cuda-bf16.yaml");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
-  ASSERT_TRUE(apply_strategies(*v, load, gen).ok());
+  ASSERT_TRUE(apply_strategies(*v, load).ok());
   EXPECT_EQ(load.weight_format, DType::kBF16);
   EXPECT_EQ(load.keep_precision_layers, (std::vector<int64_t>{0, -1}));
 
   v = load_recipe(dir + "cuda-f32-kv.yaml");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   LoadOptions load32;
-  ASSERT_TRUE(apply_strategies(*v, load32, gen).ok());
+  ASSERT_TRUE(apply_strategies(*v, load32).ok());
   EXPECT_EQ(load32.kv_dtype, std::optional<DType>(DType::kF32));
   EXPECT_TRUE(load32.cuda.graphs);
 
   v = load_recipe(dir + "cuda-host-sampling.yaml");
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   LoadOptions loadh;
-  ASSERT_TRUE(apply_strategies(*v, loadh, gen).ok());
+  ASSERT_TRUE(apply_strategies(*v, loadh).ok());
   EXPECT_FALSE(loadh.cuda.device_sampling);
   EXPECT_TRUE(loadh.cuda.graphs);
 }
@@ -654,8 +651,7 @@ TEST(EngineCoreStrategiesTest, EveryKeyReachesTheOptions) {
                         "r.yaml");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   LoadOptions load;
-  GeneratorOptions gen;
-  ASSERT_TRUE(apply_strategies(*r, load, gen).ok());
+  ASSERT_TRUE(apply_strategies(*r, load).ok());
   const EngineCoreOptions o = engine_core_options(r->strategies, 512);
   EXPECT_EQ(o.block_size, 32);
   EXPECT_FALSE(o.prefix_caching);
@@ -680,8 +676,7 @@ TEST(EngineCoreStrategiesTest, ConflictsNameBothKeys) {
     auto r = parse_recipe(text, "r.yaml");
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     LoadOptions load;
-    GeneratorOptions gen;
-    const Status st = apply_strategies(*r, load, gen);
+    const Status st = apply_strategies(*r, load);
     ASSERT_FALSE(st.ok()) << text;
     EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
   };

@@ -1,5 +1,6 @@
 // strategies.kv_cache: keep each position's keys and values so a decode step runs one token.
-// Baseline: recompute the whole prefix every step. Hooks: GeneratorOptions::kv_cache, the
+// Baseline: recompute the whole sequence every step. Hooks: SchedulerConfig::recompute_each_step
+// (engine_core_options), the
 // cache's element type LoadOptions::kv_dtype (auto: bf16 on CUDA, f32 on the CPU), and the
 // engine core's layout (contiguous | paged), block size and prefix caching.
 #include <fmt/format.h>
@@ -104,7 +105,8 @@ const StrategyInfo& kv_cache_strategy() {
         "to seats x (mean x 2 + std) of the lengths requests reach, capped by the context and "
         "free memory, with preemption for the longer ones"}},
       "{enabled: false}",
-      "GeneratorOptions::kv_cache (the generator keeps or clears the cache each step); "
+      "SchedulerConfig::recompute_each_step (off: the engine core recomputes each sequence every "
+      "step); "
       "LoadOptions::kv_dtype (the cache's element type); EngineCoreOptions::layout, "
       "block_size, prefix_caching, prealloc",
       "cpu, cuda",
