@@ -41,7 +41,6 @@ void EngineCore::decode_ahead(Request& r, const ForwardBatch& b, StepStats& st) 
   const int64_t p0 = r.computed;  // step k computes position p0 + k
   const auto size0 = static_cast<int64_t>(r.tokens.size());
   const int64_t max_len = r.max_length(opts_.n_ctx);
-  const int32_t n_groups = kv_->spec().n_groups();
   bool gone = false;
   int32_t pos = 0, len = 0;
   const int32_t query_start[2] = {0, 1};
@@ -67,15 +66,8 @@ void EngineCore::decode_ahead(Request& r, const ForwardBatch& b, StepStats& st) 
     }
     pos = static_cast<int32_t>(p0 + k);
     len = pos + 1;
-    const auto stride = static_cast<int32_t>(kv_->spec().blocks_for(len));
-    tables_.assign(static_cast<size_t>(n_groups * stride), kv::kNoBlock);
-    for (int32_t g = 0; g < n_groups; ++g) {
-      const auto t = kv_->table(id, g);
-      const auto m = std::min<int64_t>(stride, static_cast<int64_t>(t.size()));
-      std::copy(t.begin(), t.begin() + m, tables_.begin() + g * stride);
-    }
+    nb.table_stride = one_sequence_tables(id, len);
     nb.block_tables = tables_;
-    nb.table_stride = stride;
     return &nb;
   };
   d.on_token = [&](int64_t k, int32_t tok) -> bool {

@@ -161,6 +161,9 @@ class EngineCore {
   // batch `b` of its next step; stops early for new work, an abort or an interrupt.
   void decode_ahead(Request& r, const ForwardBatch& b, StepStats& st);
   bool inbox_has_work() const;
+  // tables_ = the block tables of sequence `seq` (every group) for `len` positions; returns their
+  // stride (a one-sequence forward batch: engine_score.cpp, engine_ahead.cpp).
+  int32_t one_sequence_tables(RequestId seq, int64_t len);
 
   const DecoderModel& model_;
   EngineCoreOptions opts_;

@@ -10,6 +10,18 @@
 
 namespace rinfer {
 
+int32_t EngineCore::one_sequence_tables(RequestId seq, int64_t len) {
+  const int32_t n_groups = kv_->spec().n_groups();
+  const auto stride = static_cast<int32_t>(kv_->spec().blocks_for(len));
+  tables_.assign(static_cast<size_t>(n_groups * stride), kv::kNoBlock);
+  for (int32_t g = 0; g < n_groups; ++g) {
+    const auto t = kv_->table(seq, g);
+    const auto m = std::min<int64_t>(stride, static_cast<int64_t>(t.size()));
+    std::copy(t.begin(), t.begin() + m, tables_.begin() + g * stride);
+  }
+  return stride;
+}
+
 Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int64_t chunk,
                          const ScoreCallback& on_rows) {
   const auto n = static_cast<int64_t>(tokens.size());
@@ -47,7 +59,6 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
 
   std::vector<float> logits;
   std::vector<int32_t> positions, rows;
-  const int32_t n_groups = kv_->spec().n_groups();
   int64_t done = 0;
   while (done < n) {
     // The pass: a chunk, cut short so that its wanted rows fit the runner's logits.
@@ -65,13 +76,7 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
     for (int64_t i = std::max(done, first_row); i < end; ++i) {
       rows.push_back(static_cast<int32_t>(i - done));
     }
-    const auto stride = static_cast<int32_t>(kv_->spec().blocks_for(end));
-    tables_.assign(static_cast<size_t>(n_groups * stride), kv::kNoBlock);
-    for (int32_t g = 0; g < n_groups; ++g) {
-      const auto t = kv_->table(seq, g);
-      const auto m = std::min<int64_t>(stride, static_cast<int64_t>(t.size()));
-      std::copy(t.begin(), t.begin() + m, tables_.begin() + g * stride);
-    }
+    const int32_t stride = one_sequence_tables(seq, end);
     const int32_t query_start[2] = {0, static_cast<int32_t>(end - done)};
     const auto len = static_cast<int32_t>(end);
     ForwardBatch b;
