@@ -416,7 +416,8 @@ int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx) {
   }
   std::vector<int32_t> prompt(128);
   for (size_t i = 0; i < prompt.size(); ++i) {
-    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
+    prompt[i] =
+        static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
   }
   RequestParams p;
   p.prompt = prompt;

@@ -71,7 +71,8 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
           end, scheduler_->n_running());
     }
     positions.resize(static_cast<size_t>(end - done));
-    for (int64_t i = done; i < end; ++i) positions[static_cast<size_t>(i - done)] = static_cast<int32_t>(i);
+    for (int64_t i = done; i < end; ++i)
+      positions[static_cast<size_t>(i - done)] = static_cast<int32_t>(i);
     rows.clear();
     for (int64_t i = std::max(done, first_row); i < end; ++i) {
       rows.push_back(static_cast<int32_t>(i - done));

@@ -83,8 +83,8 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
         std::max<int64_t>(co.scheduler.max_batched_tokens, options.seats);
   }
   const TextGenerationSample* text = e->sample_.get();
-  auto core = EngineCore::create(e->sample_->decoder(), co,
-                                 [text] { return text->postprocess_stream(); });
+  auto core =
+      EngineCore::create(e->sample_->decoder(), co, [text] { return text->postprocess_stream(); });
   if (!core.ok()) return core.status().with_context(r.path);
   e->core_ = std::move(core).value();
   return e;
@@ -143,8 +143,8 @@ std::string LlmEngine::describe() const {
         "model     {}\n          {}\n          tokenizer {}; {}\n"
         "device    {}\nstrategy  {}\nkv cache  {:.1f} MiB ({} positions x {} seats, {}){}\n"
         "sampling  {}\n",
-        model_path_, sample_->decoder().describe(), tokenizer_text(),
-        sample_->chat_template_note(), recipe_.device.to_string(), recipe_.strategies_summary(),
+        model_path_, sample_->decoder().describe(), tokenizer_text(), sample_->chat_template_note(),
+        recipe_.device.to_string(), recipe_.strategies_summary(),
         static_cast<double>(a.bytes()) / (1 << 20), recipe_.context_length,
         core_->options().scheduler.max_seqs, a.spec().describe(),
         recipe_.strategies.kv_cache ? "" : "; disabled: recomputes the sequence every step",

@@ -76,7 +76,7 @@ class LlmEngine {
   std::unique_ptr<ThreadPool> pool_;  // created once, before the model that uses it
   std::unique_ptr<TextGenerationSample> sample_;
   std::unique_ptr<EngineCore> core_;
-  std::string memory_hint_;       // the engine core's, naming the recipe's keys
+  std::string memory_hint_;  // the engine core's, naming the recipe's keys
   SamplingParams sampling_;  // the recipe's, with the seed drawn (seed())
   uint64_t calls_ = 0;
 };

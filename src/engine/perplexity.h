@@ -1,7 +1,8 @@
 // Teacher-forced perplexity over a token stream, as llama.cpp's perplexity tool computes it:
 // the text is cut into windows of n_ctx tokens; each window is evaluated from an empty sequence
-// through the engine core (EngineCore::score) and only its second half is scored (each of positions [n_ctx/2, n_ctx-1) predicts the next
-// token), so every scored token sees at least n_ctx/2 tokens of context.
+// through the engine core (EngineCore::score) and only its second half is scored (each of positions
+// [n_ctx/2, n_ctx-1) predicts the next token), so every scored token sees at least n_ctx/2 tokens
+// of context.
 //   ppl = exp(mean over scored tokens of -log p(token | prefix))
 // With `bos` >= 0 the first token of each window is replaced by BOS (models that expect one).
 #pragma once

@@ -122,8 +122,8 @@ TEST(PerplexityTest, NaNWeightsAreAnErrorNotANaNResult) {
   PerplexityOptions o;
   o.n_ctx = 32;
   double reported = 0;
-  auto p = compute_perplexity(*r.core, tokens, o,
-                              [&](int64_t, int64_t, double ppl) { reported = ppl; });
+  auto p =
+      compute_perplexity(*r.core, tokens, o, [&](int64_t, int64_t, double ppl) { reported = ppl; });
   ASSERT_FALSE(p.ok()) << "ppl " << p->ppl;
   EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(p.status().message().find("perplexity: the model produced non-finite logits (window "

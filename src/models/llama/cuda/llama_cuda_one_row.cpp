@@ -129,8 +129,9 @@ Status OneRowGraphs::stage_ahead(const ForwardBatch& b, const kv::KvArena& arena
   RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
   std::memcpy(p + off_sample_, &sample, sizeof(cuda::RowSample));
   // Words [1, off_hist_): the token and the history are on the device already.
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_.as<int32_t>() + 1, p + 1, (off_hist_ - 1) * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, st));
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_.as<int32_t>() + 1, p + 1,
+                                     (off_hist_ - 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     st));
   return ok_status();
 }
 
