@@ -116,7 +116,7 @@ struct Request {
   int64_t max_length(int64_t n_ctx) const;
 };
 
-// A reply as one client sees it (LlmEngine::generate, the single-sequence generator): its tokens,
+// A reply as one client sees it (LlmEngine::generate): its tokens,
 // its text, why it ended and its figures (a cancelled reply ends with FinishReason::kAborted).
 struct GenerationResult {
   std::vector<int32_t> tokens;  // sampled ids (an end-of-generation token included)

@@ -1,10 +1,11 @@
 // The text-generation sample: the four standard stages for a decoder-only LLM.
 //   load_model   the decoder (by general.architecture), its tokenizer and its chat template
 //   preprocess   chat messages -> prompt text (chat template) -> token ids; or raw text -> ids
-//   infer        DecoderModel::infer: tokens + positions + KV cache -> logits of requested rows
+//   infer        the decoder's runner (DecoderModel::create_runner): batches of sequences over
+//                a paged KV arena -> logits or sampled ids
 //   postprocess  sampled ids -> text pieces (streaming, never broken UTF-8), end-of-generation
-// The generation loop (engine/generator.h) drives infer and postprocess; sampling and stop
-// strings sit between them there.
+// The engine core (engine/engine_core.h) drives infer and postprocess; sampling and stop strings
+// sit between them there.
 #pragma once
 
 #include <memory>
@@ -49,11 +50,6 @@ class TextGenerationSample {
                                           bool allow_special = false) const;
   // preprocess without a template: BOS as the model wants it, control-token text kept literal.
   Result<std::vector<int32_t>> preprocess_raw(std::string_view text) const;
-
-  // infer: see DecoderModel::infer.
-  Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
-    return decoder_->infer(batch, cache, logits);
-  }
 
   // postprocess: a fresh streaming detokenizer for one conversation (without a tokenizer: each
   // id as "<id>", never an end of generation).

@@ -197,7 +197,7 @@ Result<std::vector<int32_t>> chat_prompt(LlmEngine& e, std::vector<ChatMessage>&
                             e.sample().preprocess(messages, allow_special));
     const size_t first = !messages.empty() && messages[0].role == "system" ? 1 : 0;
     if (static_cast<int64_t>(ids.size()) + reserve <= n_ctx || messages.size() < first + 3) {
-      return ids;  // fits, or only the new message is left (the generator reports the overflow)
+      return ids;  // fits, or only the new message is left (the engine core reports the overflow)
     }
     messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first),
                    messages.begin() + static_cast<std::ptrdiff_t>(first + 2));

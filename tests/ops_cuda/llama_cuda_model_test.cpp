@@ -19,11 +19,11 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
 #include "engine/engine_core.h"
-#include "engine/generator.h"
 #include "formats/gguf_writer.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
 #include "ops/cpu/ops.h"
+#include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 #include "test_util.h"
 
@@ -434,12 +434,12 @@ TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {
   }
 }
 
-// strategies.device_sampling: replies generated with each token sampled on the device (the next
-// step queued before the host reads it) against the host sampler on the same GPU model: the same
-// tokens, stop reasons and cache sizes over three replies (the last until the context is full),
-// greedy with penalties and seeded sampling, with and without graphs, on a Llama and on a Gemma 3
-// whose sliding-window rings are smaller than the context (the step queued ahead of a stop
-// writes a ring row past the end).
+// Decoding on the device (DecoderModel::decode_on_device, the single-sequence decode that
+// llm_cuda_bench's rows compare the engine core with) against the host loop (infer, then the
+// host Sampler on the same uniform draws): the same tokens, step counts and cache, over a reply
+// of 10 and one until the context is full, greedy with penalties and seeded sampling, with and
+// without graphs, on a Llama and on a Gemma 3 whose sliding-window rings are smaller than the
+// context (the step queued ahead of a stop writes a ring row past the end).
 TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -452,12 +452,15 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
       for (bool sampled : {false, true}) {
         SCOPED_TRACE(arch + (graphs ? " graphs" : " no graphs") +
                      (sampled ? " sampled" : " greedy"));
-        struct Reply {
-          std::vector<int32_t> tokens;
-          FinishReason reason;
-          int64_t generated, cache;
-        };
-        std::vector<Reply> runs[2];
+        SamplingParams sp;
+        sp.temperature = sampled ? 1.1f : 0.0f;
+        sp.top_k = 30;
+        sp.top_p = 0.95f;
+        sp.min_p = 0.0f;
+        sp.repeat_penalty = 1.3f;
+        sp.repeat_last_n = 16;
+        std::vector<std::vector<int32_t>> replies[2];
+        std::vector<int64_t> sizes[2];
         for (int dev = 0; dev < 2; ++dev) {
           LoadOptions o;
           o.device = Device::cuda(0);
@@ -466,40 +469,59 @@ TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
           o.cuda.device_sampling = dev == 1;
           auto m = load_decoder_model(path, o);
           ASSERT_TRUE(m.ok()) << m.status().to_string();
+          EXPECT_EQ((*m)->can_decode_on_device(sp), dev == 1);
           auto cache = (*m)->create_cache(48);
           ASSERT_TRUE(cache.ok());
-          GeneratorOptions g;
-          g.max_tokens = 10;
-          g.prefill_chunk = 4;
-          g.sampling.temperature = sampled ? 1.1f : 0.0f;
-          g.sampling.top_k = 30;
-          g.sampling.top_p = 0.95f;
-          g.sampling.min_p = 0.0f;
-          g.sampling.repeat_penalty = 1.3f;
-          g.sampling.repeat_last_n = 16;
-          g.sampling.seed = 3;
-          EXPECT_EQ((*m)->can_decode_on_device(g.sampling), dev == 1);
-          Generator gen(**m, *cache, nullptr, g);
-          std::vector<int32_t> prompt = {5, 77, 12, 300, 41, 9};
-          for (int turn = 0; turn < 3; ++turn) {
-            if (turn == 2) gen.mutable_options().max_tokens = 0;
-            auto r = gen.generate(prompt, nullptr);
-            ASSERT_TRUE(r.ok()) << r.status().to_string();
-            runs[dev].push_back(
-                {r->tokens, r->finish, r->stats.generated_tokens, cache->size()});
-            prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
-            prompt.insert(prompt.end(), {3, 4});
+          const int64_t n_vocab = (*m)->hparams().n_vocab;
+          std::vector<int32_t> hist = {5, 77, 12, 300, 41, 9};
+          // The prompt but its last token, in chunks of 4 (decoding feeds the last one).
+          for (size_t i = 0; i + 1 < hist.size(); i += 4) {
+            const size_t n = std::min<size_t>(4, hist.size() - 1 - i);
+            std::vector<int32_t> pos(n);
+            for (size_t k = 0; k < n; ++k) pos[k] = static_cast<int32_t>(i + k);
+            ASSERT_TRUE((*m)->infer({std::span(hist).subspan(i, n), pos, {}}, *cache, nullptr).ok());
+          }
+          for (int64_t turn = 0; turn < 2; ++turn) {
+            const int64_t want = turn == 0 ? 10 : 1 << 20;  // then until the context is full
+            sp.seed = 3 + static_cast<uint64_t>(turn);
+            Sampler sampler(sp, n_vocab);
+            std::vector<int32_t> reply;
+            if (dev == 1) {
+              DeviceDecode d;
+              d.sampling = &sp;
+              d.history = hist;
+              d.uniform = [&] { return static_cast<float>(sampler.next_uniform()); };
+              d.on_token = [&](int32_t t) {
+                reply.push_back(t);
+                return static_cast<int64_t>(reply.size()) < want;
+              };
+              auto r = (*m)->decode_on_device(*cache, d);
+              ASSERT_TRUE(r.ok()) << r.status().to_string();
+              EXPECT_EQ(r->steps, static_cast<int64_t>(reply.size()));
+            } else {
+              std::vector<float> logits(static_cast<size_t>(n_vocab));
+              while (static_cast<int64_t>(reply.size()) < want && cache->size() < 48) {
+                const int32_t pos = static_cast<int32_t>(cache->size()), row = 0;
+                ASSERT_TRUE((*m)->infer({std::span(&hist.back(), 1), std::span(&pos, 1),
+                                         std::span(&row, 1)},
+                                        *cache, logits.data())
+                                .ok());
+                auto t = sampler.sample(logits, hist);
+                ASSERT_TRUE(t.ok()) << t.status().to_string();
+                reply.push_back(*t);
+                if (static_cast<int64_t>(reply.size()) < want) hist.push_back(*t);
+              }
+            }
+            if (dev == 1) hist.insert(hist.end(), reply.begin(), reply.end() - 1);
+            replies[dev].push_back(reply);
+            sizes[dev].push_back(cache->size());
+            hist.push_back(reply.back());  // the last one, fed by the next turn
           }
         }
-        ASSERT_EQ(runs[0].size(), runs[1].size());
-        EXPECT_EQ(runs[1][2].reason, FinishReason::kContextFull);
-        EXPECT_EQ(runs[1][2].cache, 48);
-        for (size_t t = 0; t < runs[0].size(); ++t) {
-          EXPECT_EQ(runs[0][t].tokens, runs[1][t].tokens) << "reply " << t;
-          EXPECT_EQ(runs[0][t].reason, runs[1][t].reason) << "reply " << t;
-          EXPECT_EQ(runs[0][t].generated, runs[1][t].generated) << "reply " << t;
-          EXPECT_EQ(runs[0][t].cache, runs[1][t].cache) << "reply " << t;
-        }
+        EXPECT_EQ(replies[1][0].size(), 10u);
+        EXPECT_EQ(sizes[1][1], 48);
+        EXPECT_EQ(replies[0], replies[1]);
+        EXPECT_EQ(sizes[0], sizes[1]);
       }
     }
     std::filesystem::remove(path);
