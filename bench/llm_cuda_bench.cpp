@@ -27,7 +27,8 @@
 //       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
 //       KV cache of N positions (default 4096; the decode attention's grid is sized for it);
 //       with --engine-core, N decode steps of a request through the engine core instead (steps
-//       queued ahead), after 64 warm ones.
+//       queued ahead), after 64 warm ones, or with --prefill N, a prefill of N tokens through
+//       the engine core (after a warm-up one).
 //   --engine-core: after each row with the KV cache and device sampling, a row of the same
 //       decode (a 128-token prompt, greedy, one request) and prefill 2048 through the engine core
 //       (the paged KV arena, the runner, decode steps queued ahead), its reps interleaved with the
@@ -35,7 +36,6 @@
 //       own single-sequence decode), and the core's decode without queueing ahead beside it.
 //   --kernels '{matvec_split: 2, pdl: false}' (or matvec_split=2,pdl=false): strategies.kernels.
 //       cuda for every row (the keys and domains of a recipe; `rinfer strategies` lists them).
-#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -55,6 +55,7 @@
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "kv/kv_cache.h"
+#include "llm_cuda_bench.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
 #include "ops/cpu/sampler.h"
@@ -63,6 +64,11 @@
 
 namespace rinfer {
 namespace {
+
+using bench::Clock;
+using bench::greedy_on_device;
+using bench::profile_decode;
+using bench::seconds_since;
 
 // --kernels: a YAML mapping of strategies.kernels.cuda's keys, or key=value,key=value (one shell
 // word), applied over `k`.
@@ -84,10 +90,6 @@ Status parse_kernels_flag(const std::string& text, cuda::KernelConfig& k) {
   return parse_cuda_kernels(m, k);
 }
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 DecoderHParams shape(const std::string& name) {
   return llama::named_shape(name == "llama3-8b" ? "llama3-8b" : "smollm2").value();
@@ -188,29 +190,6 @@ double percentile(std::vector<double> v, double p) {
 
 constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,
                               DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
-
-// n greedy decode steps through decode_on_device from position p0 (the cache holds tokens[0,
-// p0); tokens[p0] is fed first): each token taken on the device, the next step queued before
-// the host reads it. `ms` (when given) receives the intervals between the host's tokens.
-Status greedy_on_device(DecoderModel& model, KvCache& cache, std::span<const int32_t> tokens,
-                        int64_t p0, int64_t n, std::vector<double>* ms) {
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.repeat_penalty = 1.0f;
-  DeviceDecode dd;
-  dd.sampling = &greedy;
-  dd.history = tokens.first(static_cast<size_t>(p0 + 1));
-  int64_t got = 0;
-  auto t_prev = Clock::now();
-  dd.on_token = [&](int32_t) {
-    const auto now = Clock::now();
-    if (ms != nullptr)
-      ms->push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
-    t_prev = now;
-    return ++got < n;
-  };
-  return model.decode_on_device(cache, dd).status();
-}
 
 // Decode at a long context: a kLongPrompt-token prompt (in chunks of 2048), then kLongSteps
 // steps; the KV cache holds 4096 positions.
@@ -398,138 +377,6 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
   }
   r.device_peak = model.device_bytes_peak();
   return r;
-}
-
-// --profile: decode steps of one shape and format between cudaProfilerStart/Stop.
-// --profile --engine-core: a 128-token prompt's request through the engine core (greedy, steps
-// queued ahead) whose decode steps after its first `64 + steps` tokens run between
-// cudaProfilerStart/Stop.
-int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx) {
-  EngineCoreOptions eo;
-  eo.n_ctx = n_ctx;
-  eo.scheduler.max_seqs = 1;
-  eo.scheduler.max_batched_tokens = 2048;
-  auto core = EngineCore::create(model, eo, nullptr);
-  if (!core.ok()) {
-    std::fprintf(stderr, "%s\n", core.status().to_string().c_str());
-    return 1;
-  }
-  std::vector<int32_t> prompt(128);
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    prompt[i] =
-        static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
-  }
-  RequestParams p;
-  p.prompt = prompt;
-  p.max_tokens = 65 + steps;
-  p.ignore_eos = true;
-  p.sampling.temperature = 0.0f;
-  p.sampling.repeat_penalty = 1.0f;
-  int64_t got = 0;
-  std::vector<double> warm;
-  auto t_prev = Clock::now();
-  p.on_event = [&](const RequestEvent& ev) {
-    got += static_cast<int64_t>(ev.tokens.size());
-    const auto now = Clock::now();
-    if (got > 1 && got <= 65) warm.push_back(seconds_since(t_prev) * 1e3);
-    t_prev = now;
-    if (got == 65) cudaProfilerStart();
-  };
-  auto out = run_request(**core, std::move(p));
-  cudaProfilerStop();
-  if (!out.ok()) {
-    std::fprintf(stderr, "%s\n", out.status().to_string().c_str());
-    return 1;
-  }
-  std::printf("profile engine core: median decode step %.4f ms over 64 warm steps (queued ahead)\n",
-              bench::median(warm));
-  return 0;
-}
-
-int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,
-                   bool device_sampling, int64_t n_ctx, const cuda::KernelConfig& kernels,
-                   bool engine_core) {
-  LoadOptions o;
-  o.device = Device::cuda(0);
-  o.cuda.kernels = kernels;
-  o.max_batch = 2048;
-  auto m = llama::make_random_cuda_model(hp, t, 1234, o);
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
-    return 1;
-  }
-  DecoderModel& model = **m;
-  if (engine_core) return profile_core_decode(model, steps, n_ctx);
-  auto cache = model.create_cache(n_ctx);
-  if (!cache.ok()) return 1;
-  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-  std::vector<int32_t> tokens(4096), pos(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
-    pos[i] = static_cast<int32_t>(i);
-  }
-  const int32_t row = 127, last = 0;
-  DecoderBatch b{std::span(tokens).first(128), std::span(pos).first(128), std::span(&row, 1)};
-  if (Status st = model.infer(b, *cache, logits.data()); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.to_string().c_str());
-    return 1;
-  }
-  auto step = [&](int64_t p) {
-    DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
-                   std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
-    return model.infer(d, *cache, logits.data());
-  };
-  if (prefill > 0) {
-    // One forward of `prefill` tokens into an empty cache (a warm-up first), logits of the last.
-    const int32_t lrow = prefill - 1;
-    const size_t np = static_cast<size_t>(prefill);
-    DecoderBatch pb{std::span(tokens).first(np), std::span(pos).first(np), std::span(&lrow, 1)};
-    auto c2 = model.create_cache(4096);
-    if (!c2.ok()) return 1;
-    const auto t0 = Clock::now();
-    if (Status st = model.infer(pb, *c2, logits.data()); !st.ok()) return 1;
-    auto c3 = model.create_cache(4096);
-    if (!c3.ok()) return 1;
-    const double warm_ms = seconds_since(t0) * 1e3;
-    const auto t1 = Clock::now();
-    cudaProfilerStart();
-    const Status st = model.infer(pb, *c3, logits.data());
-    cudaProfilerStop();
-    std::printf("profile %s: prefill %d tokens %.3f ms (warm-up %.3f ms)\n",
-                std::string(dtype_name(t)).c_str(), prefill, seconds_since(t1) * 1e3, warm_ms);
-    return st.ok() ? 0 : 1;
-  }
-  int64_t p = 128;
-  for (int i = 0; i < skip; ++i, ++p) {  // --skip: later positions (longer attention)
-    if (Status st = step(p); !st.ok()) return 1;
-  }
-  std::vector<double> warm;
-  if (device_sampling) {
-    if (Status st = greedy_on_device(model, *cache, tokens, p, 64, &warm); !st.ok()) {
-      std::fprintf(stderr, "%s\n", st.to_string().c_str());
-      return 1;
-    }
-    p += 64;
-  } else {
-    for (int i = 0; i < 64; ++i, ++p) {
-      const auto t0 = Clock::now();
-      if (Status st = step(p); !st.ok()) return 1;
-      warm.push_back(seconds_since(t0) * 1e3);
-    }
-  }
-  std::printf("profile %s: median decode step %.4f ms over 64 warm steps (no profiler%s)\n",
-              std::string(dtype_name(t)).c_str(), bench::median(warm),
-              device_sampling ? ", device sampling" : "");
-  cudaProfilerStart();
-  if (device_sampling) {
-    if (!greedy_on_device(model, *cache, tokens, p, steps, nullptr).ok()) return 1;
-  } else {
-    for (int i = 0; i < steps; ++i, ++p) {
-      if (Status st = step(p); !st.ok()) return 1;
-    }
-  }
-  cudaProfilerStop();
-  return 0;
 }
 
 int main_impl(int argc, char** argv) {

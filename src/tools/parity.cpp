@@ -1,8 +1,9 @@
 // `rinfer parity --model PATH --tokens tokens.i32 --ref logits.f32 [--device cpu|cuda:N]
 //  [--weights keep|bf16|...] [--max-rel-l2 X] [--min-top1 Y] [--json out.json]
 //  [--dump ours.f32]`:
-// runs one teacher-forced forward pass over the token ids (logits of every row) and compares the
-// logits with a reference (PyTorch/transformers, written by scripts/device/hf_reference.py):
+// teacher-forces the token ids through the engine core (EngineCore::score: one sequence in the
+// paged KV pool, the logits of every row, in passes of at most the runner's logit rows; --step:
+// one token a pass, the decode path) and compares the logits with a reference (PyTorch/transformers, written by scripts/device/hf_reference.py):
 // relative L2, max |diff|, top-1 agreement and KL(ref || ours). Exit 0 when the thresholds hold,
 // 1 when one fails or on an error. --dump writes our logits in the reference's format (so one
 // device's output can be the reference of another); with --dump and no --ref nothing is compared.
@@ -17,7 +18,6 @@
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,7 +30,7 @@
 #include "core/thread_pool.h"
 #include "engine/logit_metrics.h"
 #include "formats/model_cache.h"
-#include "kv/kv_cache.h"
+#include "engine/engine_core.h"
 #include "models/model.h"
 #include "tools/output.h"
 #include "tools/tools.h"
@@ -79,6 +79,7 @@ struct ParityResult {
   int64_t n_tokens = 0;
   int64_t n_vocab = 0;
   double forward_s = 0;
+  int64_t passes = 0;  // forward passes of the engine core
   std::string describe;
 };
 
@@ -139,26 +140,25 @@ Result<ParityResult> run(const ParityArgs& a, ThreadPool& pool) {
                  static_cast<long long>(model->hparams().n_ctx_train));
   }
 
-  RINFER_ASSIGN_OR_RETURN(KvCache cache, model->create_cache(r.n_tokens));
-  std::vector<int32_t> positions(tokens.size());
-  std::iota(positions.begin(), positions.end(), 0);
-  const std::vector<int32_t>& rows = positions;  // every row
+  // One seat, a context of exactly the tokens, a step budget of all of them (or one, --step).
+  EngineCoreOptions co;
+  co.n_ctx = r.n_tokens;
+  co.prefix_caching = false;
+  co.queue_ahead = false;
+  co.scheduler.max_seqs = 1;
+  co.scheduler.max_batched_tokens = a.step ? 1 : r.n_tokens;
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, EngineCore::create(*model, co, {}));
   std::vector<float> logits(static_cast<size_t>(r.n_tokens) * static_cast<size_t>(r.n_vocab));
   const auto t0 = std::chrono::steady_clock::now();
-  if (a.step) {
-    // Teacher forcing through the decode path: token i alone, against the cache of 0..i-1.
-    const int32_t row0 = 0;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const DecoderBatch b{std::span(tokens).subspan(i, 1), std::span(positions).subspan(i, 1),
-                           std::span(&row0, 1)};
-      RINFER_RETURN_IF_ERROR(
-          model->infer(b, cache, logits.data() + i * static_cast<size_t>(r.n_vocab))
-              .with_context(fmt::format("decode step {}", i)));
-    }
-  } else {
-    RINFER_RETURN_IF_ERROR(model->infer(DecoderBatch{tokens, positions, rows}, cache, logits.data())
-                               .with_context(fmt::format("forward pass of {} tokens", r.n_tokens)));
-  }
+  RINFER_RETURN_IF_ERROR(
+      core->score(tokens, 0, 0,
+                  [&](int64_t row, std::span<const float> l) {
+                    std::copy(l.begin(), l.end(),
+                              logits.begin() + row * static_cast<std::ptrdiff_t>(r.n_vocab));
+                    ++r.passes;
+                    return ok_status();
+                  })
+          .with_context(a.step ? "decode steps" : fmt::format("prefill of {} tokens", r.n_tokens)));
   r.forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   if (!a.dump.empty()) {
@@ -203,9 +203,10 @@ int run_parity(const ParityArgs& a) {
   const bool top1_ok = c.top1_agreement >= a.min_top1;
   const bool pass = l2_ok && top1_ok;
 
-  std::printf("parity: %s on %s, %lld tokens x vocabulary %lld, forward %.3f s\n", a.model.c_str(),
-              a.device.c_str(), static_cast<long long>(r->n_tokens),
-              static_cast<long long>(r->n_vocab), r->forward_s);
+  std::printf("parity: %s on %s, %lld tokens x vocabulary %lld, %lld forward passes %.3f s\n",
+              a.model.c_str(), a.device.c_str(), static_cast<long long>(r->n_tokens),
+              static_cast<long long>(r->n_vocab), static_cast<long long>(r->passes),
+              r->forward_s);
   std::printf("  %s\n", r->describe.c_str());
   std::printf("  %-18s %-12s %-12s %s\n", "metric", "value", "threshold", "");
   std::printf("  %-18s %-12.4e <= %-9.3g %s\n", "rel L2", c.rel_l2, a.max_rel_l2,
@@ -228,7 +229,8 @@ int run_parity(const ParityArgs& a) {
         {"weights", a.weights},
         {"kv_cache", a.kv},
         {"kernels", a.kernels},
-        {"mode", a.step ? "decode steps (one token per forward)" : "one prefill forward"},
+        {"mode", a.step ? "decode steps (one token per forward)" : "prefill"},
+        {"passes", r->passes},
         {"describe", r->describe},
         {"n_tokens", r->n_tokens},
         {"n_vocab", r->n_vocab},

@@ -19,6 +19,7 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
 #include "engine/engine_core.h"
+#include "engine/precision.h"
 #include "formats/gguf_writer.h"
 #include "kv/kv_cache.h"
 #include "models/model.h"
@@ -299,10 +300,29 @@ TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
   match_cpu_reference(spec, variants, spec.wtype == DType::kQ4_K ? 3e-2 : 2e-2);
 }
 
+// The logits of every row of `tokens` teacher-forced through an engine core over `m` (its paged
+// arena in the model's KV type), passes of `chunk` tokens (1: every row a decode step).
+std::vector<float> core_logits(DecoderModel& m, const std::vector<int32_t>& tokens, int64_t chunk) {
+  EngineCoreOptions co;
+  co.n_ctx = 64;
+  co.block_size = 16;
+  co.scheduler.max_seqs = 1;
+  co.scheduler.max_batched_tokens = chunk;
+  auto core = EngineCore::create(m, co, {});
+  EXPECT_TRUE(core.ok()) << core.status().to_string();
+  if (!core.ok()) return {};
+  auto l = teacher_forced_logits(**core, tokens, chunk);
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  return l.ok() ? std::move(l).value() : std::vector<float>{};
+}
+
 // strategies.kv_cache.dtype f32: every position through the decode path (a one-token prefill
 // is a decode step), f32 and bf16 weights (f32 activations, exact matvecs), against the CPU
 // reference: with the keys and values unrounded the logits agree to f32 rounding, and closer
-// than with the bf16 cache by far. The describe line names the cache type.
+// than with the bf16 cache by far; the same through the engine core's decode steps (its f32
+// arena). The engine core's prefill passes (bf16 activations into the GEMMs) over the f32 arena
+// (the scalar paged attention) stay within the bf16 bound and no worse than over a bf16 one. The
+// describe line names the cache type.
 TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -323,7 +343,7 @@ TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
       auto cpu_model = load_decoder_model(path, cpu_opts);
       ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
       const std::vector<float> want = run(**cpu_model, tokens, 1, 64);
-      double err[2] = {0.0, 0.0};
+      double err[2] = {0.0, 0.0}, core_err[2] = {0.0, 0.0}, prefill_err[2] = {0.0, 0.0};
       for (int i = 0; i < 2; ++i) {
         LoadOptions o;
         o.device = Device::cuda(0);
@@ -337,12 +357,26 @@ TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
         const std::vector<float> got = run(**gpu, tokens, 1, 64);
         ASSERT_EQ(got.size(), want.size());
         err[i] = test::rel_l2(want, got);
+        const std::vector<float> steps = core_logits(**gpu, tokens, 1);
+        ASSERT_EQ(steps.size(), want.size());
+        core_err[i] = test::rel_l2(want, steps);
+        const std::vector<float> prefill = core_logits(**gpu, tokens, 16);
+        ASSERT_EQ(prefill.size(), want.size());
+        prefill_err[i] = test::rel_l2(want, prefill);
       }
-      std::printf("[ %s %s ] decode steps rel L2: f32 KV cache %.3g, bf16 %.3g\n", arch.c_str(),
-                  std::string(dtype_name(t)).c_str(), err[0], err[1]);
+      std::printf(
+          "[ %s %s ] rel L2, f32 KV cache / bf16: decode steps %.3g / %.3g, engine core steps "
+          "%.3g / %.3g, engine core prefill %.3g / %.3g\n",
+          arch.c_str(), std::string(dtype_name(t)).c_str(), err[0], err[1], core_err[0],
+          core_err[1], prefill_err[0], prefill_err[1]);
       EXPECT_GT(err[0], 0.0);
       EXPECT_LT(err[0], 1e-4);
       EXPECT_LT(err[0] * 10, err[1]);
+      EXPECT_GT(core_err[0], 0.0);
+      EXPECT_LT(core_err[0], 1e-4);
+      EXPECT_LT(core_err[0] * 10, core_err[1]);
+      EXPECT_LT(prefill_err[0], 2e-2);
+      EXPECT_LE(prefill_err[0], prefill_err[1] * 1.05);
       std::filesystem::remove(path);
     }
   }

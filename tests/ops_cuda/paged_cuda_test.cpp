@@ -31,13 +31,15 @@ struct Case {
   int64_t window = 0;
   bool causal = true;
   int32_t splits = 1;  // 0: paged_attention_splits' choice
+  bool f32_kv = false;  // an f32 arena (unrounded keys and values; the scalar kernel)
 };
 
 std::string name(const Case& c) {
   std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d " +
                   std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
                   " window " + std::to_string(c.window) + (c.causal ? " causal" : " bidir") +
-                  " splits " + std::to_string(c.splits) + " seqs";
+                  " splits " + std::to_string(c.splits) + (c.f32_kv ? " f32 arena" : "") +
+                  " seqs";
   for (const Seq& q : c.seqs) s += " " + std::to_string(q.n_new) + "/" + std::to_string(q.n_kv);
   return s;
 }
@@ -70,8 +72,12 @@ class CudaPaged : public test::CudaTest {
       for (int64_t i = 0; i < nb; ++i) tables[static_cast<size_t>(s * stride + i)] = ids[next++];
     }
     const size_t arena_n = static_cast<size_t>(n_blocks * bs * kv_dim);
-    const std::vector<float> k = test::round_bf16(test::random_floats(arena_n, seed + 1));
-    const std::vector<float> v = test::round_bf16(test::random_floats(arena_n, seed + 2));
+    std::vector<float> k = test::random_floats(arena_n, seed + 1);
+    std::vector<float> v = test::random_floats(arena_n, seed + 2);
+    if (!c.f32_kv) {
+      k = test::round_bf16(k);
+      v = test::round_bf16(v);
+    }
     const int64_t q_stride = c.n_head * D + 2 * kv_dim;  // the q part of qkv rows
     const std::vector<float> qkv =
         test::round_bf16(test::random_floats(static_cast<size_t>(nt * q_stride), seed + 3));
@@ -117,7 +123,9 @@ class CudaPaged : public test::CudaTest {
     const int32_t n_work = static_cast<int32_t>(work.size() / 2);
     const int32_t splits =
         c.splits > 0 ? c.splits : cuda::paged_attention_splits(n_work, c.n_head_kv, max_len, D, 16);
-    cuda::DeviceBuffer dk = upload(kb), dv = upload(vb), dq = upload(qkv);
+    cuda::DeviceBuffer dk = c.f32_kv ? upload(k) : upload(kb);
+    cuda::DeviceBuffer dv = c.f32_kv ? upload(v) : upload(vb);
+    cuda::DeviceBuffer dq = upload(qkv);
     cuda::DeviceBuffer dwork = upload(work), dqs = upload(qstart), dlen = upload(kv_len),
                        dtab = upload(tables);
     const size_t out_n = static_cast<size_t>(nt * c.n_head * D);
@@ -143,6 +151,7 @@ class CudaPaged : public test::CudaTest {
     p.query_start = dqs.as<int32_t>();
     p.kv_len = dlen.as<int32_t>();
     p.tables = dtab.as<int32_t>();
+    p.kv_dtype = c.f32_kv ? DType::kF32 : DType::kBF16;
     const Status st = cuda::paged_attention(p, dk.data(), dv.data(), dq.as<float>(),
                                             out.as<uint16_t>(), ws->data(), ws->bytes(), stream());
     EXPECT_TRUE(st.ok()) << st.to_string();
@@ -158,7 +167,8 @@ void run_cases(CudaPaged* t, const std::vector<Case>& cases, uint64_t seed) {
     SCOPED_TRACE(name(c));
     const double err = t->run(c, seed += 10);
     EXPECT_GE(err, 0.0);
-    EXPECT_LT(err, 1e-2);  // bf16 tensor-core inputs and a bf16 output
+    // bf16 tensor-core inputs and a bf16 output; an f32 arena: the output's rounding alone.
+    EXPECT_LT(err, c.f32_kv ? 4e-3 : 1e-2);
   }
 }
 
@@ -217,6 +227,24 @@ TEST_F(CudaPaged, EveryTileConfigurationMatchesTheReference) {
     cuda::set_paged_attention_config(c);
     run_cases(this, {{kMixed, 32, 8, 128}, {kMixed, 8, 8, 64}, w, sp}, 400 + 50 * c);
   }
+}
+
+// An f32 arena (strategies.kv_cache.dtype f32) through the scalar kernel: every head dim and GQA
+// ratio, windows, the bidirectional mask, and splits asked for (it runs one).
+TEST_F(CudaPaged, F32ArenaMatchesTheReference) {
+  std::vector<Case> cases = {{kMixed, 32, 8, 128}, {kMixed, 9, 3, 64}, {kMixed, 4, 1, 256},
+                             {kMixed, 64, 1, 64}};
+  Case w{kMixed, 9, 3, 64};
+  w.window = 16;
+  Case bi{{{5, 5}, {64, 64}, {100, 100}, {1, 1}}, 12, 12, 64};
+  bi.causal = false;
+  Case sp{{{1, 3000}, {7, 700}, {1, 33}}, 32, 8, 128};
+  sp.splits = 4;
+  Case b8{kMixed, 16, 2, 128};
+  b8.block_size = 8;
+  for (Case c : {w, bi, sp, b8}) cases.push_back(c);
+  for (Case& c : cases) c.f32_kv = true;
+  run_cases(this, cases, 500);
 }
 
 TEST_F(CudaPaged, RejectsBadArguments) {

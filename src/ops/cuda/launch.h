@@ -243,6 +243,12 @@ int attn_paged_rows();  // query rows per item
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
                               const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
                               cudaStream_t stream);
+// The same over an f32 arena (k, v f32 [n_blocks, block_size, kv_row_stride]; head_dim 64, 128 or
+// 256; no splits): scalar f32 on the CUDA cores (attention_paged_f32.cu). An item holds
+// tokens_per_item tokens.
+cudaError_t launch_attn_paged_f32(const PagedAttnArgs& a, int tokens_per_item, const float* q,
+                                  const float* k, const float* v, uint16_t* out,
+                                  cudaStream_t stream);
 // Writes the new tokens' keys and values into their arena rows: k, v [n_tokens, kv_dim] f32 (rows
 // src_stride floats apart) to rows slots[t] (device int32) of caches with rows kv_dim apart.
 cudaError_t launch_kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,

@@ -308,6 +308,9 @@ struct PagedAttentionParams {
   const int32_t* query_start = nullptr;
   const int32_t* kv_len = nullptr;
   const int32_t* tables = nullptr;
+  // The arena's elements: bf16 (the tensor-core kernel, splits as asked) or f32 (scalar f32 on
+  // the CUDA cores, one split: the precision baseline).
+  DType kv_dtype = DType::kBF16;
 };
 // The work items of a batch, longest first: {sequence, first token} pairs, one per
 // paged_attention_rows(...) tokens of a sequence. Host-side.

@@ -114,7 +114,12 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
         "rows (stride {}) at least n_head * head_dim",
         p.q_stride, p.out_stride);
   }
-  const size_t need = paged_attention_workspace_bytes(p.n_tokens, p.n_head, p.head_dim, p.n_splits);
+  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kF32) {
+    return unsupported("paged_attention: a {} KV arena (bf16 or f32)", dtype_name(p.kv_dtype));
+  }
+  const size_t need = p.kv_dtype == DType::kF32 ? 0
+                      : paged_attention_workspace_bytes(p.n_tokens, p.n_head, p.head_dim,
+                                                        p.n_splits);
   if (workspace_bytes < need || (need > 0 && (workspace == nullptr || !aligned16(workspace)))) {
     return invalid_argument("paged_attention: {} splits need a {}-byte workspace, got {}",
                             p.n_splits, need, workspace_bytes);
@@ -138,6 +143,13 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
   a.query_start = p.query_start;
   a.kv_len = p.kv_len;
   a.tables = p.tables;
+  if (p.kv_dtype == DType::kF32) {
+    a.n_splits = 1;
+    const auto per = static_cast<int>(paged_attention_tokens_per_item(p.n_head, p.n_head_kv));
+    return launched(kern::launch_attn_paged_f32(a, per, q, static_cast<const float*>(k_cache),
+                                                static_cast<const float*>(v_cache), out, stream),
+                    "paged_attention launch (f32 arena)");
+  }
   auto* part_o = static_cast<float*>(workspace);
   float* part_ml =
       need > 0 ? part_o + static_cast<size_t>(p.n_splits) * p.n_tokens * p.n_head * p.head_dim

@@ -300,8 +300,8 @@ class LlamaCudaRunner final : public DecoderRunner {
       return invalid_argument("create_runner: max_tokens {} and max_seqs {} must be positive",
                               opts_.max_tokens, opts_.max_seqs);
     }
-    if (m_.kv_dtype_ != DType::kBF16) {
-      return unsupported("the CUDA runner's paged attention reads a bf16 KV cache, not {}",
+    if (m_.kv_dtype_ != DType::kBF16 && m_.kv_dtype_ != DType::kF32) {
+      return unsupported("the CUDA runner's paged attention reads a bf16 or f32 KV cache, not {}",
                          dtype_name(m_.kv_dtype_));
     }
     if (cuda::paged_attention_tokens_per_item(hp.n_head, hp.n_head_kv) <= 0) {
@@ -344,7 +344,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   }
 
   Status check_spec(const kv::KvSpec& spec) const {
-    return check_runner_spec(spec, m_.hparams(), DType::kBF16, "CUDA runner");
+    return check_runner_spec(spec, m_.hparams(), m_.kv_dtype_, "CUDA runner");
   }
 
   // Offsets (in int32 units) of the host inputs inside the staging buffers.
@@ -547,6 +547,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.scale = m_.hp_.attn_scale > 0 ? m_.hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     ap.n_work = n_work;
     ap.n_splits = n_splits;
+    ap.kv_dtype = spec.dtype;
     ap.work = dev(L.work);
     ap.query_start = dev(L.query_start);
     ap.kv_len = dev(L.kv_len);
