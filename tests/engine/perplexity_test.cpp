@@ -14,7 +14,7 @@
 #include "formats/gguf.h"
 #include "gguf_copy.h"
 #include "kv/kv_arena.h"
-#include "kv/kv_cache.h"
+#include "core_logits.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,21 +62,14 @@ TEST(PerplexityTest, MatchesAHandComputationOnTheTinyModel) {
   EXPECT_EQ(p->windows, 2);             // 70 tokens: two whole windows of 32
   EXPECT_EQ(p->scored_tokens, 2 * 15);  // positions 16..30 predict 17..31
 
-  // By hand: each window in one pass of the model's own single-sequence forward, all logits, the
-  // same positions.
+  // By hand: each window in one pass of a fresh core of its own, all logits, the same positions.
   double sum = 0;
   const int64_t v = r.model->hparams().n_vocab;
-  const DecoderHParams& hp = r.model->hparams();
-  KvCache cache = KvCache::create(hp.n_layer, 32, hp.kv_dim()).value();
   for (int w = 0; w < 2; ++w) {
     std::vector<int32_t> win(tokens.begin() + w * 32, tokens.begin() + (w + 1) * 32);
     win[0] = 1;
-    std::vector<int32_t> pos(32), rows(32);
-    std::iota(pos.begin(), pos.end(), 0);
-    std::iota(rows.begin(), rows.end(), 0);
-    std::vector<float> logits(32 * v);
-    cache.clear();
-    ASSERT_TRUE(r.model->infer({win, pos, rows}, cache, logits.data()).ok());
+    const std::vector<float> logits = test::core_logits(*r.model, win);
+    ASSERT_EQ(logits.size(), static_cast<size_t>(32 * v));
     for (int i = 16; i < 31; ++i) {
       const float* l = logits.data() + i * v;
       double z = 0, mx = *std::max_element(l, l + v);
@@ -177,13 +170,8 @@ class FixedLogits final : public DecoderModel {
   Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
     return std::unique_ptr<DecoderRunner>(std::make_unique<Runner>(fn_, o));
   }
-  Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
-    RINFER_RETURN_IF_ERROR(check_decoder_batch(b, c, logits));
-    for (size_t r = 0; r < b.logit_rows.size(); ++r) {
-      const int32_t pos = b.positions[static_cast<size_t>(b.logit_rows[r])];
-      for (int64_t t = 0; t < hp_.n_vocab; ++t) logits[r * 6 + t] = fn_(pos, t);
-    }
-    return c.commit(static_cast<int64_t>(b.tokens.size()));
+  Status infer(const DecoderBatch&, KvCache&, float*) override {
+    return Status(StatusCode::kUnsupported, "FixedLogits runs through its runner only");
   }
 
  private:

@@ -1,9 +1,10 @@
 // Gemma 3 270M (GGUF arch gemma3, Q4_K_M) through the Llama-family sample, against the
 // independent numpy float64 forward of tests/tools/ref_gemma3.py: the per-layer table (sliding
 // window, RoPE base) read from the metadata, the reference and fast kernels against the
-// fixture, KV-cache decode against recomputation, the windowed (ring) KV cache against a
-// full-length one past the sliding window, and the residual stream after every layer against
-// the reference's (tests/data/gemma3/gemma3_layers.*). Skipped when the model is not fetched.
+// fixture, KV-cache decode against one pass, chunked prefill across the sliding window against
+// one pass, and the residual stream after every layer against the reference's
+// (tests/data/gemma3/gemma3_layers.*), each through a one-seat engine core (tests/core_logits.h).
+// Skipped when the model is not fetched.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -13,12 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <sstream>
 
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
-#include "kv/kv_cache.h"
+#include "core_logits.h"
 #include "models/llama/llama_model.h"
 #include "models/model.h"
 #include "test_util.h"
@@ -49,28 +49,11 @@ std::vector<float> read_f32(const std::string& path) {
   return v;
 }
 
-// Logits of every row [n, n_vocab], from an empty cache; one_by_one feeds a token per call.
+// Logits of every row [n, n_vocab], from an empty cache; one_by_one feeds a token per pass.
 std::vector<float> logits(DecoderModel& m, const std::vector<int32_t>& ids, bool one_by_one) {
-  const DecoderHParams& hp = m.hparams();
-  auto cache = m.create_cache(64);
-  EXPECT_TRUE(cache.ok());
-  const auto n = static_cast<int32_t>(ids.size());
-  std::vector<float> out(ids.size() * static_cast<size_t>(hp.n_vocab));
-  if (one_by_one) {
-    const int32_t row0 = 0;
-    for (int32_t i = 0; i < n; ++i) {
-      Status st = m.infer(
-          {std::span(&ids[static_cast<size_t>(i)], 1), std::span(&i, 1), std::span(&row0, 1)},
-          *cache, out.data() + static_cast<size_t>(i) * hp.n_vocab);
-      EXPECT_TRUE(st.ok()) << st.to_string();
-    }
-    return out;
-  }
-  std::vector<int32_t> pos(ids.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  Status st = m.infer({ids, pos, pos}, *cache, out.data());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return out;
+  test::CoreLogitsOptions o;
+  o.chunk = one_by_one ? 1 : 0;
+  return test::core_logits(m, ids, o);
 }
 
 class Gemma3Test : public ::testing::Test {
@@ -225,21 +208,21 @@ TEST_F(Gemma3Test, KvCacheEqualsRecompute) {
   EXPECT_LT(rel_l2(logits(*m, ids, true), logits(*m, ids, false)), 1e-5);
 }
 
-// ---- the windowed (ring) KV cache past the sliding window ---------------------------------
+// ---- chunked prefill past the sliding window -----------------------------------------------
 
-// 1100 tokens of the GPL-3 text (the first 900 as a prompt in chunks of 128, then 40 decode
-// steps) through a ring cache (local layers: 512 + 128 - 1 = 639 rows, wrapped past position
-// 639) and a full-length one: the same logits; the ring cache is the smaller allocation.
-class Gemma3RingTest : public Gemma3Test {
+// 940 tokens of the GPL-3 text through the engine core in passes of 128 (the local layers'
+// window of 512 crossed inside a pass and between passes, their blocks read through the table)
+// and in one pass: the logits of the last 140 rows agree.
+class Gemma3WindowTest : public Gemma3Test {
  protected:
-  static constexpr int64_t kCtx = 1024, kBatch = 128, kPrompt = 900, kDecode = 40;
+  static constexpr int64_t kTokens = 940, kFirstRow = 800;
 
   void SetUp() override {
     Gemma3Test::SetUp();
     if (IsSkipped()) return;
 #ifndef NDEBUG
-    GTEST_SKIP() << "1000 tokens of Gemma 3 run in the optimized build only (the ring logic is "
-                    "covered by tests/kv/kv_cache_test.cpp with the tiny gemma3)";
+    GTEST_SKIP() << "1000 tokens of Gemma 3 run in the optimized build only (the tiny gemma3 "
+                    "crosses its window in tests/engine/engine_core_test.cpp)";
 #endif
     auto gguf = GgufFile::open(path_);
     ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
@@ -251,105 +234,41 @@ class Gemma3RingTest : public Gemma3Test {
     ss << f.rdbuf();
     auto ids = (*tok)->encode(ss.str(), EncodeOptions{.add_special = true, .parse_special = false});
     ASSERT_TRUE(ids.ok()) << ids.status().to_string();
-    ASSERT_GE(ids->size(), static_cast<size_t>(kPrompt + kDecode));
-    ids_.assign(ids->begin(), ids->begin() + kPrompt + kDecode);
+    ASSERT_GE(ids->size(), static_cast<size_t>(kTokens));
+    ids_.assign(ids->begin(), ids->begin() + kTokens);
   }
 
-  // Logits of the prompt rows 0, 100, ..., 800, 899 and of each decode step, teacher-forced.
-  std::vector<float> run(DecoderModel& m, KvCache& c) {
+  // The logits of rows kFirstRow.. in passes of `chunk` tokens (0: one pass).
+  std::vector<float> run(DecoderModel& m, int64_t chunk) {
+    EngineCoreOptions co;
+    co.n_ctx = 1024;
+    co.prefix_caching = false;
+    co.scheduler.max_seqs = 1;
+    co.scheduler.max_batched_tokens = chunk > 0 ? chunk : kTokens;
+    auto core = EngineCore::create(m, co, {});
+    EXPECT_TRUE(core.ok()) << core.status().to_string();
+    if (!core.ok()) return {};
     const int64_t nv = m.hparams().n_vocab;
-    std::vector<int32_t> pos(ids_.size()), rows;
-    std::iota(pos.begin(), pos.end(), 0);
-    for (int32_t r = 0; r < kPrompt; r += 100) rows.push_back(r);
-    rows.push_back(kPrompt - 1);
-    std::vector<float> out((rows.size() + kDecode) * static_cast<size_t>(nv));
-    const std::span<const int32_t> all(ids_), p(pos);
-    Status st = m.infer({all.first(kPrompt), p.first(kPrompt), rows}, c, out.data());
+    std::vector<float> out(static_cast<size_t>((kTokens - kFirstRow) * nv));
+    const Status st = (*core)->score(ids_, kFirstRow, chunk, [&](int64_t row, auto l) {
+      std::copy(l.begin(), l.end(), out.begin() + (row - kFirstRow) * nv);
+      return ok_status();
+    });
     EXPECT_TRUE(st.ok()) << st.to_string();
-    const int32_t row0 = 0;
-    for (int64_t i = kPrompt; i < kPrompt + kDecode; ++i) {
-      const auto at = static_cast<size_t>(i);
-      st = m.infer({all.subspan(at, 1), p.subspan(at, 1), std::span(&row0, 1)}, c,
-                   out.data() + (rows.size() + static_cast<size_t>(i - kPrompt)) * nv);
-      EXPECT_TRUE(st.ok()) << st.to_string();
-    }
     return out;
-  }
-
-  std::unique_ptr<DecoderModel> load_batch(ThreadPool* pool) {
-    LoadOptions opts;
-    opts.cpu.ops.impl = cpu::Impl::kFast;
-    opts.cpu.ops.pool = pool;
-    opts.cpu.ops.quantize_activations = false;
-    opts.max_batch = kBatch;
-    auto m = load_decoder_model(path_, opts);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    return m.ok() ? std::move(m).value() : nullptr;
   }
 
   std::vector<int32_t> ids_;
 };
 
-TEST_F(Gemma3RingTest, SameLogitsAsAFullCache) {
+TEST_F(Gemma3WindowTest, ChunkedPrefillAcrossTheWindowEqualsOnePass) {
   ThreadPool pool(2);
-  auto m = load_batch(&pool);
+  auto m = load(cpu::Impl::kFast, &pool, false);
   ASSERT_TRUE(m);
-  const DecoderHParams& hp = m->hparams();
-  auto ring = m->create_cache(kCtx);
-  ASSERT_TRUE(ring.ok()) << ring.status().to_string();
-  auto full = KvCache::create(hp.n_layer, kCtx, hp.kv_dim());
-  ASSERT_TRUE(full.ok());
-  // 15 local layers of 639 rows and 3 global layers of 1024, 256 floats of K and of V per row.
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    EXPECT_EQ(ring->rows(il), il % 6 == 5 ? kCtx : 512 + kBatch - 1) << il;
-  }
-  EXPECT_EQ(ring->bytes(), 2u * (15 * 639 + 3 * 1024) * 256 * 4);  // 25.7 MB
-  EXPECT_EQ(full->bytes(), 2u * 18 * 1024 * 256 * 4);              // 37.7 MB
-  std::printf("KV cache at %lld positions: full %.1f MiB, ring %.1f MiB\n",
-              static_cast<long long>(kCtx), static_cast<double>(full->bytes()) / (1 << 20),
-              static_cast<double>(ring->bytes()) / (1 << 20));
-  const auto a = run(*m, *ring);
-  const auto b = run(*m, *full);
-  const double rel = rel_l2(a, b);
+  const double rel = rel_l2(run(*m, 128), run(*m, 0));
   EXPECT_LT(rel, 1e-5);
-  std::printf("ring vs full cache, 900-token prompt + 40 decode steps: rel L2 %.3g\n", rel);
-  RecordProperty("ring_vs_full_rel_l2", std::to_string(rel));
-}
-
-// Rewinding a ring: to 890 positions works (the next token's window [379, 890) is still held)
-// and recomputing the last 10 tokens gives the same logits; to 300 positions fails (positions
-// 639..899 overwrote them) and leaves the cache as it was.
-TEST_F(Gemma3RingTest, Truncate) {
-  ThreadPool pool(2);
-  auto m = load_batch(&pool);
-  ASSERT_TRUE(m);
-  const int64_t nv = m->hparams().n_vocab;
-  auto ring = m->create_cache(kCtx);
-  ASSERT_TRUE(ring.ok());
-  std::vector<int32_t> pos(kPrompt);
-  std::iota(pos.begin(), pos.end(), 0);
-  const std::span<const int32_t> all(ids_), p(pos);
-  const int32_t last = 9;
-  std::vector<float> want(static_cast<size_t>(nv)), got(static_cast<size_t>(nv));
-  ASSERT_TRUE(m->infer({all.first(kPrompt), p, std::span<const int32_t>()}, *ring, nullptr).ok());
-  ASSERT_TRUE(ring->truncate(kPrompt - 10).ok());
-  ASSERT_TRUE(
-      m->infer({all.subspan(kPrompt - 10, 10), p.subspan(kPrompt - 10, 10), std::span(&last, 1)},
-               *ring, got.data())
-          .ok());
-  Status st = ring->truncate(300);
-  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
-  EXPECT_NE(st.message().find("cannot rewind to 300 positions"), std::string::npos) << st.message();
-  EXPECT_EQ(ring->size(), kPrompt);
-  auto full = KvCache::create(m->hparams().n_layer, kCtx, m->hparams().kv_dim());
-  ASSERT_TRUE(full.ok());
-  ASSERT_TRUE(m->infer({all.first(kPrompt), p, std::span<const int32_t>()}, *full, nullptr).ok());
-  ASSERT_TRUE(full->truncate(kPrompt - 10).ok());
-  ASSERT_TRUE(
-      m->infer({all.subspan(kPrompt - 10, 10), p.subspan(kPrompt - 10, 10), std::span(&last, 1)},
-               *full, want.data())
-          .ok());
-  EXPECT_LT(rel_l2(got, want), 1e-5);
+  std::printf("940 tokens in passes of 128 against one pass, rows 800-939: rel L2 %.3g\n", rel);
+  RecordProperty("chunked_vs_one_pass_rel_l2", std::to_string(rel));
 }
 
 // ---- per-layer hidden states against the numpy reference ----------------------------------
@@ -413,12 +332,7 @@ class Gemma3LayersTest : public Gemma3Test {
                       static_cast<size_t>(n_tokens * n_embd) * sizeof(float));
         });
     const std::vector<int32_t> ids = lx_["ids"];
-    auto cache = m->create_cache(n_tok_);
-    EXPECT_TRUE(cache.ok());
-    std::vector<int32_t> pos(ids.size());
-    std::iota(pos.begin(), pos.end(), 0);
-    const Status st = m->infer({ids, pos, {}}, *cache, nullptr);
-    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_FALSE(test::core_logits(*m, ids).empty());
     const auto span_rel = [&](int64_t s, int64_t t0) {
       const auto at = static_cast<std::ptrdiff_t>((s * n_tok_ + t0) * n_embd_);
       const auto end = static_cast<std::ptrdiff_t>((s + 1) * n_tok_ * n_embd_);

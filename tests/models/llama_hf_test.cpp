@@ -5,9 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <numeric>
 
-#include "kv/kv_cache.h"
+#include "core_logits.h"
 #include "models/llama/llama_model.h"
 #include "models/model.h"
 #include "models/text_generation.h"
@@ -26,15 +25,7 @@ std::vector<float> logits_of(const std::string& path, cpu::Impl impl = cpu::Impl
   auto m = load_decoder_model(path, opts);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
-  auto cache = (*m)->create_cache(32);
-  EXPECT_TRUE(cache.ok()) << cache.status().to_string();
-  std::vector<int32_t> pos(kIds.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  const int64_t n_vocab = (*m)->hparams().n_vocab;
-  std::vector<float> logits(kIds.size() * static_cast<size_t>(n_vocab));
-  const Status st = (*m)->infer({kIds, pos, pos}, *cache, logits.data());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return logits;
+  return test::core_logits(**m, kIds);
 }
 
 struct Case {

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "../models/tiny_hf_model.h"
-#include "kv/kv_cache.h"
+#include "core_logits.h"
 #include "models/model.h"
 
 namespace rinfer {
@@ -42,13 +42,7 @@ class ParityCli : public ::testing::Test {
     auto m = load_decoder_model(path, LoadOptions{});
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (!m.ok()) return {};
-    auto cache = (*m)->create_cache(static_cast<int64_t>(tokens_.size()));
-    EXPECT_TRUE(cache.ok());
-    std::vector<int32_t> pos(tokens_.size());
-    std::iota(pos.begin(), pos.end(), 0);
-    std::vector<float> out(tokens_.size() * static_cast<size_t>(spec_.n_vocab));
-    EXPECT_TRUE((*m)->infer({tokens_, pos, pos}, *cache, out.data()).ok());
-    return out;
+    return test::core_logits(**m, tokens_);
   }
 
   std::string args(const std::string& model, const std::string& ref_file) const {
