@@ -83,45 +83,7 @@ std::vector<float> decode_logits(Loaded& l, const std::vector<int32_t>& ids, int
   return test::core_logits(*l.model, ids, o);
 }
 
-// A runner with an arena of n_ctx positions (blocks of 4) and one sequence in blocks 0, 1, ...:
-// forward passes by hand.
-struct RunnerRig {
-  std::unique_ptr<DecoderRunner> runner;
-  std::unique_ptr<kv::KvArena> arena;
-  std::vector<int32_t> table;
-
-  static RunnerRig make(const DecoderModel& m, int64_t n_ctx, int64_t max_tokens = 64) {
-    RunnerRig r;
-    auto spec = m.kv_spec(n_ctx, 4);
-    EXPECT_TRUE(spec.ok());
-    auto runner = m.create_runner({max_tokens, 4});
-    EXPECT_TRUE(runner.ok()) << runner.status().to_string();
-    r.runner = std::move(runner).value();
-    const auto nb = static_cast<int32_t>(spec->blocks_for(n_ctx));
-    auto arena = r.runner->create_arena(*spec, std::vector<int32_t>(spec->n_groups(), nb));
-    EXPECT_TRUE(arena.ok()) << arena.status().to_string();
-    r.arena = std::move(arena).value();
-    r.table = iota_ids(static_cast<size_t>(nb));
-    return r;
-  }
-  // Tokens at `pos` (the sequence's positions continue there), logits of `rows`.
-  Status forward(std::span<const int32_t> ids, std::span<const int32_t> pos,
-                 std::span<const int32_t> rows, float* logits,
-                 const std::atomic<bool>* cancel = nullptr) {
-    const std::vector<int32_t> qs = {0, static_cast<int32_t>(ids.size())};
-    const std::vector<int32_t> len = {pos.empty() ? 0 : pos.back() + 1};
-    ForwardBatch b;
-    b.tokens = ids;
-    b.positions = pos;
-    b.query_start = qs;
-    b.kv_len = len;
-    b.block_tables = table;
-    b.table_stride = static_cast<int32_t>(table.size());
-    b.logit_rows = rows;
-    b.cancel = cancel;
-    return runner->forward(b, *arena, logits);
-  }
-};
+using RunnerRig = test::OneSequence;
 
 class TinyModelTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -245,6 +207,7 @@ TEST_P(TinyModelTest, RunnerRejectsBadBatches) {
   const int64_t v = l.model->hparams().n_vocab;
   std::vector<float> logits(4 * v);
   RunnerRig r = RunnerRig::make(*l.model, 16, 12);
+  ASSERT_TRUE(r.ok());
   const std::vector<int32_t> ids = {1, 2, 3, 4}, pos = {0, 1, 2, 3}, last = {3};
   ASSERT_TRUE(r.forward(ids, pos, last, logits.data()).ok());
 

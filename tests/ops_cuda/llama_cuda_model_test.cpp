@@ -19,9 +19,10 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_info.h"
 #include "engine/engine_core.h"
+#include "core_logits.h"
 #include "engine/precision.h"
 #include "formats/gguf_writer.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_arena.h"
 #include "models/model.h"
 #include "ops/cpu/ops.h"
 #include "ops/cpu/sampler.h"
@@ -166,30 +167,11 @@ std::string write_tiny_model(const TinySpec& s, uint64_t seed) {
   return path;
 }
 
-// Prefill `n_prefill` tokens (all logits), then decode `n_decode` tokens one by one (their
-// logits); returns [n_prefill + n_decode, n_vocab].
+// Prefill `n_prefill` tokens (all logits), then decode the rest one by one (their logits), through
+// the model's runner (the engine core's path); returns [tokens.size(), n_vocab].
 std::vector<float> run(DecoderModel& m, const std::vector<int32_t>& tokens, int64_t n_prefill,
                        int64_t n_ctx) {
-  const int64_t nv = m.hparams().n_vocab;
-  auto cache = m.create_cache(n_ctx);
-  EXPECT_TRUE(cache.ok()) << cache.status().to_string();
-  if (!cache.ok()) return {};
-  std::vector<float> logits(tokens.size() * static_cast<size_t>(nv));
-  std::vector<int32_t> pos(tokens.size()), rows(static_cast<size_t>(n_prefill));
-  for (size_t i = 0; i < tokens.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  for (int64_t i = 0; i < n_prefill; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  DecoderBatch b{std::span(tokens).first(static_cast<size_t>(n_prefill)),
-                 std::span(pos).first(static_cast<size_t>(n_prefill)), rows};
-  Status st = m.infer(b, *cache, logits.data());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  const int32_t row0 = 0;
-  for (size_t i = static_cast<size_t>(n_prefill); i < tokens.size() && st.ok(); ++i) {
-    DecoderBatch d{std::span(tokens).subspan(i, 1), std::span(pos).subspan(i, 1),
-                   std::span(&row0, 1)};
-    st = m.infer(d, *cache, logits.data() + i * static_cast<size_t>(nv));
-    EXPECT_TRUE(st.ok()) << "decode step " << i << ": " << st.to_string();
-  }
-  return logits;
+  return test::prefill_then_decode(m, tokens, n_prefill, n_ctx);
 }
 
 struct Variant {
@@ -263,19 +245,6 @@ std::vector<float> match_cpu_reference(const TinySpec& spec, std::span<const Var
                   std::string(dtype_name(spec.wtype)).c_str(), v.name,
                   part == 0 ? "prefill" : "decode", err);
     }
-    if (spec.arch == "gemma3") {
-      // Local layers keep window + max_batch - 1 rows: less than the full cache (of bf16 or, as
-      // asked, f32 elements).
-      auto c = (*gpu_model)->create_cache(n_ctx);
-      EXPECT_TRUE(c.ok());
-      if (!c.ok()) return last;
-      const uint64_t elem = v.kv == DType::kF32 ? 4 : 2;
-      const uint64_t full =
-          2ull * elem *
-          static_cast<uint64_t>(spec.n_layer * n_ctx * spec.n_head_kv * spec.head_dim);
-      EXPECT_LT(c->bytes(), full);
-      EXPECT_GT(c->bytes(), full / 2);
-    }
     last = std::move(got);
   }
   std::filesystem::remove(path);
@@ -303,17 +272,10 @@ TEST_P(LlamaCudaModelTest, MatchesCpuReference) {
 // The logits of every row of `tokens` teacher-forced through an engine core over `m` (its paged
 // arena in the model's KV type), passes of `chunk` tokens (1: every row a decode step).
 std::vector<float> core_logits(DecoderModel& m, const std::vector<int32_t>& tokens, int64_t chunk) {
-  EngineCoreOptions co;
-  co.n_ctx = 64;
-  co.block_size = 16;
-  co.scheduler.max_seqs = 1;
-  co.scheduler.max_batched_tokens = chunk;
-  auto core = EngineCore::create(m, co, {});
-  EXPECT_TRUE(core.ok()) << core.status().to_string();
-  if (!core.ok()) return {};
-  auto l = teacher_forced_logits(**core, tokens, chunk);
-  EXPECT_TRUE(l.ok()) << l.status().to_string();
-  return l.ok() ? std::move(l).value() : std::vector<float>{};
+  test::CoreLogitsOptions o;
+  o.chunk = chunk;
+  o.n_ctx = 64;
+  return test::core_logits(m, tokens, o);
 }
 
 // strategies.kv_cache.dtype f32: every position through the decode path (a one-token prefill
@@ -344,6 +306,7 @@ TEST(LlamaCudaModel, F32KvCacheDecodesAtF32Precision) {
       ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().to_string();
       const std::vector<float> want = run(**cpu_model, tokens, 1, 64);
       double err[2] = {0.0, 0.0}, core_err[2] = {0.0, 0.0}, prefill_err[2] = {0.0, 0.0};
+      // err: the runner's decode steps by hand; core_err: the same through an engine core.
       for (int i = 0; i < 2; ++i) {
         LoadOptions o;
         o.device = Device::cuda(0);
@@ -468,104 +431,10 @@ TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {
   }
 }
 
-// Decoding on the device (DecoderModel::decode_on_device, the single-sequence decode that
-// llm_cuda_bench's rows compare the engine core with) against the host loop (infer, then the
-// host Sampler on the same uniform draws): the same tokens, step counts and cache, over a reply
-// of 10 and one until the context is full, greedy with penalties and seeded sampling, with and
-// without graphs, on a Llama and on a Gemma 3 whose sliding-window rings are smaller than the
-// context (the step queued ahead of a stop writes a ring row past the end).
-TEST(LlamaCudaModel, DeviceSamplingGeneratesAsTheHostSampler) {
-  auto devices = cuda_devices();
-  if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
-  for (const std::string arch : {"llama", "gemma3"}) {
-    TinySpec spec;
-    spec.arch = arch;
-    spec.wtype = DType::kQ4_0;
-    const std::string path = write_tiny_model(spec, 21);
-    for (bool graphs : {true, false}) {
-      for (bool sampled : {false, true}) {
-        SCOPED_TRACE(arch + (graphs ? " graphs" : " no graphs") +
-                     (sampled ? " sampled" : " greedy"));
-        SamplingParams sp;
-        sp.temperature = sampled ? 1.1f : 0.0f;
-        sp.top_k = 30;
-        sp.top_p = 0.95f;
-        sp.min_p = 0.0f;
-        sp.repeat_penalty = 1.3f;
-        sp.repeat_last_n = 16;
-        std::vector<std::vector<int32_t>> replies[2];
-        std::vector<int64_t> sizes[2];
-        for (int dev = 0; dev < 2; ++dev) {
-          LoadOptions o;
-          o.device = Device::cuda(0);
-          o.max_batch = 4;  // Gemma's rings: window + 3 rows, under the context
-          o.cuda.graphs = graphs;
-          o.cuda.device_sampling = dev == 1;
-          auto m = load_decoder_model(path, o);
-          ASSERT_TRUE(m.ok()) << m.status().to_string();
-          EXPECT_EQ((*m)->can_decode_on_device(sp), dev == 1);
-          auto cache = (*m)->create_cache(48);
-          ASSERT_TRUE(cache.ok());
-          const int64_t n_vocab = (*m)->hparams().n_vocab;
-          std::vector<int32_t> hist = {5, 77, 12, 300, 41, 9};
-          // The prompt but its last token, in chunks of 4 (decoding feeds the last one).
-          for (size_t i = 0; i + 1 < hist.size(); i += 4) {
-            const size_t n = std::min<size_t>(4, hist.size() - 1 - i);
-            std::vector<int32_t> pos(n);
-            for (size_t k = 0; k < n; ++k) pos[k] = static_cast<int32_t>(i + k);
-            ASSERT_TRUE((*m)->infer({std::span(hist).subspan(i, n), pos, {}}, *cache, nullptr).ok());
-          }
-          for (int64_t turn = 0; turn < 2; ++turn) {
-            const int64_t want = turn == 0 ? 10 : 1 << 20;  // then until the context is full
-            sp.seed = 3 + static_cast<uint64_t>(turn);
-            Sampler sampler(sp, n_vocab);
-            std::vector<int32_t> reply;
-            if (dev == 1) {
-              DeviceDecode d;
-              d.sampling = &sp;
-              d.history = hist;
-              d.uniform = [&] { return static_cast<float>(sampler.next_uniform()); };
-              d.on_token = [&](int32_t t) {
-                reply.push_back(t);
-                return static_cast<int64_t>(reply.size()) < want;
-              };
-              auto r = (*m)->decode_on_device(*cache, d);
-              ASSERT_TRUE(r.ok()) << r.status().to_string();
-              EXPECT_EQ(r->steps, static_cast<int64_t>(reply.size()));
-            } else {
-              std::vector<float> logits(static_cast<size_t>(n_vocab));
-              while (static_cast<int64_t>(reply.size()) < want && cache->size() < 48) {
-                const int32_t pos = static_cast<int32_t>(cache->size()), row = 0;
-                ASSERT_TRUE((*m)->infer({std::span(&hist.back(), 1), std::span(&pos, 1),
-                                         std::span(&row, 1)},
-                                        *cache, logits.data())
-                                .ok());
-                auto t = sampler.sample(logits, hist);
-                ASSERT_TRUE(t.ok()) << t.status().to_string();
-                reply.push_back(*t);
-                if (static_cast<int64_t>(reply.size()) < want) hist.push_back(*t);
-              }
-            }
-            if (dev == 1) hist.insert(hist.end(), reply.begin(), reply.end() - 1);
-            replies[dev].push_back(reply);
-            sizes[dev].push_back(cache->size());
-            hist.push_back(reply.back());  // the last one, fed by the next turn
-          }
-        }
-        EXPECT_EQ(replies[1][0].size(), 10u);
-        EXPECT_EQ(sizes[1][1], 48);
-        EXPECT_EQ(replies[0], replies[1]);
-        EXPECT_EQ(sizes[0], sizes[1]);
-      }
-    }
-    std::filesystem::remove(path);
-  }
-}
-
-// Decode graphs are captured per attention length bound (1024, 2048, ... up to the cache's
-// n_ctx): decode steps across the 1024 and 2048 boundaries replay three graphs; their logits
-// against the same steps launched without graphs (whose attention is sized for the whole cache,
-// so its splits sum in another order).
+// The runner's one-row decode graphs are captured per attention length bound (1024, 2048, ... up
+// to the arena's n_ctx): decode steps across the 1024 and 2048 boundaries replay three graphs;
+// their logits against the same steps launched without graphs (whose attention is sized for the
+// sequence's length, so its splits sum in another order).
 TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -580,49 +449,51 @@ TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
   for (int graphs = 0; graphs < 2; ++graphs) {
     LoadOptions o;
     o.device = Device::cuda(0);
-    o.max_batch = 512;
     o.cuda.graphs = graphs == 1;
     auto m = load_decoder_model(path, o);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    auto cache = (*m)->create_cache(n_ctx);
-    ASSERT_TRUE(cache.ok());
+    test::OneSequence seq = test::OneSequence::make(**m, n_ctx, 512, 16);
+    ASSERT_TRUE(seq.ok());
     std::vector<int32_t> pos(tokens.size());
     for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
     const int32_t row0 = 0;
-    for (int64_t p = 0; p < static_cast<int64_t>(tokens.size()); ++p) {
-      // Prefill up to 1020 and 2040 (no logits), decode steps across 1024 and 2048.
+    for (int64_t p = 0; p < static_cast<int64_t>(tokens.size());) {
+      // Prefill up to 1020 and 2040 (no logits, passes of 512), decode steps across 1024 and
+      // 2048.
       const bool decode = (p >= 1020 && p < 1030) || p >= 2040;
       if (!decode) {
-        const int64_t end = p < 1020 ? 1020 : 2040;
-        DecoderBatch b{
-            std::span(tokens).subspan(static_cast<size_t>(p), static_cast<size_t>(end - p)),
-            std::span(pos).subspan(static_cast<size_t>(p), static_cast<size_t>(end - p)),
-            {}};
-        ASSERT_TRUE((*m)->infer(b, *cache, nullptr).ok());
-        p = end - 1;
+        const int64_t end = std::min<int64_t>(p + 512, p < 1020 ? 1020 : 2040);
+        const auto at = static_cast<size_t>(p), n = static_cast<size_t>(end - p);
+        ASSERT_TRUE(seq.forward(std::span(tokens).subspan(at, n), std::span(pos).subspan(at, n),
+                                {}, nullptr)
+                        .ok());
+        p = end;
         continue;
       }
       std::vector<float> l(static_cast<size_t>(nv));
-      DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
-                     std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&row0, 1)};
-      ASSERT_TRUE((*m)->infer(d, *cache, l.data()).ok()) << "position " << p;
+      const auto at = static_cast<size_t>(p);
+      ASSERT_TRUE(seq.forward(std::span(tokens).subspan(at, 1), std::span(pos).subspan(at, 1),
+                              std::span(&row0, 1), l.data())
+                      .ok())
+          << "position " << p;
       got[graphs].insert(got[graphs].end(), l.begin(), l.end());
+      ++p;
     }
   }
   ASSERT_EQ(got[0].size(), got[1].size());
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(30 * nv));
   for (float v : got[1]) ASSERT_TRUE(std::isfinite(v));
   EXPECT_LT(test::rel_l2(got[0], got[1]), 1e-5);
   std::filesystem::remove(path);
 }
 
 // The engine core's decode steps of one sequence run the model's decode pass over the runner's
-// paged arena (strategies.kernels.cuda.runner_matvec, on by default): their logits against the
-// model's single-sequence decode of the same tokens (the same kernels, the fused attention
-// reading the arena through its block table; only the attention's split count may differ) and
-// against the runner's GEMM path (runner_matvec off: bf16 activations into every GEMM), replayed
-// from the one-row graphs (the default) and launched kernel by kernel (cuda_graphs off), the
-// graphs' device sampling against the host's choice of the same logits, for Llama and Gemma 3
-// (sliding windows, post norms) in bf16, Q8_0 and Q4_0.
+// paged arena (strategies.kernels.cuda.runner_matvec, on by default): their logits replayed from
+// the one-row graphs (the default) against the same steps launched kernel by kernel (cuda_graphs
+// off; only the attention's split count may differ) and against the runner's GEMM path
+// (runner_matvec off: bf16 activations into every GEMM), the graphs' device sampling against the
+// host's choice of the same logits, for Llama and Gemma 3 (sliding windows, post norms) in bf16,
+// Q8_0 and Q4_0.
 TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -682,45 +553,31 @@ TEST(LlamaCudaModel, EngineCoreOneSequenceDecodeRunsTheDecodeKernels) {
       ASSERT_EQ(logits[2].size(), static_cast<size_t>(n_out));
       ASSERT_EQ(logits[0].size(), static_cast<size_t>(n_out));
       ASSERT_EQ(logits[1].size(), static_cast<size_t>(n_out));
-      // The single-sequence decode of the same tokens (contiguous cache, decode graphs).
-      auto cache = m[0]->create_cache(spec.n_ctx);
-      ASSERT_TRUE(cache.ok());
-      std::vector<int32_t> pos(prompt.size());
-      for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-      const int32_t last = static_cast<int32_t>(prompt.size()) - 1, row0 = 0;
-      std::vector<float> ref(static_cast<size_t>(spec.n_vocab));
-      ASSERT_TRUE(
-          m[0]->infer({prompt, pos, std::span<const int32_t>(&last, 1)}, *cache, ref.data()).ok());
-      double worst_matvec = 0, worst_gemm = 0, worst_eager = 0;
+      // Against the same steps launched kernel by kernel (graphs off: the same kernels, the
+      // attention's splits sized for the sequence's length instead of the graph's bound).
+      double worst_matvec = 0, worst_gemm = 0;
       for (int64_t t = 1; t < n_out; ++t) {
-        const int32_t tok = tokens[static_cast<size_t>(t - 1)];
-        const auto p0 = static_cast<int32_t>(prompt.size() + static_cast<size_t>(t) - 1);
-        ASSERT_TRUE(m[0]->infer({std::span<const int32_t>(&tok, 1),
-                                 std::span<const int32_t>(&p0, 1),
-                                 std::span<const int32_t>(&row0, 1)},
-                                *cache, ref.data())
-                        .ok());
         const auto& a = logits[0][static_cast<size_t>(t)];
         const auto& g = logits[1][static_cast<size_t>(t)];
+        const auto& ref = logits[2][static_cast<size_t>(t)];
         for (float v : a) ASSERT_TRUE(std::isfinite(v)) << "step " << t;
         worst_matvec = std::max(worst_matvec, test::rel_l2(a, ref));
         worst_gemm = std::max(worst_gemm, test::rel_l2(g, ref));
-        worst_eager = std::max(worst_eager, test::rel_l2(logits[2][static_cast<size_t>(t)], ref));
       }
       std::printf(
-          "[ %s ] decode logits rel L2 against the single-sequence decode (worst of %lld "
-          "steps): runner matvec %.2e (without graphs %.2e), runner GEMM %.2e\n",
-          what.c_str(), static_cast<long long>(n_out - 1), worst_matvec, worst_eager, worst_gemm);
+          "[ %s ] decode logits rel L2 against the steps without graphs (worst of %lld steps): "
+          "graphs %.2e, runner GEMM %.2e\n",
+          what.c_str(), static_cast<long long>(n_out - 1), worst_matvec, worst_gemm);
       EXPECT_LT(worst_matvec, 1e-4);
-      EXPECT_LT(worst_eager, 1e-4);
-      // Closer to the single-sequence decode than the GEMM path: the matvecs ran.
+      // Closer to the decode kernels than the GEMM path is: the matvecs ran in both.
       EXPECT_LT(worst_matvec, worst_gemm);
+      EXPECT_LT(worst_gemm, 5e-2);
       std::filesystem::remove(path);
     }
   }
 }
 
-TEST(LlamaCudaModel, RejectsForeignCacheAndBadTokens) {
+TEST(LlamaCudaModel, RunnerRejectsAForeignArenaAndBadTokens) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
   TinySpec spec;
@@ -729,20 +586,30 @@ TEST(LlamaCudaModel, RejectsForeignCacheAndBadTokens) {
   o.device = Device::cuda(0);
   auto m = load_decoder_model(path, o);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto host_cache = KvCache::create(spec.n_layer, 16, spec.n_head_kv * spec.head_dim);
-  ASSERT_TRUE(host_cache.ok());
+  test::OneSequence seq = test::OneSequence::make(**m, 16, 16, 16);
+  ASSERT_TRUE(seq.ok());
   const std::vector<int32_t> tok{1}, pos{0}, rows{0};
   std::vector<float> logits(static_cast<size_t>(spec.n_vocab));
-  Status st = (*m)->infer({tok, pos, rows}, *host_cache, logits.data());
+  // A host arena of the same shape.
+  auto host = kv::HostKvArena::create(seq.arena->spec(), std::vector<int32_t>(1, 1));
+  ASSERT_TRUE(host.ok());
+  ForwardBatch b;
+  const std::vector<int32_t> qs = {0, 1}, len = {1};
+  b.tokens = tok;
+  b.positions = pos;
+  b.query_start = qs;
+  b.kv_len = len;
+  b.block_tables = seq.table;
+  b.table_stride = 1;
+  b.logit_rows = rows;
+  Status st = seq.runner->forward(b, **host, logits.data());
   EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("create_cache"), std::string::npos) << st.to_string();
-  auto cache = (*m)->create_cache(16);
-  ASSERT_TRUE(cache.ok());
+  EXPECT_NE(st.to_string().find("arena"), std::string::npos) << st.to_string();
   const std::vector<int32_t> bad{static_cast<int32_t>(spec.n_vocab)};
-  st = (*m)->infer({bad, pos, rows}, *cache, logits.data());
+  st = seq.forward(bad, pos, rows, logits.data());
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("vocabulary"), std::string::npos) << st.to_string();
-  EXPECT_EQ(cache->size(), 0);
+  EXPECT_TRUE(seq.forward(tok, pos, rows, logits.data()).ok());
   std::filesystem::remove(path);
 }
 
