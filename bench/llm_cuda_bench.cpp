@@ -9,31 +9,23 @@
 // over the measured bf16 GEMM peak.
 //
 //   llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] [--decode-tokens N]
-//                  [--quick] [--format a,b,...] [--host-sampling] [--engine-core] [--out FILE.json]
-//       decode: with device sampling (strategies.device_sampling, the generator's default on
-//       CUDA), greedy tokens chosen on the device, each step queued before the host reads the
-//       last token; the "host sampling" row copies the logits to the host every step instead.
-//       --host-sampling: a "host sampling" row after each format's (A/B in one process).
-//       --format: only those formats' rows, in that order, without the switch-off rows (a
-//       format as a one-model process runs it: up to ac4b08d a q4_0 model made after others
-//       decoded 1-3% slower than one made first, cause not found; docs/gpu-workflow.md).
-//   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--device-sampling]
+//                  [--quick] [--format a,b,...] [--host-sampling] [--out FILE.json]
+//       every row through the engine core at one seat (as `rinfer run` and `rinfer bench`):
+//       decode with device sampling (strategies.device_sampling), greedy tokens chosen on the
+//       device, the steps of a request alone queued ahead of the host; the "host sampling" row
+//       copies the logits to the host every step instead. --host-sampling: a "host sampling"
+//       row after each format's (A/B in one process). --format: only those formats' rows, in
+//       that order, without the switch-off rows (a format as a one-model process runs it: up to
+//       ac4b08d a q4_0 model made after others decoded 1-3% slower than one made first, cause not
+//       found; docs/gpu-workflow.md).
+//   llm_cuda_bench --profile [--shape S] [--format F] [--skip N] [--ctx N]
 //                  [--decode-tokens N | --prefill N]
-//       one shape and format: a 128-token prompt, --skip N untimed steps (later positions), 64
-//       timed warm-up steps (their median printed), then N decode steps (default
-//       4) between cudaProfilerStart/Stop for `ncu --profile-from-start off`, and their wall
-//       times (per step, and kernel count per step from the launches seen) on stdout; with
-//       --prefill N, one forward of N tokens into an empty cache instead (after a warm-up);
-//       with --device-sampling, the decode steps through decode_on_device (greedy); --ctx N: a
-//       KV cache of N positions (default 4096; the decode attention's grid is sized for it);
-//       with --engine-core, N decode steps of a request through the engine core instead (steps
-//       queued ahead), after 64 warm ones, or with --prefill N, a prefill of N tokens through
-//       the engine core (after a warm-up one).
-//   --engine-core: after each row with the KV cache and device sampling, a row of the same
-//       decode (a 128-token prompt, greedy, one request) and prefill 2048 through the engine core
-//       (the paged KV arena, the runner, decode steps queued ahead), its reps interleaved with the
-//       row's own, and the ratio of the two (what `rinfer run` at one seat costs over the model's
-//       own single-sequence decode), and the core's decode without queueing ahead beside it.
+//       one shape and format through the engine core: a 128-token prompt's (--skip N: 128 + N
+//       tokens', for steps at later positions) request whose decode
+//       steps after its first 65 tokens (64 timed warm ones, their median printed) run N at a time
+//       (default 4) between cudaProfilerStart/Stop for `ncu --profile-from-start off` and
+//       Nsight Systems; with --prefill N, a prefill of N tokens (after a warm-up one) instead;
+//       --ctx N: an arena of N positions (default 4096; the decode graphs' bound).
 //   --kernels '{matvec_split: 2, pdl: false}' (or matvec_split=2,pdl=false): strategies.kernels.
 //       cuda for every row (the keys and domains of a recipe; `rinfer strategies` lists them).
 #include <cuda_runtime.h>
@@ -54,11 +46,9 @@
 #include "core/cuda_info.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "kv/kv_cache.h"
 #include "llm_cuda_bench.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
-#include "ops/cpu/sampler.h"
 #include "ops/cuda/ops_cuda.h"
 #include "strategies/registry.h"
 
@@ -66,7 +56,6 @@ namespace rinfer {
 namespace {
 
 using bench::Clock;
-using bench::greedy_on_device;
 using bench::profile_decode;
 using bench::seconds_since;
 
@@ -172,10 +161,6 @@ struct Result1 {
   double decode_tok_s = 0, decode_ms_p10 = 0, decode_ms_p90 = 0, decode_ms = 0;
   double decode_long_ms = 0;  // a decode step at positions kLongPrompt.. (optimized rows)
   double prefill512 = 0, prefill2048 = 0;
-  // --engine-core: the same through the engine core (0: not measured), and each figure over the
-  // row's own, the medians of the interleaved reps' ratios.
-  double core_decode_ms = 0, core_prefill2048 = 0, core_decode_ratio = 0, core_prefill_ratio = 0;
-  double core_stepwise_ratio = 0;  // the core's decode without queueing ahead, over the row's
   uint64_t weight_bytes = 0;
   uint64_t device_peak = 0;
   std::string error;
@@ -221,7 +206,7 @@ Result<double> core_request(EngineCore& core, std::span<const int32_t> prompt, i
 }
 
 Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int decode_tokens,
-                    bool do_prefill, bool engine_core) {
+                    bool do_prefill) {
   Result1 r;
   auto m = llama::make_random_cuda_model(hp, v.dtype, 1234, v.opts);
   if (!m.ok()) {
@@ -230,26 +215,30 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
   }
   DecoderModel& model = **m;
   r.weight_bytes = model.weight_bytes_per_token();
-  const int64_t n_ctx = 4096;
-  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-  std::vector<int32_t> tokens(4096), pos(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
-    pos[i] = static_cast<int32_t>(i);
-  }
-  auto cache = model.create_cache(n_ctx);
-  if (!cache.ok()) {
-    r.error = cache.status().to_string();
+  // One seat over a paged arena of 4096 positions; passes of up to 2048 tokens; no prefix
+  // cache (every rep computes its prompt). Without the KV cache every step recomputes the whole
+  // sequence.
+  EngineCoreOptions eo;
+  eo.n_ctx = 4096;
+  eo.prefix_caching = false;
+  eo.scheduler.max_seqs = 1;
+  eo.scheduler.max_batched_tokens = 2048;
+  eo.scheduler.recompute_each_step = !v.kv_cache;
+  auto core = EngineCore::create(model, eo, nullptr);
+  if (!core.ok()) {
+    r.error = core.status().to_string();
     return r;
   }
-  const int32_t last = 0;
+  std::vector<int32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
+  }
+  const std::span<const int32_t> all(tokens);
+  // A prefill of n tokens: one teacher-forced pass, the last row's logits.
+  const auto none = [](int64_t, std::span<const float>) { return ok_status(); };
   auto prefill = [&](int64_t n) -> double {
-    cache->clear();
-    const int32_t row = static_cast<int32_t>(n - 1);
-    DecoderBatch b{std::span(tokens).first(static_cast<size_t>(n)),
-                   std::span(pos).first(static_cast<size_t>(n)), std::span(&row, 1)};
     const auto t0 = Clock::now();
-    Status st = model.infer(b, *cache, logits.data());
+    const Status st = (*core)->score(all.first(static_cast<size_t>(n)), n - 1, 0, none);
     const double s = seconds_since(t0);
     if (!st.ok()) r.error = st.to_string();
     return s;
@@ -257,119 +246,29 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
   if (do_prefill) {
     for (int64_t n : {512, 2048}) {
       std::vector<double> t;
-      prefill(n);  // warm-up (cuBLASLt heuristics, allocator)
-      for (int i = 0; i < reps; ++i) t.push_back(prefill(n));
-      const double tok_s = static_cast<double>(n) / bench::median(t);
-      (n == 512 ? r.prefill512 : r.prefill2048) = tok_s;
+      prefill(n);  // warm-up (cuBLASLt's autotuning, the allocator)
+      for (int i = 0; i < reps && r.error.empty(); ++i) t.push_back(prefill(n));
+      if (t.empty()) break;
+      (n == 512 ? r.prefill512 : r.prefill2048) = static_cast<double>(n) / bench::median(t);
     }
   }
-  // n decode steps from position p0 (the cache holds p0 tokens): their times in ms. Device
-  // sampling (the generator's path with the strategy on): greedy tokens chosen on the device,
-  // each step queued before the host reads the previous one's token; a step's time is the
-  // interval between the host receiving two tokens. Host sampling: teacher-forced tokens, the
-  // logits copied to the host every step (the generator then samples there).
-  auto decode_steps = [&](int64_t p0, int64_t n, std::vector<double>& ms) {
-    ms.clear();
-    if (v.opts.cuda.device_sampling && v.kv_cache) {
-      if (Status st = greedy_on_device(model, *cache, tokens, p0, n, &ms); !st.ok()) {
-        r.error = st.to_string();
-      }
-      return;
-    }
-    for (int64_t i = 0; i < n && r.error.empty(); ++i) {
-      const int64_t p = p0 + i;
-      const auto t0 = Clock::now();
-      Status st;
-      if (v.kv_cache) {
-        DecoderBatch d{std::span(tokens).subspan(static_cast<size_t>(p), 1),
-                       std::span(pos).subspan(static_cast<size_t>(p), 1), std::span(&last, 1)};
-        st = model.infer(d, *cache, logits.data());
-      } else {
-        cache->clear();
-        const int32_t row = static_cast<int32_t>(p);
-        DecoderBatch d{std::span(tokens).first(static_cast<size_t>(p + 1)),
-                       std::span(pos).first(static_cast<size_t>(p + 1)), std::span(&row, 1)};
-        st = model.infer(d, *cache, logits.data());
-      }
-      ms.push_back(seconds_since(t0) * 1e3);
-      if (!st.ok()) r.error = st.to_string();
-    }
-  };
-  // Decode: a 128-token prompt, then decode_tokens steps. Without the KV cache every step
-  // recomputes the whole prefix.
+  // Decode: a request of a 128-token prompt and decode_tokens greedy tokens (with device
+  // sampling each chosen on the device; a request alone has its steps queued ahead of the host),
+  // the intervals between its tokens; the second of two runs.
   const int64_t prompt = 128;
   std::vector<double> step_ms;
   for (int rep = 0; rep < 2 && r.error.empty(); ++rep) {
-    prefill(prompt);
-    decode_steps(prompt, decode_tokens, step_ms);
+    step_ms.clear();
+    auto c = core_request(**core, all.first(prompt), decode_tokens + 1, &step_ms);
+    if (!c.ok()) r.error = c.status().to_string();
   }
   if (do_prefill && v.kv_cache && r.error.empty()) {
-    cache->clear();
-    for (int64_t p0 = 0; p0 < kLongPrompt && r.error.empty(); p0 += 2048) {
-      const int64_t n = std::min<int64_t>(2048, kLongPrompt - p0);
-      const int32_t row = static_cast<int32_t>(n - 1);
-      DecoderBatch b{std::span(tokens).subspan(static_cast<size_t>(p0), static_cast<size_t>(n)),
-                     std::span(pos).subspan(static_cast<size_t>(p0), static_cast<size_t>(n)),
-                     std::span(&row, 1)};
-      if (Status st = model.infer(b, *cache, logits.data()); !st.ok()) r.error = st.to_string();
-    }
     std::vector<double> long_ms;
-    if (r.error.empty()) decode_steps(kLongPrompt, kLongSteps, long_ms);
+    auto c = core_request(**core, all.first(kLongPrompt), kLongSteps + 1, &long_ms);
+    if (!c.ok()) r.error = c.status().to_string();
     if (!long_ms.empty()) r.decode_long_ms = bench::median(long_ms);
   }
-  if (engine_core && v.kv_cache && v.opts.cuda.device_sampling && r.error.empty()) {
-    // The same decode and prefill 2048 through the engine core, each rep beside one of the
-    // model's own.
-    EngineCoreOptions eo;
-    eo.n_ctx = n_ctx;
-    eo.scheduler.max_seqs = 1;
-    eo.scheduler.max_batched_tokens = 2048;
-    eo.queue_ahead = true;
-    auto core = EngineCore::create(model, eo, nullptr);
-    eo.queue_ahead = false;
-    auto stepwise = EngineCore::create(model, eo, nullptr);
-    if (!core.ok() || !stepwise.ok()) {
-      r.error = (core.ok() ? stepwise.status() : core.status()).to_string();
-      return r;
-    }
-    std::vector<double> own_ms, core_ms, dec_ratio, pf_ratio, core_pf, step_ratio;
-    const auto head = std::span<const int32_t>(tokens).first(static_cast<size_t>(prompt));
-    for (int rep = 0; rep < std::max(3, reps) && r.error.empty(); ++rep) {
-      prefill(prompt);
-      decode_steps(prompt, decode_tokens, own_ms);
-      const double own = bench::median(own_ms);
-      core_ms.clear();
-      auto c = core_request(**core, head, decode_tokens + 1, &core_ms);
-      if (!c.ok()) {
-        r.error = c.status().to_string();
-        break;
-      }
-      dec_ratio.push_back(own / bench::median(core_ms));
-      r.core_decode_ms += bench::median(core_ms) / std::max(3, reps);
-      core_ms.clear();
-      if (auto sw = core_request(**stepwise, head, decode_tokens + 1, &core_ms); !sw.ok()) {
-        r.error = sw.status().to_string();
-        break;
-      }
-      step_ratio.push_back(own / bench::median(core_ms));
-      if (!do_prefill) continue;
-      const double own_pf = 2048.0 / prefill(2048);
-      auto t = core_request(**core, std::span<const int32_t>(tokens).first(2048), 1, nullptr);
-      if (!t.ok()) {
-        r.error = t.status().to_string();
-        break;
-      }
-      core_pf.push_back(2048.0 / (*t / 1e3));
-      pf_ratio.push_back(core_pf.back() / own_pf);
-    }
-    if (!dec_ratio.empty()) r.core_decode_ratio = bench::median(dec_ratio);
-    if (!step_ratio.empty()) r.core_stepwise_ratio = bench::median(step_ratio);
-    if (!pf_ratio.empty()) {
-      r.core_prefill_ratio = bench::median(pf_ratio);
-      r.core_prefill2048 = bench::median(core_pf);
-    }
-  }
-  if (!step_ms.empty()) {
+  if (!step_ms.empty() && r.error.empty()) {
     r.decode_ms = bench::median(step_ms);
     r.decode_ms_p10 = percentile(step_ms, 0.1);
     r.decode_ms_p90 = percentile(step_ms, 0.9);
@@ -382,8 +281,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
 int main_impl(int argc, char** argv) {
   std::string which = "all", out;
   int reps = 5, decode_tokens = 256;
-  bool quick = false, profile = false, host_rows = false, device_profile = false;
-  bool engine_core = false;
+  bool quick = false, profile = false, host_rows = false;
   int64_t profile_ctx = 4096;  // --profile: the KV cache's positions (the decode graph's bound)
   int prefill = 0, skip = 0;
   std::string format;          // --profile: q4_1 when not given; the table: every format
@@ -401,12 +299,8 @@ int main_impl(int argc, char** argv) {
       out = next();
     else if (a == "--quick")
       quick = true;
-    else if (a == "--engine-core")
-      engine_core = true;
     else if (a == "--host-sampling")
       host_rows = true;
-    else if (a == "--device-sampling")
-      device_profile = true;
     else if (a == "--ctx")
       profile_ctx = std::stoll(next());
     else if (a == "--profile")
@@ -426,10 +320,9 @@ int main_impl(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: llm_cuda_bench [--shape llama3-8b|smollm2|all] [--reps N] "
-                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--engine-core] "
-                   "[--out FILE] "
+                   "[--decode-tokens N] [--quick] [--format F] [--host-sampling] [--out FILE] "
                    "[--kernels '{matvec_split: 2, pdl: false}'] | --profile [--shape S] "
-                   "[--format F] [--skip N] [--device-sampling] [--ctx N] [--decode-tokens N | "
+                   "[--format F] [--skip N] [--ctx N] [--decode-tokens N | "
                    "--prefill N]\n");
       return 2;
     }
@@ -460,8 +353,8 @@ int main_impl(int argc, char** argv) {
   if (profile) {
     const DType t = wanted.size() == 1 ? wanted[0] : DType::kQ4_1;
     return profile_decode(shape(which == "all" ? "smollm2" : which), t,
-                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, device_profile,
-                          profile_ctx, kernels, engine_core);
+                          decode_tokens == 256 ? 4 : decode_tokens, prefill, skip, profile_ctx,
+                          kernels);
   }
   const Limits lim = measure_limits(5);
   std::printf("device %s: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (measured)\n\n",
@@ -482,14 +375,14 @@ int main_impl(int argc, char** argv) {
                  {"cuda_runtime", runtime}};
   j["limits"] = {{"copy_gbs", lim.copy_gbs}, {"gemm_bf16_tflops", lim.gemm_tflops}};
   j["method"] =
-      "random weights made on the device; decode: 128-token prompt then N greedy steps at batch 1, "
-      "each token chosen on the device and the next step queued before the host reads it (the "
-      "generator's device sampling; the host sampling row copies the logits to the host every "
-      "step instead), median interval between tokens over 2 runs; decode at 4k (optimized rows): a "
-      "3968-token prompt, then the median of 64 steps, "
-      "its limit counting the K/V rows read (bf16); prefill: one forward of 512 / 2048 tokens into "
-      "an empty cache, logits of the last "
-      "row, median of --reps after a warm-up";
+      "random weights made on the device; every figure through the engine core at one seat (a "
+      "paged arena of 4096 positions, passes of up to 2048 tokens); decode: a request of a "
+      "128-token prompt and N greedy tokens, each chosen on the device with its next step queued "
+      "before the host reads it (the host sampling rows copy the logits to the host every step "
+      "instead), the median interval between tokens of the second of 2 requests; decode at 4k "
+      "(optimized rows): a 3968-token prompt, then the median of 64 steps, its limit counting the "
+      "K/V rows read (bf16); prefill: one teacher-forced pass of 512 / 2048 tokens into an empty "
+      "cache, logits of the last row, median of --reps after a warm-up";
   j["results"] = nlohmann::ordered_json::array();
 
   std::vector<std::string> shapes;
@@ -538,7 +431,7 @@ int main_impl(int argc, char** argv) {
       v = {"plain allocator, no graphs " + tn, "allocator plain (cudaMalloc per step)", t0, base};
       v.opts.cuda.allocator = AllocatorKind::kPlain;
       v.opts.cuda.graphs = false;
-      v.opts.cuda.device_sampling = false;  // infer() allocates per step; the device loop once
+      v.opts.cuda.device_sampling = false;
       vs.push_back(v);
       v = {"host sampling " + tn, "device_sampling off (logits to the host every step)", t0, base};
       v.opts.cuda.device_sampling = false;
@@ -564,7 +457,7 @@ int main_impl(int argc, char** argv) {
     for (const Variant& v : vs) {
       const bool kv = v.kv_cache;
       const Result1 r = run_variant(hp, v, reps, kv ? decode_tokens : 32,
-                                    v.change.rfind("weights", 0) == 0, engine_core);
+                                    v.change.rfind("weights", 0) == 0);
       const double limit_dec = lim.copy_gbs * 1e9 / static_cast<double>(r.weight_bytes);
       const double f2048 = matmul_flops_per_token(hp, false) * 2048 + attention_flops(hp, 2048);
       const double limit_pf = lim.gemm_tflops * 1e12 / (f2048 / 2048);
@@ -585,21 +478,6 @@ int main_impl(int argc, char** argv) {
             v.name.c_str(), r.decode_tok_s, r.decode_ms_p10, r.decode_ms_p90, limit_dec,
             100 * r.decode_tok_s / limit_dec, long_cell.c_str(), r.prefill512, r.prefill2048,
             limit_pf, 100 * r.prefill2048 / limit_pf, static_cast<double>(r.device_peak) / 1e9);
-      }
-      if (r.error.empty() && r.core_decode_ms > 0) {
-        const double core_tok_s = 1e3 / r.core_decode_ms;
-        std::printf(
-            "| %s, engine core | %.1f (x%.4f of the row's; step by step x%.4f) | %.0f | %.0f%% "
-            "|  |  | %s | %.0f | %s |  |\n",
-            v.name.c_str(), core_tok_s, r.core_decode_ratio, r.core_stepwise_ratio, limit_dec,
-            100 * core_tok_s / limit_dec,
-            r.core_prefill2048 > 0
-                ? fmt::format("{:.0f} (x{:.4f})", r.core_prefill2048, r.core_prefill_ratio).c_str()
-                : "",
-            limit_pf,
-            r.core_prefill2048 > 0
-                ? fmt::format("{:.0f}%", 100 * r.core_prefill2048 / limit_pf).c_str()
-                : "");
       }
       std::fflush(stdout);
       nlohmann::ordered_json e;
@@ -631,13 +509,6 @@ int main_impl(int argc, char** argv) {
         e["prefill_512_tok_s"] = r.prefill512;
         e["prefill_2048_tok_s"] = r.prefill2048;
         e["prefill_2048_limit_tok_s"] = limit_pf;
-      }
-      if (r.core_decode_ms > 0) {
-        e["engine_core"] = {{"decode_tok_s", 1e3 / r.core_decode_ms},
-                            {"decode_ratio", r.core_decode_ratio},
-                            {"decode_step_by_step_ratio", r.core_stepwise_ratio},
-                            {"prefill_2048_tok_s", r.core_prefill2048},
-                            {"prefill_2048_ratio", r.core_prefill_ratio}};
       }
       e["device_peak_bytes"] = r.device_peak;
       if (!r.error.empty()) e["error"] = r.error;
