@@ -40,7 +40,6 @@ namespace rinfer {
 
 struct ModelInfo;
 
-class KvCache;
 struct SamplingParams;
 namespace kv {
 class KvArena;
@@ -64,9 +63,9 @@ struct CpuLoadOptions {
 // What the CUDA models need beyond the generic part.
 struct CudaLoadOptions {
   bool graphs = true;  // decode steps replayed from a CUDA graph (strategies.cuda_graphs)
-  // Decode with each token sampled on the device and the next step queued before the host reads
-  // it (strategies.device_sampling; DecoderModel::decode_on_device). Off: the logits go to the
-  // host every step and the host Sampler picks the token (the baseline).
+  // Each decode row's token sampled on the device (strategies.device_sampling; the runner's
+  // forward_sampled and decode_ahead). Off: the logits go to the host every step and the host
+  // Sampler picks the token (the baseline).
   bool device_sampling = true;
   AllocatorKind allocator = AllocatorKind::kCaching;  // device memory (strategies.allocator)
   // The kernels' switches (strategies.kernels.cuda), applied by each CUDA runner at creation.
@@ -164,38 +163,6 @@ struct DecoderHParams {
   int64_t kv_dim() const { return n_head_kv * head_dim; }  // floats per position per layer
 };
 
-// One forward pass. Token i sits at position positions[i]; positions continue the cache
-// (positions[i] == cache.size() + i). logit_rows lists, ascending, the batch rows whose logits
-// the caller wants (usually only the last one; perplexity wants many).
-struct DecoderBatch {
-  std::span<const int32_t> tokens;      // [n_tokens]
-  std::span<const int32_t> positions;   // [n_tokens]
-  std::span<const int32_t> logit_rows;  // [n_out], indices into tokens
-  // Optional: when it reads true, infer stops early (the CPU model checks it between layers)
-  // and returns kCancelled with the cache as it was before the call.
-  const std::atomic<bool>* cancel = nullptr;
-};
-
-// What every DecoderModel::infer checks of a batch against its cache, whatever the device: tokens
-// present, one position each, room left in the cache, positions that continue it, logit rows
-// ascending inside the batch, an output buffer when rows are asked for.
-Status check_decoder_batch(const DecoderBatch& batch, const KvCache& cache, const float* logits);
-
-// A decode loop whose tokens are chosen on the device (DecoderModel::decode_on_device).
-struct DeviceDecode {
-  const SamplingParams* sampling = nullptr;  // ops/cpu/sampler.h's chain, penalties included
-  // Every token so far: the penalties read its tail, and its last token (not yet in the cache) is
-  // fed first, at position cache.size().
-  std::span<const int32_t> history;
-  std::function<float()> uniform;  // the next uniform [0, 1) draw, one per step (temperature > 0)
-  // Each sampled id, in order: true feeds it to the next step, false stops (the id is not fed).
-  std::function<bool(int32_t)> on_token;
-};
-struct DeviceDecodeResult {
-  int64_t steps = 0;      // forward passes committed to the cache (one per id handed out)
-  int64_t discarded = 0;  // steps queued ahead of a stop and dropped (their draws unused)
-};
-
 // Executes multi-sequence forward batches of one DecoderModel on one device: the mutable half of
 // a model (scratch buffers sized once for max_tokens rows; on CUDA, streams and graphs). The
 // model's weights are shared and read-only, so several runners can serve one model.
@@ -267,16 +234,6 @@ class DecoderModel : public ModelSample {
   ModelTask task() const override { return ModelTask::kTextGeneration; }
   virtual const DecoderHParams& hparams() const = 0;
 
-  // infer: runs the batch (in chunks of at most LoadOptions::max_batch tokens), appends its
-  // keys and values to `cache` and writes logits [n_out, n_vocab] (row r for batch row
-  // logit_rows[r]). On error the cache is left as it was before the call; batch.cancel set
-  // during the call gives kCancelled (a model may also finish the pass and return OK).
-  virtual Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) = 0;
-
-  // A KV cache for n_ctx positions that this model can run against (host f32 on CPU; device
-  // memory for a CUDA model; windowed layers may hold fewer rows).
-  virtual Result<KvCache> create_cache(int64_t n_ctx) const;
-
   // The paged KV layout this model runs against: one group per distinct attention window,
   // kv_dim from the hyper-parameters, the device's element type (f32 on the CPU).
   virtual Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const;
@@ -285,18 +242,6 @@ class DecoderModel : public ModelSample {
 
   // Device memory in use (weights + scratch + caches), 0 on CPU; peak since load.
   virtual uint64_t device_bytes_peak() const { return 0; }
-
-  // Whether decode_on_device takes these sampling settings (a CUDA model with device sampling
-  // on; the chain's limits are in ops/cuda/ops_cuda.h, DecodeSampling).
-  virtual bool can_decode_on_device(const SamplingParams& /*sampling*/) const { return false; }
-  // Decode steps whose next token is sampled on the device and fed to the next step without a
-  // host round trip; the host queues each step before it reads the previous one's id. Stops when
-  // on_token returns false or the cache is full (the last id is then handed out but not fed).
-  // The cache ends with every fed token committed; a step queued ahead of the stop wrote its
-  // rows past the end (noted with note_written) and is not committed. On error the cache keeps
-  // the steps committed so far. A step whose logits hold NaN or +inf (or no finite value) is
-  // kDataLoss, as Sampler::sample's, and its id is never handed out.
-  virtual Result<DeviceDecodeResult> decode_on_device(KvCache& cache, const DeviceDecode& d);
 };
 
 // postprocess for text generation: token ids -> text, as they are produced (implemented over

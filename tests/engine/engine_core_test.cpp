@@ -15,8 +15,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kv/kv_cache.h"
-#include "ops/cpu/sampler.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -115,37 +113,6 @@ std::vector<int32_t> alone(const DecoderModel& m, const Job& job, EngineCoreOpti
   return run_all(**e, {job})[0].tokens;
 }
 
-// Greedy decoding through the model's contiguous single-sequence cache (DecoderModel::infer over
-// a KvCache), an independent implementation of the same attention.
-std::vector<int32_t> with_contiguous_cache(DecoderModel& m, const Job& job, int64_t n_ctx) {
-  auto cache = m.create_cache(n_ctx);
-  EXPECT_TRUE(cache.ok());
-  if (!cache.ok()) return {};
-  const int64_t n_vocab = m.hparams().n_vocab;
-  Sampler sampler(greedy(), n_vocab);
-  std::vector<int32_t> hist = job.prompt, out;
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
-  std::vector<int32_t> tokens = job.prompt;
-  while (static_cast<int64_t>(out.size()) < job.max_tokens) {
-    std::vector<int32_t> positions(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      positions[i] = static_cast<int32_t>(cache->size() + static_cast<int64_t>(i));
-    }
-    const int32_t row = static_cast<int32_t>(tokens.size()) - 1;
-    const Status st = m.infer(DecoderBatch{tokens, positions, std::span<const int32_t>(&row, 1)},
-                              *cache, logits.data());
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    if (!st.ok()) return {};
-    auto tok = sampler.sample(logits, hist);
-    EXPECT_TRUE(tok.ok());
-    if (!tok.ok()) return {};
-    out.push_back(*tok);
-    hist.push_back(*tok);
-    tokens = {*tok};
-  }
-  return out;
-}
-
 void expect_batched_equals_alone(const std::string& model, EngineCoreOptions o, int n_jobs,
                                  int64_t max_prompt, int64_t max_reply, uint32_t seed) {
   auto m = load(model, cpu::Impl::kReference);
@@ -164,7 +131,6 @@ void expect_batched_equals_alone(const std::string& model, EngineCoreOptions o, 
     ASSERT_EQ(got[i].finish, FinishReason::kMaxTokens) << got[i].error.to_string();
     EXPECT_EQ(static_cast<int64_t>(got[i].tokens.size()), jobs[i].max_tokens);
     EXPECT_EQ(got[i].tokens, alone(*m, jobs[i], o));
-    if (i % 8 == 0) EXPECT_EQ(got[i].tokens, with_contiguous_cache(*m, jobs[i], o.n_ctx));
   }
 }
 

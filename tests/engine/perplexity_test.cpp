@@ -170,9 +170,6 @@ class FixedLogits final : public DecoderModel {
   Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
     return std::unique_ptr<DecoderRunner>(std::make_unique<Runner>(fn_, o));
   }
-  Status infer(const DecoderBatch&, KvCache&, float*) override {
-    return Status(StatusCode::kUnsupported, "FixedLogits runs through its runner only");
-  }
 
  private:
   Fn fn_;

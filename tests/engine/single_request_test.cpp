@@ -311,9 +311,6 @@ class NonFiniteAfter final : public DecoderModel {
   std::string describe() const override { return m_->describe(); }
   uint64_t weight_bytes_per_token() const override { return m_->weight_bytes_per_token(); }
   const DecoderHParams& hparams() const override { return m_->hparams(); }
-  Status infer(const DecoderBatch& b, KvCache& c, float* logits) override {
-    return m_->infer(b, c, logits);
-  }
   Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override {
     return m_->kv_spec(n_ctx, block_size);
   }

@@ -291,7 +291,6 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufF
   RINFER_ASSIGN_OR_RETURN(m->hp_, read_hparams(*file));
   RINFER_RETURN_IF_ERROR(m->bind_weights(file));
   RINFER_RETURN_IF_ERROR(m->convert_weights());
-  RINFER_RETURN_IF_ERROR(m->allocate_scratch());
   return m;
 }
 
@@ -357,12 +356,6 @@ Result<ForwardScratch> ForwardScratch::create(const DecoderHParams& hp, int64_t 
   RINFER_ASSIGN_OR_RETURN(s.k, Tensor::empty({rows, hp.kv_dim()}, DType::kF32));
   RINFER_ASSIGN_OR_RETURN(s.v, Tensor::empty({rows, hp.kv_dim()}, DType::kF32));
   return s;
-}
-
-Status LlamaModel::allocate_scratch() {
-  RINFER_ASSIGN_OR_RETURN(scratch_, ForwardScratch::create(hp_, opts_.max_batch));
-  rows_.reserve(static_cast<size_t>(opts_.max_batch));
-  return ok_status();
 }
 
 std::string LlamaModel::describe() const {

@@ -298,7 +298,6 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load_hf(const std::string& path,
   m->file_ = st;
   RINFER_RETURN_IF_ERROR(m->bind_hf_weights(st));
   RINFER_RETURN_IF_ERROR(m->convert_weights());
-  RINFER_RETURN_IF_ERROR(m->allocate_scratch());
   return m;
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kv/kv_cache.h"
 
 namespace rinfer::llama {
 
@@ -19,141 +18,10 @@ void add_bias(const cpu::OpContext& ctx, float* x, const Tensor& bias, int64_t n
   for (int64_t r = 0; r < n_rows; ++r) cpu::add(ctx, x + r * n, b, n, x + r * n);
 }
 
-// Copies nt rows [nt, kv_dim] into a ring of `rows` rows starting at row r0, wrapping once.
-void copy_to_ring(const float* src, int64_t nt, int64_t kv_dim, float* ring, int64_t rows,
-                  int64_t r0) {
-  const int64_t n1 = std::min(nt, rows - r0);  // rows before the wrap
-  std::memcpy(ring + r0 * kv_dim, src, static_cast<size_t>(n1 * kv_dim) * sizeof(float));
-  std::memcpy(ring, src + n1 * kv_dim, static_cast<size_t>((nt - n1) * kv_dim) * sizeof(float));
-}
-
 }  // namespace
-
-Result<KvCache> LlamaModel::create_cache(int64_t n_ctx) const {
-  if (hp_.layer_attn.empty()) return KvCache::create(hp_.n_layer, n_ctx, hp_.kv_dim());
-  std::vector<int64_t> windows;
-  windows.reserve(hp_.layer_attn.size());
-  for (const DecoderHParams::LayerAttn& la : hp_.layer_attn) windows.push_back(la.window);
-  return KvCache::create(KvCacheSpec::windowed(windows, n_ctx, hp_.kv_dim(), opts_.max_batch));
-}
-
-Status LlamaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
-  RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
-  const auto n = static_cast<int64_t>(batch.tokens.size());
-  if (cache.n_layer() != hp_.n_layer || cache.kv_dim() != hp_.kv_dim()) {
-    return invalid_argument("infer: KV cache is [{} layers, kv_dim {}], model needs [{}, {}]",
-                            cache.n_layer(), cache.kv_dim(), hp_.n_layer, hp_.kv_dim());
-  }
-  if (cache.backend() != nullptr) {
-    return invalid_argument("infer: the KV cache lives on a device; this model runs on the CPU");
-  }
-  for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    const int64_t w = hp_.layer_attn.empty() ? 0 : hp_.layer_attn[static_cast<size_t>(il)].window;
-    if (cache.is_ring(il) && (w == 0 || cache.window(il) != w)) {
-      return invalid_argument(
-          "infer: KV cache layer {} is a ring of {} rows for window {}, but the layer's window is "
-          "{}",
-          il, cache.rows(il), cache.window(il), w);
-    }
-  }
-  const int64_t n_past = cache.size();
-
-  // A ring layer's cache limits the chunk (its first token must still see its window).
-  const int64_t chunk = std::min(opts_.max_batch, cache.max_chunk());
-  size_t out = 0;  // logit rows written so far
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int64_t nc = std::min(chunk, n - c0);
-    // This chunk's requested rows, made chunk-relative in a small fixed buffer.
-    const size_t first = out;
-    while (out < batch.logit_rows.size() && batch.logit_rows[out] < c0 + nc) ++out;
-    rows_.assign(batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(first),
-                 batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(out));
-    for (int32_t& r : rows_) r -= static_cast<int32_t>(c0);
-    float* chunk_logits =
-        logits == nullptr ? nullptr : logits + static_cast<int64_t>(first) * hp_.n_vocab;
-    Status st =
-        forward_chunk(batch.tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
-                      batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
-                      rows_, cache, chunk_logits, batch.cancel);
-    if (st.ok()) st = cache.commit(nc);
-    if (!st.ok()) {
-      // A ring may already have overwritten positions before n_past (an earlier chunk of this
-      // batch): then nothing is kept.
-      if (!cache.truncate(n_past).ok()) {
-        cache.clear();
-        return st.with_context("the KV cache was cleared");
-      }
-      return st;
-    }
-  }
-  return ok_status();
-}
 
 float LlamaModel::attention_scale() const {
   return hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
-}
-
-namespace {
-
-// The single-sequence KV cache (kv/kv_cache.h): new keys and values go straight into their
-// cache rows; a chunk that would cross a ring's end is made in scratch and copied in two pieces.
-class CacheAccess final : public KvAccess {
- public:
-  CacheAccess(const LlamaModel& m, ForwardScratch& s, KvCache& cache, int64_t nt)
-      : m_(m), s_(s), cache_(cache), nt_(nt), n_past_(cache.size()) {}
-
-  void new_kv(int64_t il, float** k, float** v) override {
-    const int64_t kv_dim = m_.hparams().kv_dim();
-    const int64_t row0 = cache_.row_of(il, n_past_);
-    wraps_ = row0 + nt_ > cache_.rows(il);
-    *k = wraps_ ? s_.k.mutable_data_as<float>() : cache_.k(il) + row0 * kv_dim;
-    *v = wraps_ ? s_.v.mutable_data_as<float>() : cache_.v(il) + row0 * kv_dim;
-  }
-
-  Status attend(int64_t il, const float* q, float* attn) override {
-    const DecoderHParams& hp = m_.hparams();
-    const int64_t kv_dim = hp.kv_dim(), kv_rows = cache_.rows(il);
-    if (wraps_) {
-      const int64_t row0 = cache_.row_of(il, n_past_);
-      copy_to_ring(s_.k.data_as<float>(), nt_, kv_dim, cache_.k(il), kv_rows, row0);
-      copy_to_ring(s_.v.data_as<float>(), nt_, kv_dim, cache_.v(il), kv_rows, row0);
-    }
-    cpu::AttentionShape as;
-    as.n_tokens = nt_;
-    as.n_kv = n_past_ + nt_;
-    as.n_head = hp.n_head;
-    as.n_head_kv = hp.n_head_kv;
-    as.head_dim = hp.head_dim;
-    as.kv_row_stride = kv_dim;
-    as.scale = m_.attention_scale();
-    as.window = hp.layer_attn.empty() ? 0 : hp.layer_attn[static_cast<size_t>(il)].window;
-    as.kv_rows = cache_.is_ring(il) ? kv_rows : 0;
-    return cpu::attention(m_.ops(), as, q, cache_.k(il), cache_.v(il), attn);
-  }
-
- private:
-  const LlamaModel& m_;
-  ForwardScratch& s_;
-  KvCache& cache_;
-  int64_t nt_;
-  int64_t n_past_;
-  bool wraps_ = false;
-};
-
-}  // namespace
-
-Status LlamaModel::forward_chunk(std::span<const int32_t> tokens,
-                                 std::span<const int32_t> positions, std::span<const int32_t> rows,
-                                 KvCache& cache, float* logits, const std::atomic<bool>* cancel) {
-  const auto nt = static_cast<int64_t>(tokens.size());
-  const int64_t n_past = cache.size();
-  // Ring rows about to be overwritten may hold positions a later truncate() would need.
-  cache.note_written(n_past + nt);
-  CacheAccess kv(*this, scratch_, cache, nt);
-  RINFER_RETURN_IF_ERROR(
-      run_layers(opts_.cpu.ops, scratch_, tokens, {}, positions, kv, n_past, cancel));
-  if (rows.empty()) return ok_status();
-  return compute_logits(opts_.cpu.ops, scratch_, rows, logits);
 }
 
 Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,

@@ -16,8 +16,8 @@
 // x = embd * sqrt(n_embd); per-head RMSNorm of q and k after the projections; the attention and
 // MLP outputs are RMSNormed (post_attention_norm, post_ffw_norm) before the residual add; the
 // MLP is GeGLU (tanh GELU); RoPE is NeoX with a per-layer base, and local layers attend only to
-// the last sliding_window positions. create_cache() gives those local layers a ring of
-// window + max_batch - 1 rows (see kv/kv_cache.h); global layers keep the whole context.
+// the last sliding_window positions (a group of their own in the paged KV layout, kv_spec(),
+// whose blocks the engine core releases once the window has left them).
 //
 // Weights are zero-copy views of the memory-mapped file in their stored dtype (the matmul
 // kernels read every GGUF format); only norm weights and biases are converted to f32 at load.
@@ -107,12 +107,6 @@ class LlamaModel final : public DecoderModel {
   uint64_t weight_bytes_per_token() const override { return weight_bytes_; }
   const DecoderHParams& hparams() const override { return hp_; }
 
-  Status infer(const DecoderBatch& batch, KvCache& cache, float* logits) override;
-
-  // Sliding-window layers as rings of min(n_ctx, window + max_batch - 1) rows, global layers
-  // n_ctx rows (a uniform cache for models without windows).
-  Result<KvCache> create_cache(int64_t n_ctx) const override;
-
   // A CPU runner (llama_runner.cpp): multi-sequence batches over a paged host KV arena.
   Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const override;
 
@@ -153,13 +147,6 @@ class LlamaModel final : public DecoderModel {
   // LoadOptions::weight_format: converts the layer matrices (all but keep_precision_layers) and,
   // with convert_embeddings, the embedding table and output projection (owned copies).
   Status convert_weights();
-  Status allocate_scratch();
-  // One chunk of at most max_batch tokens at positions cache.size() ...; writes the logits of
-  // the chunk rows `rows` (ascending, chunk-relative) to logits [rows.size(), n_vocab].
-  // kCancelled before a layer when `cancel` (may be null) reads true.
-  Status forward_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
-                       std::span<const int32_t> rows, KvCache& cache, float* logits,
-                       const std::atomic<bool>* cancel);
 
   std::shared_ptr<const void> file_;  // what the weights view: a GgufFile or a SafetensorsModel
   LoadOptions opts_;
@@ -171,9 +158,6 @@ class LlamaModel final : public DecoderModel {
   Tensor output_;       // [n_vocab, n_embd] (== tok_embd_ when tied)
   std::vector<LayerWeights> layers_;
 
-  // Scratch of the single-sequence path (infer), allocated once for max_batch tokens.
-  ForwardScratch scratch_;
-  std::vector<int32_t> rows_;  // [<= max_batch] a chunk's logit rows (capacity reserved once)
   LayerObserver observer_;
 };
 

@@ -37,12 +37,6 @@ Result<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::create_empty(const Decod
   m->kv_dim_ = hp.kv_dim();
   m->qkv_dim_ = m->q_dim_ + 2 * m->kv_dim_;
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
-  RINFER_ASSIGN_OR_RETURN(m->pinned_in_,
-                          cuda::pinned_host_allocator().allocate(m->pinned_in_bytes()));
-  RINFER_ASSIGN_OR_RETURN(void* pl, cuda::pinned_host_allocator().allocate(
-                                        static_cast<size_t>(hp.n_vocab) * sizeof(float)));
-  m->pinned_logits_ = static_cast<float*>(pl);
-  m->rows_.reserve(static_cast<size_t>(opts.max_batch));
   return m;
 }
 
@@ -217,40 +211,7 @@ std::string LlamaCudaModel::describe() const {
       opts_.cuda.graphs ? "on" : "off", alloc_->name());
 }
 
-Result<KvCache> LlamaCudaModel::create_cache(int64_t n_ctx) const {
-  if (n_ctx <= 0) return invalid_argument("KV cache: n_ctx {}", n_ctx);
-  if (!cuda::decode_kv_fits(n_ctx, kv_dim_)) {
-    return invalid_argument(
-        "KV cache: n_ctx {} with {} K/V elements a row is past what CUDA decode attention "
-        "indexes ({} positions, 2^31 - 1 elements a layer)",
-        n_ctx, kv_dim_, cuda::kMaxDecodeKv);
-  }
-  auto kv = std::make_unique<DeviceKvStorage>();
-  kv->id = next_cache_id_++;
-  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-  for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    int64_t rows = n_ctx;
-    if (!hp_.layer_attn.empty()) {
-      const int64_t w = hp_.layer_attn[static_cast<size_t>(il)].window;
-      if (w > 0) rows = std::min(n_ctx, w + opts_.max_batch - 1);
-    }
-    const size_t bytes = static_cast<size_t>(rows * kv_dim_ * dtype_traits(kv_dtype_).block_bytes);
-    auto k = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
-    if (!k.ok())
-      return k.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
-    auto v = DeviceBuffer::create(bytes, device_, stream_.get(), alloc_);
-    if (!v.ok())
-      return v.status().with_context(fmt::format("allocating the KV cache (layer {})", il));
-    kv->k.push_back(std::move(k).value());
-    kv->v.push_back(std::move(v).value());
-    kv->rows.push_back(rows);
-    kv->bytes_ += 2 * bytes;
-  }
-  note_bytes(static_cast<int64_t>(kv->bytes_));
-  return KvCache::with_backend(hp_.n_layer, n_ctx, kv_dim_, std::move(kv));
-}
-
-Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
+Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch() {
   Scratch s;
   cudaStream_t st = stream_.get();
   auto get = [&](size_t bytes) -> Result<void*> {
@@ -262,87 +223,36 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch(int64_t nt) {
     return p;
   };
   const auto f = [](int64_t n) { return static_cast<size_t>(n) * 4; };
-  const auto b16 = [](int64_t n) { return static_cast<size_t>(n) * 2; };
   const int64_t e = hp_.n_embd, ff = hp_.n_ff;
-  const bool decode = nt == 1;
-  RINFER_ASSIGN_OR_RETURN(void* x, get(f(nt * e)));
+  RINFER_ASSIGN_OR_RETURN(void* x, get(f(e)));
   s.x = static_cast<float*>(x);
-  RINFER_ASSIGN_OR_RETURN(void* qkv, get(f(nt * qkv_dim_)));
+  RINFER_ASSIGN_OR_RETURN(void* qkv, get(f(qkv_dim_)));
   s.qkv = static_cast<float*>(qkv);
-  RINFER_ASSIGN_OR_RETURN(void* o, get(f(nt * e)));
+  RINFER_ASSIGN_OR_RETURN(void* o, get(f(e)));
   s.o = static_cast<float*>(o);
-  RINFER_ASSIGN_OR_RETURN(void* gu, get(f(nt * 2 * ff)));
+  RINFER_ASSIGN_OR_RETURN(void* gu, get(f(2 * ff)));
   s.gu = static_cast<float*>(gu);
-  // Attention workspace for the longest KV the cache can hold.
-  cuda::AttentionParams ap;
-  ap.n_tokens = nt;
-  ap.n_kv = kv_n_ctx_;
-  ap.n_head = hp_.n_head;
-  ap.kv.dtype = kv_dtype_;
-  ap.kv.n_head_kv = hp_.n_head_kv;
-  ap.kv.head_dim = hp_.head_dim;
-  ap.kv.kv_row_stride = kv_dim_;
-  s.attn_ws_bytes = decode ? cuda::attention_decode_workspace_bytes(ap)
-                           : cuda::attention_prefill_workspace_bytes(ap);
-  if (s.attn_ws_bytes > 0) {
-    RINFER_ASSIGN_OR_RETURN(s.attn_ws, get(s.attn_ws_bytes));
+  RINFER_ASSIGN_OR_RETURN(void* h, get(f(e)));
+  s.h = static_cast<float*>(h);
+  RINFER_ASSIGN_OR_RETURN(void* attn, get(f(q_dim_)));
+  s.attn = static_cast<float*>(attn);
+  RINFER_ASSIGN_OR_RETURN(void* act, get(f(ff)));
+  s.act = static_cast<float*>(act);
+  const int64_t qn = std::max({e, ff, q_dim_});
+  s.q16_bytes = cuda::quantized_activation_bytes((qn + 31) / 32 * 32);
+  RINFER_ASSIGN_OR_RETURN(s.q16, get(s.q16_bytes));
+  if (e % 32 == 0) {
+    s.q16n_bytes = cuda::quantized_activation_bytes(e);
+    RINFER_ASSIGN_OR_RETURN(s.q16n, get(s.q16n_bytes));
+    RINFER_ASSIGN_OR_RETURN(void* parts, get(f(cuda::split_norm_parts(e))));
+    s.norm_parts = static_cast<float*>(parts);
   }
-  if (decode) {
-    RINFER_ASSIGN_OR_RETURN(void* h, get(f(e)));
-    s.h = static_cast<float*>(h);
-    RINFER_ASSIGN_OR_RETURN(void* attn, get(f(q_dim_)));
-    s.attn = static_cast<float*>(attn);
-    RINFER_ASSIGN_OR_RETURN(void* act, get(f(ff)));
-    s.act = static_cast<float*>(act);
-    const int64_t qn = std::max({e, ff, q_dim_});
-    s.q16_bytes = cuda::quantized_activation_bytes((qn + 31) / 32 * 32);
-    RINFER_ASSIGN_OR_RETURN(s.q16, get(s.q16_bytes));
-    if (e % 32 == 0) {
-      s.q16n_bytes = cuda::quantized_activation_bytes(e);
-      RINFER_ASSIGN_OR_RETURN(s.q16n, get(s.q16n_bytes));
-      RINFER_ASSIGN_OR_RETURN(void* parts, get(f(cuda::split_norm_parts(e))));
-      s.norm_parts = static_cast<float*>(parts);
-    }
-  } else {
-    RINFER_ASSIGN_OR_RETURN(void* hb, get(b16(nt * e)));
-    s.hb = static_cast<uint16_t*>(hb);
-    RINFER_ASSIGN_OR_RETURN(void* q, get(f(nt * q_dim_)));
-    s.q = static_cast<float*>(q);
-    RINFER_ASSIGN_OR_RETURN(void* attnb, get(b16(nt * q_dim_)));
-    s.attnb = static_cast<uint16_t*>(attnb);
-    RINFER_ASSIGN_OR_RETURN(void* actb, get(b16(nt * ff)));
-    s.actb = static_cast<uint16_t*>(actb);
-    s.gemm_ws_bytes = gemm_ws_bytes_;
-    if (s.gemm_ws_bytes > 0) {
-      RINFER_ASSIGN_OR_RETURN(s.gemm_ws, get(s.gemm_ws_bytes));
-    }
-  }
-  RINFER_ASSIGN_OR_RETURN(void* ints, get(static_cast<size_t>(3 * nt + 1) * 4));
+  RINFER_ASSIGN_OR_RETURN(void* ints, get(2 * 4));
   s.tokens = static_cast<int32_t*>(ints);
-  s.positions = s.tokens + nt;
-  s.rows = s.positions + nt;
-  s.n_kv = s.rows + nt;
-  const int64_t lrows = decode ? 1 : std::min(nt, kLogitRowsPerPass);
-  RINFER_ASSIGN_OR_RETURN(void* lg, get(f(lrows * hp_.n_vocab)));
+  s.positions = s.tokens + 1;
+  RINFER_ASSIGN_OR_RETURN(void* lg, get(f(hp_.n_vocab)));
   s.logits = static_cast<float*>(lg);
   return s;
-}
-
-Status LlamaCudaModel::stage_inputs(std::span<const int32_t> tokens,
-                                    std::span<const int32_t> positions,
-                                    std::span<const int32_t> rows, int64_t n_kv, const Scratch& s) {
-  const auto nt = static_cast<int64_t>(tokens.size());
-  auto* p = static_cast<int32_t*>(pinned_in_);
-  // The pinned buffer may still feed the previous chunk's copy: wait for it.
-  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_.get()));
-  std::memcpy(p, tokens.data(), tokens.size_bytes());
-  std::memcpy(p + nt, positions.data(), positions.size_bytes());
-  std::fill(p + 2 * nt, p + 3 * nt, 0);
-  std::memcpy(p + 2 * nt, rows.data(), rows.size_bytes());
-  p[3 * nt] = static_cast<int32_t>(n_kv);
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(s.tokens, p, static_cast<size_t>(3 * nt + 1) * 4,
-                                     cudaMemcpyHostToDevice, stream_.get()));
-  return ok_status();
 }
 
 Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> ws, const float* h,
@@ -352,9 +262,8 @@ Status LlamaCudaModel::quantize_for(std::initializer_list<const DeviceWeight*> w
   return quantize_for_all(h, n, s, quantized);
 }
 
-Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x_f32,
-                               const uint16_t* x_bf16, bool x_quantized, const Scratch& s, float* y,
-                               int64_t y_stride, NormIn norm) {
+Status LlamaCudaModel::project(const DeviceWeight& w, const float* x_f32, bool x_quantized,
+                               const Scratch& s, float* y, NormIn norm) {
   cudaStream_t st = stream_.get();
   if (norm.mode == NormMode::kRow) {
     return cuda::matvec_rms_norm(w, s.x, norm.w, hp_.norm_eps, y, st);
@@ -365,18 +274,12 @@ Status LlamaCudaModel::project(const DeviceWeight& w, int64_t nt, const float* x
     const cuda::SplitNorm sn = split_norm(s);
     return cuda::matvec_q16(w, qa, nullptr, y, st, &sn);
   }
-  if (nt == 1) {
-    if (x_quantized && q16_layout(w)) {
-      RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
-                              cuda::quantized_activation_in(s.q16, s.q16_bytes, w.n_in));
-      return cuda::matvec_q16(w, qa, nullptr, y, st);
-    }
-    return cuda::matvec(w, x_f32, nullptr, y, st);
+  if (x_quantized && q16_layout(w)) {
+    RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
+                            cuda::quantized_activation_in(s.q16, s.q16_bytes, w.n_in));
+    return cuda::matvec_q16(w, qa, nullptr, y, st);
   }
-  if (y_stride != w.n_out) {
-    return internal_error("project: strided GEMM output is not supported");
-  }
-  return cuda::gemm(lt_, w, x_bf16, nt, DType::kF32, y, 0.0f, s.gemm_ws, s.gemm_ws_bytes, st);
+  return cuda::matvec(w, x_f32, nullptr, y, st);
 }
 
 NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer, bool producer_q16_in,
@@ -418,12 +321,12 @@ Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer,
   return cuda::matvec(producer, x_f32, s.x, s.x, st);
 }
 
-Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w, int64_t nt,
-                                           const Scratch& s, bool bf16_out, bool want_q16) {
+Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w,
+                                           const Scratch& s, bool want_q16) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
-  if (nt == 1 && opts_.fusion.residual_norm && e % 32 == 0 && e <= 32768) {
-    // Decode: one kernel, the row in registers; delta == nullptr: plain norm of x, else the
+  if (opts_.fusion.residual_norm && e % 32 == 0 && e <= 32768) {
+    // One kernel, the row in registers; delta == nullptr: plain norm of x, else the
     // residual x += delta and the norm of x; with want_q16 also the int16 form.
     const float* in = delta == nullptr ? x : delta;
     float* res = delta == nullptr ? nullptr : x;
@@ -436,17 +339,16 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
     RINFER_RETURN_IF_ERROR(cuda::rms_norm_q16(in, res, w, e, hp_.norm_eps, s.h, qa, st));
     return true;
   }
-  void* out = bf16_out ? static_cast<void*>(s.hb) : static_cast<void*>(s.h);
-  const DType t = bf16_out ? DType::kBF16 : DType::kF32;
   if (delta == nullptr) {
-    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, nt, e, hp_.norm_eps, t, out, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, 1, e, hp_.norm_eps, DType::kF32, s.h, st));
   } else if (opts_.fusion.residual_norm) {
-    RINFER_RETURN_IF_ERROR(cuda::add_rms_norm(x, delta, w, nt, e, hp_.norm_eps, t, out, st));
+    RINFER_RETURN_IF_ERROR(
+        cuda::add_rms_norm(x, delta, w, 1, e, hp_.norm_eps, DType::kF32, s.h, st));
   } else {
-    RINFER_RETURN_IF_ERROR(cuda::add(x, delta, nt * e, x, st));
-    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, nt, e, hp_.norm_eps, t, out, st));
+    RINFER_RETURN_IF_ERROR(cuda::add(x, delta, e, x, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm(x, w, 1, e, hp_.norm_eps, DType::kF32, s.h, st));
   }
-  if (want_q16 && nt == 1) {
+  if (want_q16) {
     bool q = false;
     RINFER_RETURN_IF_ERROR(quantize_for_all(s.h, e, s, q));
     return q;
@@ -454,87 +356,66 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
   return false;
 }
 
-Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, DeviceKvStorage* kv,
-                                     const Scratch& s, bool h_quantized, NormIn norm_in,
-                                     NormIn& norm_out) {
+Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quantized,
+                                     NormIn norm_in, NormIn& norm_out) {
   norm_out = {};
   cudaStream_t st = stream_.get();
   const DeviceLayer& d = layers_[static_cast<size_t>(il)];
   const int64_t e = hp_.n_embd, hd = hp_.head_dim, ff = hp_.n_ff;
-  const bool decode = nt == 1;
-  // h / hb hold rms_norm(x) * attn_norm (queued by the caller).
+  // h holds rms_norm(x) * attn_norm (queued by the caller), or norm_in says how QKV norms x.
 
-  // Q, K, V: [nt, qkv_dim] rows (q | k | v).
+  // Q, K, V: one qkv row (q | k | v).
   const bool xq = h_quantized;
   if (d.merged_qkv()) {
-    RINFER_RETURN_IF_ERROR(project(d.wqkv, nt, s.h, s.hb, xq, s, s.qkv, qkv_dim_, norm_in));
-  } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.wq, nt, s.h, s.hb, xq, s, s.qkv, q_dim_, norm_in));
-    RINFER_RETURN_IF_ERROR(project(d.wk, nt, s.h, s.hb, xq, s, s.qkv + q_dim_, kv_dim_, norm_in));
-    RINFER_RETURN_IF_ERROR(
-        project(d.wv, nt, s.h, s.hb, xq, s, s.qkv + q_dim_ + kv_dim_, kv_dim_, norm_in));
+    RINFER_RETURN_IF_ERROR(project(d.wqkv, s.h, xq, s, s.qkv, norm_in));
   } else {
-    // Separate GEMMs write [nt, q], [nt, k], [nt, v] blocks; interleave into qkv rows.
-    float* tmp = s.gu;  // [nt, 2 n_ff] is free here and large enough (checked at load)
-    const std::pair<const DeviceWeight*, int64_t> parts[] = {
-        {&d.wq, 0}, {&d.wk, q_dim_}, {&d.wv, q_dim_ + kv_dim_}};
-    for (auto [w, off] : parts) {
-      RINFER_RETURN_IF_ERROR(project(*w, nt, s.h, s.hb, false, s, tmp, w->n_out));
-      RINFER_CUDA_RETURN(cudaMemcpy2DAsync(s.qkv + off, qkv_dim_ * 4, tmp, w->n_out * 4,
-                                           w->n_out * 4, nt, cudaMemcpyDeviceToDevice, st));
-    }
+    RINFER_RETURN_IF_ERROR(project(d.wq, s.h, xq, s, s.qkv, norm_in));
+    RINFER_RETURN_IF_ERROR(project(d.wk, s.h, xq, s, s.qkv + q_dim_, norm_in));
+    RINFER_RETURN_IF_ERROR(project(d.wv, s.h, xq, s, s.qkv + q_dim_ + kv_dim_, norm_in));
   }
   if (d.bqkv != nullptr) {
-    RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(s.qkv, d.bqkv, nt, qkv_dim_, qkv_dim_, st));
+    RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(s.qkv, d.bqkv, 1, qkv_dim_, qkv_dim_, st));
   }
   if (hp_.qk_norm) {
     RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm_heads(s.qkv, d.q_norm, nt, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
-    RINFER_RETURN_IF_ERROR(cuda::rms_norm_heads(s.qkv + q_dim_, d.k_norm, nt, hp_.n_head_kv, hd,
+        cuda::rms_norm_heads(s.qkv, d.q_norm, 1, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
+    RINFER_RETURN_IF_ERROR(cuda::rms_norm_heads(s.qkv + q_dim_, d.k_norm, 1, hp_.n_head_kv, hd,
                                                 qkv_dim_, hp_.norm_eps, st));
   }
   bool aq = false;  // the attention output's int16 form is in s.q16
-  RINFER_RETURN_IF_ERROR(attention(il, nt, n_past, kv, s, aq));
+  RINFER_RETURN_IF_ERROR(attention(il, s, aq));
 
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
-  if (decode && !aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
+  if (!aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
   bool hq = false;
   NormIn ffn_in;
-  if (decode && d.post_attn_norm == nullptr) {
+  if (d.post_attn_norm == nullptr) {
     ffn_in.mode = norm_mode(&d.wo, aq, {&d.wgu, &d.w_gate, &d.w_up});
     ffn_in.w = d.ffn_norm;
   }
   if (ffn_in.mode != NormMode::kKernel) {
     RINFER_RETURN_IF_ERROR(norm_produce(ffn_in.mode, d.wo, s.attn, aq, d.ffn_norm, s));
   } else {
-    RINFER_RETURN_IF_ERROR(project(d.wo, nt, s.attn, s.attnb, aq, s, s.o, e));
+    RINFER_RETURN_IF_ERROR(project(d.wo, s.attn, aq, s, s.o));
     if (d.post_attn_norm != nullptr) {
       RINFER_RETURN_IF_ERROR(
-          cuda::rms_norm(s.o, d.post_attn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+          cuda::rms_norm(s.o, d.post_attn_norm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
     }
-    RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, s.o, d.ffn_norm, nt, s, !decode,
-                                              decode && any_q16({&d.wgu, &d.w_gate, &d.w_up})));
+    RINFER_ASSIGN_OR_RETURN(
+        hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up})));
   }
 
   // MLP.
   const float* gate = s.gu;
   const float* upp = s.gu + ff;
   if (d.merged_gu()) {
-    RINFER_RETURN_IF_ERROR(project(d.wgu, nt, s.h, s.hb, hq, s, s.gu, 2 * ff, ffn_in));
-  } else if (decode) {
-    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, hq, s, s.gu, ff, ffn_in));
-    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, hq, s, s.gu + ff, ff, ffn_in));
+    RINFER_RETURN_IF_ERROR(project(d.wgu, s.h, hq, s, s.gu, ffn_in));
   } else {
-    // [nt, ff] blocks: gate rows then up rows, read with in_stride ff.
-    RINFER_RETURN_IF_ERROR(project(d.w_gate, nt, s.h, s.hb, false, s, s.gu, ff));
-    RINFER_RETURN_IF_ERROR(project(d.w_up, nt, s.h, s.hb, false, s, s.gu + nt * ff, ff));
-    upp = s.gu + nt * ff;
+    RINFER_RETURN_IF_ERROR(project(d.w_gate, s.h, hq, s, s.gu, ffn_in));
+    RINFER_RETURN_IF_ERROR(project(d.w_up, s.h, hq, s, s.gu + ff, ffn_in));
   }
-  const int64_t in_stride = (d.merged_gu() || decode) ? 2 * ff : ff;
-  const DType at = decode ? DType::kF32 : DType::kBF16;
-  void* act = decode ? static_cast<void*>(s.act) : static_cast<void*>(s.actb);
   bool fq = false;
-  if (decode && opts_.fusion.swiglu && any_q16({&d.w_down}) && ff % 32 == 0) {
+  if (opts_.fusion.swiglu && any_q16({&d.w_down}) && ff % 32 == 0) {
     // Activation and int16 quantization of its output in one kernel.
     RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
                             cuda::quantized_activation_in(s.q16, s.q16_bytes, ff));
@@ -542,16 +423,16 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
     fq = true;
   } else {
     if (hp_.gelu_ffn) {
-      RINFER_RETURN_IF_ERROR(cuda::geglu_tanh(gate, upp, nt, ff, in_stride, at, act, st));
+      RINFER_RETURN_IF_ERROR(cuda::geglu_tanh(gate, upp, 1, ff, 2 * ff, DType::kF32, s.act, st));
     } else {
-      RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, upp, nt, ff, in_stride, at, act, st));
+      RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, upp, 1, ff, 2 * ff, DType::kF32, s.act, st));
     }
-    if (decode) RINFER_RETURN_IF_ERROR(quantize_for({&d.w_down}, s.act, ff, s, fq));
+    RINFER_RETURN_IF_ERROR(quantize_for({&d.w_down}, s.act, ff, s, fq));
   }
   // The next norm: the next layer's attention norm, or the output norm after the last layer.
   const bool last = il + 1 == hp_.n_layer;
   const DeviceLayer* nx = last ? nullptr : &layers_[static_cast<size_t>(il + 1)];
-  if (decode && d.post_ffn_norm == nullptr) {
+  if (d.post_ffn_norm == nullptr) {
     NormIn next;
     next.mode = last ? norm_mode(&d.w_down, fq, {&output_weight()})
                      : norm_mode(&d.w_down, fq, {&nx->wqkv, &nx->wq, &nx->wk, &nx->wv});
@@ -561,29 +442,27 @@ Status LlamaCudaModel::layer_forward(int64_t il, int64_t nt, int64_t n_past, Dev
       return norm_produce(next.mode, d.w_down, s.act, fq, next.w, s);
     }
   }
-  RINFER_RETURN_IF_ERROR(project(d.w_down, nt, s.act, s.actb, fq, s, s.o, e));
+  RINFER_RETURN_IF_ERROR(project(d.w_down, s.act, fq, s, s.o));
   if (d.post_ffn_norm != nullptr) {
     RINFER_RETURN_IF_ERROR(
-        cuda::rms_norm(s.o, d.post_ffn_norm, nt, e, hp_.norm_eps, DType::kF32, s.o, st));
+        cuda::rms_norm(s.o, d.post_ffn_norm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
   }
   // The residual add of s.o is fused into the next norm (next layer's or the output norm).
   return ok_status();
 }
 
-Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, DeviceKvStorage* kv,
-                               const Scratch& s, float* logits_host) {
+Status LlamaCudaModel::forward(const Scratch& s) {
   cudaStream_t st = stream_.get();
-  const int64_t e = hp_.n_embd;
-  const bool decode = nt == 1;
-  NormIn norm;  // how the next norm reaches its matrices (decode)
+  const int64_t e = hp_.n_embd, nt = 1;
+  NormIn norm;  // how the next norm reaches its matrices
   const DeviceLayer& d0 = layers_[0];
   // The first layer's: only kRow needs no matrix before it.
-  if (decode && norm_mode(nullptr, false, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
+  if (norm_mode(nullptr, false, {&d0.wqkv, &d0.wq, &d0.wk, &d0.wv}) == NormMode::kRow) {
     norm = {NormMode::kRow, d0.attn_norm};
   }
-  // Decode with integer matrices after the first norm: the gather, the norm and its int16 form
-  // in one kernel.
-  const bool embed_norm = decode && norm.mode == NormMode::kKernel && opts_.fusion.residual_norm &&
+  // Integer matrices after the first norm: the gather, the norm and its int16 form in one
+  // kernel.
+  const bool embed_norm = norm.mode == NormMode::kKernel && opts_.fusion.residual_norm &&
                           e % 32 == 0 && e <= cuda::kMaxEmbedNorm &&
                           any_q16({&d0.wqkv, &d0.wq, &d0.wk, &d0.wv});
   if (embed_norm) {
@@ -601,112 +480,21 @@ Status LlamaCudaModel::forward(int64_t nt, int64_t n_past, int64_t n_rows, Devic
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
     bool hq = il == 0 && embed_norm;
     if (norm.mode == NormMode::kKernel && !hq) {
-      RINFER_ASSIGN_OR_RETURN(
-          hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, nt, s, !decode,
-                            decode && any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+      RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, s,
+                                                any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     }
     NormIn next;
-    RINFER_RETURN_IF_ERROR(layer_forward(il, nt, n_past, kv, s, hq, norm, next));
+    RINFER_RETURN_IF_ERROR(layer_forward(il, s, hq, norm, next));
     norm = next;
   }
-  // x += o of the last block; the requested rows through the output norm and projection.
-  const float* onorm = output_norm_.as<float>();
+  // x += o of the last block; the output norm and projection into s.logits.
   const DeviceWeight& out_w = output_weight();
-  if (decode) {
-    bool q = false;
-    if (norm.mode == NormMode::kKernel) {
-      RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, onorm, 1, s, false, any_q16({&out_w})));
-    }
-    RINFER_RETURN_IF_ERROR(project(out_w, 1, s.h, nullptr, q, s, s.logits, hp_.n_vocab, norm));
-    if (n_rows > 0) {
-      RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_logits_, s.logits,
-                                         static_cast<size_t>(hp_.n_vocab) * 4,
-                                         cudaMemcpyDeviceToHost, st));
-    }
-    return ok_status();
+  bool q = false;
+  if (norm.mode == NormMode::kKernel) {
+    RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, output_norm_.as<float>(), s,
+                                             any_q16({&out_w})));
   }
-  RINFER_RETURN_IF_ERROR(cuda::add(s.x, s.o, nt * e, s.x, st));
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kLogitRowsPerPass) {
-    const int64_t nr = std::min(kLogitRowsPerPass, n_rows - r0);
-    // Gather the rows into o, norm, project.
-    RINFER_RETURN_IF_ERROR(cuda::gather_rows(s.x, e, s.rows + r0, nr, e, s.o, st));
-    if (nr == 1) {
-      // One row: the matvec with f32 activations (as decode's exact path).
-      RINFER_RETURN_IF_ERROR(cuda::rms_norm(s.o, onorm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
-      RINFER_RETURN_IF_ERROR(cuda::matvec(out_w, s.o, nullptr, s.logits, st));
-    } else {
-      RINFER_RETURN_IF_ERROR(
-          cuda::rms_norm(s.o, onorm, nr, e, hp_.norm_eps, DType::kBF16, s.hb, st));
-      RINFER_RETURN_IF_ERROR(cuda::gemm(lt_, out_w, s.hb, nr, DType::kF32, s.logits, 0.0f,
-                                        s.gemm_ws, s.gemm_ws_bytes, st));
-    }
-    RINFER_CUDA_RETURN(cudaMemcpyAsync(logits_host + r0 * hp_.n_vocab, s.logits,
-                                       static_cast<size_t>(nr * hp_.n_vocab) * 4,
-                                       cudaMemcpyDeviceToHost, st));
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));  // logits is reused by the next pass
-  }
-  return ok_status();
-}
-
-Status LlamaCudaModel::infer(const DecoderBatch& batch, KvCache& cache, float* logits) {
-  RINFER_RETURN_IF_ERROR(check_decoder_batch(batch, cache, logits));
-  const auto n = static_cast<int64_t>(batch.tokens.size());
-  RINFER_ASSIGN_OR_RETURN(DeviceKvStorage * kv, device_kv(cache, "infer"));
-  const int64_t n_past = cache.size();
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t t = batch.tokens[static_cast<size_t>(i)];
-    if (t < 0 || t >= hp_.n_vocab) {
-      return invalid_argument("infer: token {} at index {} is outside the vocabulary [0, {})", t, i,
-                              hp_.n_vocab);
-    }
-  }
-  kv_n_ctx_ = cache.n_ctx();
-  RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-
-  size_t out = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += opts_.max_batch) {
-    const int64_t nc = std::min(opts_.max_batch, n - c0);
-    const size_t first = out;
-    while (out < batch.logit_rows.size() && batch.logit_rows[out] < c0 + nc) ++out;
-    rows_.assign(batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(first),
-                 batch.logit_rows.begin() + static_cast<std::ptrdiff_t>(out));
-    for (int32_t& r : rows_) r -= static_cast<int32_t>(c0);
-    float* chunk_logits =
-        logits == nullptr ? nullptr : logits + static_cast<int64_t>(first) * hp_.n_vocab;
-    const int64_t past = cache.size();
-    Status st;
-    if (nc == 1 && opts_.cuda.graphs) {
-      st = decode_step_graph(batch.tokens[static_cast<size_t>(c0)], past, *kv,
-                             rows_.empty() ? nullptr : chunk_logits);
-    } else {
-      auto scratch = allocate_scratch(nc);
-      st = scratch.status();
-      if (st.ok()) {
-        Scratch& s = *scratch;
-        note_bytes(static_cast<int64_t>(s.bytes));
-        st = stage_inputs(batch.tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
-                          batch.positions.subspan(static_cast<size_t>(c0), static_cast<size_t>(nc)),
-                          rows_, past + nc, s);
-        if (st.ok()) {
-          st = forward(nc, past, static_cast<int64_t>(rows_.size()), kv, s, chunk_logits);
-        }
-        if (st.ok() && nc == 1 && !rows_.empty()) {
-          st = cuda_status(cudaStreamSynchronize(stream_.get()), "decode step");
-          if (st.ok()) {
-            std::memcpy(chunk_logits, pinned_logits_, static_cast<size_t>(hp_.n_vocab) * 4);
-          }
-        }
-        if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
-        note_bytes(-static_cast<int64_t>(s.bytes));
-      }
-    }
-    if (st.ok()) st = cache.commit(nc);
-    if (!st.ok()) {
-      cache.truncate(n_past).ignore();
-      return st;
-    }
-  }
-  return ok_status();
+  return project(out_w, s.h, q, s, s.logits, norm);
 }
 
 Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel> host,

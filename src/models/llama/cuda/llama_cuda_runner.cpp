@@ -666,7 +666,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   }
   Status ensure_one_row_scratch() {
     if (one_row_) return ok_status();
-    RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch(1));
+    RINFER_ASSIGN_OR_RETURN(LlamaCudaModel::Scratch s, m_.allocate_scratch());
     one_row_ = std::move(s);
     return ok_status();
   }
@@ -709,7 +709,7 @@ class LlamaCudaRunner final : public DecoderRunner {
       pp.workspace = attn_ws_.data();
       pp.workspace_bytes = attn_ws_bytes_;
       m_.paged_ = &pp;
-      const Status fs = m_.forward(1, 0, 0, nullptr, s, nullptr);
+      const Status fs = m_.forward(s);
       m_.paged_ = nullptr;
       RINFER_RETURN_IF_ERROR(fs);
       if (!sampled) return ok_status();
@@ -738,7 +738,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     pp.workspace = attn_ws_.data();
     pp.workspace_bytes = attn_ws_bytes_;
     m_.paged_ = &pp;
-    const Status fs = m_.forward(1, b.positions[0], 0, nullptr, s, nullptr);
+    const Status fs = m_.forward(s);
     m_.paged_ = nullptr;
     RINFER_RETURN_IF_ERROR(fs);
     out_logits_ = s.logits;
