@@ -433,8 +433,10 @@ TEST(LlamaCudaModel, GeneratedBlocksMatchCpuMatmul) {
 
 // The runner's one-row decode graphs are captured per attention length bound (1024, 2048, ... up
 // to the arena's n_ctx): decode steps across the 1024 and 2048 boundaries replay three graphs;
-// their logits against the same steps launched without graphs (whose attention is sized for the
-// sequence's length, so its splits sum in another order).
+// their logits against the same steps launched without graphs, whose attention is split for the
+// sequence's length instead of the bound: its sums run in another order, and the int16 form of
+// its output (Q8_0's Wo) rounds a few values the other way, so the bound is 1e-3, far below what
+// a step reading the wrong positions gives.
 TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
   auto devices = cuda_devices();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status().to_string();
@@ -483,7 +485,7 @@ TEST(LlamaCudaModel, DecodeGraphsPerLengthBound) {
   ASSERT_EQ(got[0].size(), got[1].size());
   ASSERT_EQ(got[0].size(), static_cast<size_t>(30 * nv));
   for (float v : got[1]) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_LT(test::rel_l2(got[0], got[1]), 1e-5);
+  EXPECT_LT(test::rel_l2(got[0], got[1]), 1e-3);
   std::filesystem::remove(path);
 }
 
