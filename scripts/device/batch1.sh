@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a bundle made by bundle.sh (carry: [".device"]): the engine
-# core's decode at one and eight seats beside the single-sequence path, per weight format in
+# core's decode at one and eight seats, per weight format in
 # FORMATS (default "bf16 q8_0 q4_0"), on the random Llama-3-8B shape: rinfer bench-serve
 # (128/128, --no-baseline, 16 requests a seat) at each concurrency in CONCURRENCY (default
 # "1 8") with strategies.kernels.cuda.runner_matvec on (the default: a one-sequence decode step
 # through the model's decode matvecs) and off (the GEMMs of batched steps), then llm_cuda_bench
-# --format F (the single-sequence path: decode graphs, device sampling queued ahead).
+# --format F (a request at one seat: the one-row graphs, device sampling queued ahead).
 # Files under $OUT: batch1.txt (the lines compared), serve_<format>_<on|off>_c<N>.json,
 # llm_<format>.json.
 set -uo pipefail
@@ -25,7 +25,7 @@ for f in ${FORMATS:-bf16 q8_0 q4_0}; do
     done
     rm -f "$r"
   done
-  echo "== $f single sequence: llm_cuda_bench --format $f" | tee -a "$out/batch1.txt"
+  echo "== $f one seat: llm_cuda_bench --format $f" | tee -a "$out/batch1.txt"
   timeout "${BENCH_TIMEOUT:-300}" "$b/bin/llm_cuda_bench" --shape llama3-8b --format "$f" \
     --out "$out/llm_$f.json" 2>&1 | grep -E "^\| (optimized|variant)|copy|GEMM" |
     tee -a "$out/batch1.txt" || fail=1

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over the bundle (carry: [".device"]): the decode step time of the
-# random-weight models (llm_cuda_bench --profile: median of 64 warm steps after a 128-token
-# prompt) for each line of SWEEP, "shape:format [K=key=value,key=value] [BIN=name]", so that
+# random-weight models (llm_cuda_bench --profile: a request through the engine core, the
+# median of 64 warm steps after a 128-token prompt) for each line of SWEEP,
+# "shape:format [K=key=value,key=value] [BIN=name]", so that
 # kernel switches (strategies.kernels.cuda: matvec_split, matvec_stream, matvec_stream_kb,
 # producer_l2, attention_mma, pdl, split_norm; `rinfer strategies` lists their domains) are
 # compared in one call on one machine; BIN=name in a line runs .device/bin/name instead of
 # llm_cuda_bench (variant builds bundled side by side). REPEAT=N runs the whole list N times
 # (interleaved, to see the noise). ARGS adds llm_cuda_bench arguments to every run
-# (ARGS=--device-sampling: the steps through the device sampling loop). Prints one line per run
+# (ARGS="--skip 3800": later positions). Prints one line per run
 # and writes them to $OUT/sweep.txt.
 #   SWEEP=$'llama3-8b:q4_0\nllama3-8b:q4_0 K=pdl=false\nllama3-8b:q4_0 BIN=llm_cuda_bench_old' \
 #     REPEAT=2 bash scripts/device/sweep.sh
