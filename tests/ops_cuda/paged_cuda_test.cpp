@@ -32,13 +32,14 @@ struct Case {
   bool causal = true;
   int32_t splits = 1;  // 0: paged_attention_splits' choice
   bool f32_kv = false;  // an f32 arena (unrounded keys and values; the scalar kernel)
+  int32_t rows = 64;    // query rows a block (64 or 128)
 };
 
 std::string name(const Case& c) {
   std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d " +
                   std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
                   " window " + std::to_string(c.window) + (c.causal ? " causal" : " bidir") +
-                  " splits " + std::to_string(c.splits) + (c.f32_kv ? " f32 arena" : "") +
+                  " splits " + std::to_string(c.splits) + (c.f32_kv ? " f32 arena" : "") + " rows " + std::to_string(c.rows) +
                   " seqs";
   for (const Seq& q : c.seqs) s += " " + std::to_string(q.n_new) + "/" + std::to_string(q.n_kv);
   return s;
@@ -118,7 +119,7 @@ class CudaPaged : public test::CudaTest {
       vb[i] = f32_to_bf16(v[i]);
     }
     std::vector<int32_t> work;
-    cuda::paged_attention_work(qstart, kv_len, c.n_head, c.n_head_kv, work);
+    cuda::paged_attention_work(qstart, kv_len, c.n_head, c.n_head_kv, work, c.rows);
     const int64_t max_len = *std::max_element(kv_len.begin(), kv_len.end());
     const int32_t n_work = static_cast<int32_t>(work.size() / 2);
     const int32_t splits =
@@ -152,6 +153,7 @@ class CudaPaged : public test::CudaTest {
     p.kv_len = dlen.as<int32_t>();
     p.tables = dtab.as<int32_t>();
     p.kv_dtype = c.f32_kv ? DType::kF32 : DType::kBF16;
+    p.rows = c.rows;
     const Status st = cuda::paged_attention(p, dk.data(), dv.data(), dq.as<float>(),
                                             out.as<uint16_t>(), ws->data(), ws->bytes(), stream());
     EXPECT_TRUE(st.ok()) << st.to_string();
@@ -245,6 +247,30 @@ TEST_F(CudaPaged, F32ArenaMatchesTheReference) {
   for (Case c : {w, bi, sp, b8}) cases.push_back(c);
   for (Case& c : cases) c.f32_kv = true;
   run_cases(this, cases, 500);
+}
+
+// Blocks of 128 query rows (8 warps; batches with long prompt chunks): every GQA ratio of head
+// dims 64 and 128, windows, the bidirectional mask, splits; and when the runner takes them.
+TEST_F(CudaPaged, BlocksOf128RowsMatchTheReference) {
+  std::vector<Case> cases = {{kMixed, 32, 8, 128}, {kMixed, 9, 3, 64}, {kMixed, 8, 8, 64},
+                             {kMixed, 16, 2, 128}, {kMixed, 64, 1, 64}};
+  Case w{kMixed, 9, 3, 64};
+  w.window = 40;
+  Case bi{{{5, 5}, {64, 64}, {100, 100}, {1, 1}}, 12, 12, 64};
+  bi.causal = false;
+  Case sp{{{1, 3000}, {300, 700}, {1, 33}}, 32, 8, 128};
+  sp.splits = 0;
+  Case b8{kMixed, 32, 8, 128};
+  b8.block_size = 8;
+  for (Case c : {w, bi, sp, b8}) cases.push_back(c);
+  for (Case& c : cases) c.rows = 128;
+  run_cases(this, cases, 600);
+  // 128 rows where a sequence brings a whole block's tokens (128 / G), bf16, head dims 64 / 128.
+  const std::vector<int32_t> long_chunk = {0, 1, 33}, short_chunks = {0, 1, 2, 31};
+  EXPECT_EQ(cuda::paged_attention_rows(long_chunk, 32, 8, 128, DType::kBF16), 128);
+  EXPECT_EQ(cuda::paged_attention_rows(short_chunks, 32, 8, 128, DType::kBF16), 64);
+  EXPECT_EQ(cuda::paged_attention_rows(long_chunk, 32, 8, 128, DType::kF32), 64);
+  EXPECT_EQ(cuda::paged_attention_rows(long_chunk, 4, 1, 256, DType::kBF16), 64);
 }
 
 TEST_F(CudaPaged, RejectsBadArguments) {

@@ -4,9 +4,11 @@
 // sequence's block table.
 //
 // A block (grid: KV heads x items x splits) works on one work item (a sequence and its tokens [t0,
-// t0 + T), T = 64 / G for G query heads per KV head), one KV head hk and one split of the item's KV
-// tiles. Its 64 rows are (token t0 + r / G, query head hk * G + r % G), so each K/V tile is loaded
-// once for all the heads that read it: a decode row fills G rows, a prefill chunk all 64. Rows past
+// t0 + T), T = R / G for G query heads per KV head), one KV head hk and one split of the item's KV
+// tiles. Its R rows (64, 4 warps; or 128, 8 warps, for batches of long prompt chunks: each K/V tile
+// then serves twice the rows) are (token t0 + r / G, query head hk * G + r % G), so each K/V tile
+// is loaded once for all the heads that read it: a decode row fills G rows, a prefill chunk all
+// R. Rows past
 // the item's tokens are computed as fully masked and never stored; a warp whose 16 rows are all
 // such skips the math. K and V tiles of kBc positions come through cp.async, double-buffered;
 // position p of sequence s is row table[s][p / block_size] * block_size + p % block_size of the
@@ -22,12 +24,13 @@
 namespace rinfer::cuda::kern {
 namespace {
 
-constexpr int kBr = 64;
-constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kD, int kTile, int kStages>
+// kRows query rows a block (64 or 128), 16 a warp.
+template <int kD, int kTile, int kStages, int kRows>
 struct PgCfg {
+  static constexpr int kBr = kRows;
+  static constexpr int kThreads = kRows / 16 * 32;
   static constexpr int kBc = kTile;
   static constexpr bool kQInRegs = kD <= 128;
   static constexpr int kStride = kD + 8;
@@ -36,12 +39,13 @@ struct PgCfg {
   static constexpr size_t kSmemBytes = (kQElems + 2 * kStages * kTileElems) * sizeof(uint16_t);
 };
 
-template <int kD, int kTile, int kStages>
-__global__ void __launch_bounds__(kThreads)
+template <int kD, int kTile, int kStages, int kRows>
+__global__ void __launch_bounds__(kRows / 16 * 32)
     attn_paged_kernel(PagedAttnArgs a, const float* __restrict__ q, const uint16_t* __restrict__ k,
                       const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
                       float* __restrict__ part_o, float* __restrict__ part_ml) {
-  using C = PgCfg<kD, kTile, kStages>;
+  using C = PgCfg<kD, kTile, kStages, kRows>;
+  constexpr int kBr = C::kBr, kThreads = C::kThreads;
   constexpr int S = C::kStride;
   constexpr int kBc = C::kBc;
   extern __shared__ __align__(16) uint16_t smem[];
@@ -280,18 +284,19 @@ __global__ void attn_paged_combine_kernel(int64_t n_rows, int n_splits, int head
   }
 }
 
-template <int kD, int kTile, int kStages>
+template <int kD, int kTile, int kStages, int kRows = 64>
 cudaError_t launch_d(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
                      uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
-  constexpr size_t smem = PgCfg<kD, kTile, kStages>::kSmemBytes;
+  using C = PgCfg<kD, kTile, kStages, kRows>;
+  constexpr size_t smem = C::kSmemBytes;
   cudaError_t err =
-      cudaFuncSetAttribute(attn_paged_kernel<kD, kTile, kStages>,
+      cudaFuncSetAttribute(attn_paged_kernel<kD, kTile, kStages, kRows>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(a.n_work),
                   static_cast<unsigned>(a.n_splits));
-  attn_paged_kernel<kD, kTile, kStages>
-      <<<grid, kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
+  attn_paged_kernel<kD, kTile, kStages, kRows>
+      <<<grid, C::kThreads, smem, stream>>>(a, q, k, v, out, part_o, part_ml);
   return cudaGetLastError();
 }
 
@@ -302,6 +307,10 @@ int g_config = 0;
 template <int kD>
 cudaError_t launch_cfg(const PagedAttnArgs& a, const float* q, const uint16_t* k, const uint16_t* v,
                        uint16_t* out, float* part_o, float* part_ml, cudaStream_t stream) {
+  if (a.rows == 128) {
+    if (g_config != 0) return cudaErrorInvalidValue;
+    return launch_d<kD, 64, 2, 128>(a, q, k, v, out, part_o, part_ml, stream);
+  }
   if (g_config == 1) return launch_d<kD, 32, 3>(a, q, k, v, out, part_o, part_ml, stream);
   if (g_config == 2) return launch_d<kD, 32, 4>(a, q, k, v, out, part_o, part_ml, stream);
   return launch_d<kD, 64, 2>(a, q, k, v, out, part_o, part_ml, stream);
@@ -311,7 +320,9 @@ cudaError_t launch_cfg(const PagedAttnArgs& a, const float* q, const uint16_t* k
 
 int attn_paged_tile(int64_t head_dim) { return head_dim > 128 || g_config != 0 ? 32 : 64; }
 void set_attn_paged_config(int c) { g_config = c >= 0 && c <= 2 ? c : 0; }
-int attn_paged_rows() { return kBr; }
+bool attn_paged_rows_supported(int64_t head_dim, int rows) {
+  return rows == 64 || (rows == 128 && g_config == 0 && (head_dim == 64 || head_dim == 128));
+}
 
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
                               const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
@@ -320,7 +331,9 @@ cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint
   cudaError_t err = cudaErrorInvalidValue;
   if (a.head_dim == 64) err = launch_cfg<64>(a, q, k, v, out, part_o, part_ml, stream);
   if (a.head_dim == 128) err = launch_cfg<128>(a, q, k, v, out, part_o, part_ml, stream);
-  if (a.head_dim == 256) err = launch_d<256, 32, 2>(a, q, k, v, out, part_o, part_ml, stream);
+  if (a.head_dim == 256 && a.rows == 64) {
+    err = launch_d<256, 32, 2>(a, q, k, v, out, part_o, part_ml, stream);
+  }
   if (err != cudaSuccess || a.n_splits == 1) return err;
   const int64_t n_rows = a.n_tokens * a.n_head;
   attn_paged_combine_kernel<<<static_cast<unsigned>(n_rows), 64, 0, stream>>>(

@@ -220,7 +220,7 @@ cudaError_t launch_rows_f32_to_bf16(const float* src, int64_t n_rows, int64_t wi
 // sequence's new tokens the last of its kv_len positions. The grid is n_work items (int2 {seq,
 // first token of the item within the sequence}; seq < 0: padding) x n_head_kv x n_splits
 // (launched as n_head_kv x n_work x n_splits blocks: n_work at most 65535); an
-// item holds attn_paged_rows() / G tokens (G = n_head / n_head_kv query heads per KV head).
+// item holds rows / G tokens (G = n_head / n_head_kv query heads per KV head).
 // q f32 rows q_stride floats apart ([n_head, head_dim] first); k, v bf16 [n_blocks,
 // block_size, kv_row_stride]; out bf16 rows out_stride apart. With n_splits > 1 the workspace
 // holds part_o f32 [n_splits, n_tokens, n_head, head_dim] and part_ml f32 [n_splits, n_tokens,
@@ -234,12 +234,14 @@ struct PagedAttnArgs {
   const int* query_start;  // device [n_seq + 1]
   const int* kv_len;       // device [n_seq]
   const int* tables;       // device [n_seq, table_stride]
+  int rows;                // query rows a block: 64, or 128 where attn_paged_rows_supported
 };
 int attn_paged_tile(int64_t head_dim);  // KV positions per tile
 // The tile and pipeline depth of head dims 64 and 128 (process-wide): 0 (the default) 64
 // positions in 2 stages, 1: 32 in 3, 2: 32 in 4.
 void set_attn_paged_config(int c);
-int attn_paged_rows();  // query rows per item
+// Whether blocks of `rows` query rows run at this head dim (and tile configuration).
+bool attn_paged_rows_supported(int64_t head_dim, int rows);
 cudaError_t launch_attn_paged(const PagedAttnArgs& a, const float* q, const uint16_t* k,
                               const uint16_t* v, uint16_t* out, float* part_o, float* part_ml,
                               cudaStream_t stream);

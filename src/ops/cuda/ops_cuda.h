@@ -311,12 +311,21 @@ struct PagedAttentionParams {
   // The arena's elements: bf16 (the tensor-core kernel, splits as asked) or f32 (scalar f32 on
   // the CUDA cores, one split: the precision baseline).
   DType kv_dtype = DType::kBF16;
+  // Query rows a work item holds (its tokens x G): 64, or 128 (paged_attention_rows); the
+  // work list must be made with the same.
+  int32_t rows = 64;
 };
 // The work items of a batch, longest first: {sequence, first token} pairs, one per
 // paged_attention_rows(...) tokens of a sequence. Host-side.
-int64_t paged_attention_tokens_per_item(int64_t n_head, int64_t n_head_kv);
+int64_t paged_attention_tokens_per_item(int64_t n_head, int64_t n_head_kv, int32_t rows = 64);
 void paged_attention_work(std::span<const int32_t> query_start, std::span<const int32_t> kv_len,
-                          int64_t n_head, int64_t n_head_kv, std::vector<int32_t>& work);
+                          int64_t n_head, int64_t n_head_kv, std::vector<int32_t>& work,
+                          int32_t rows = 64);
+// The rows a batch's work items take: 128 where the kernel has them (bf16, head dims 64 and 128,
+// the default tile) and some sequence brings at least 128 / G new tokens (a prompt chunk that
+// fills a 128-row block), else 64.
+int32_t paged_attention_rows(std::span<const int32_t> query_start, int64_t n_head,
+                             int64_t n_head_kv, int64_t head_dim, DType kv_dtype);
 // Splits of each item's KV tiles so that the grid fills the device (1 when it already does),
 // at most max_splits.
 int32_t paged_attention_splits(int64_t n_work, int64_t n_head_kv, int64_t max_kv_len,

@@ -21,15 +21,27 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-int64_t paged_attention_tokens_per_item(int64_t n_head, int64_t n_head_kv) {
-  if (n_head_kv <= 0 || n_head % n_head_kv != 0) return 0;
-  return kern::attn_paged_rows() / (n_head / n_head_kv);
+int64_t paged_attention_tokens_per_item(int64_t n_head, int64_t n_head_kv, int32_t rows) {
+  if (n_head_kv <= 0 || n_head % n_head_kv != 0 || (rows != 64 && rows != 128)) return 0;
+  return rows / (n_head / n_head_kv);
+}
+
+int32_t paged_attention_rows(std::span<const int32_t> query_start, int64_t n_head,
+                             int64_t n_head_kv, int64_t head_dim, DType kv_dtype) {
+  if (kv_dtype != DType::kBF16 || !kern::attn_paged_rows_supported(head_dim, 128)) return 64;
+  const int64_t per = paged_attention_tokens_per_item(n_head, n_head_kv, 128);
+  if (per <= 0) return 64;
+  for (size_t s = 0; s + 1 < query_start.size(); ++s) {
+    if (query_start[s + 1] - query_start[s] >= per) return 128;
+  }
+  return 64;
 }
 
 void paged_attention_work(std::span<const int32_t> query_start, std::span<const int32_t> kv_len,
-                          int64_t n_head, int64_t n_head_kv, std::vector<int32_t>& work) {
+                          int64_t n_head, int64_t n_head_kv, std::vector<int32_t>& work,
+                          int32_t rows) {
   work.clear();
-  const int64_t per = paged_attention_tokens_per_item(n_head, n_head_kv);
+  const int64_t per = paged_attention_tokens_per_item(n_head, n_head_kv, rows);
   if (per <= 0) return;
   struct Item {
     int32_t seq, t0, last_pos;
@@ -82,7 +94,7 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
     return unsupported("paged_attention: head_dim {} (64, 128 or 256)", p.head_dim);
   }
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0 ||
-      p.n_head / p.n_head_kv > kern::attn_paged_rows()) {
+      p.n_head / p.n_head_kv > p.rows) {
     return invalid_argument("paged_attention: {} query heads over {} KV heads", p.n_head,
                             p.n_head_kv);
   }
@@ -114,6 +126,13 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
         "rows (stride {}) at least n_head * head_dim",
         p.q_stride, p.out_stride);
   }
+  if (p.rows != 64 && p.rows != 128) {
+    return invalid_argument("paged_attention: {} rows a block (64 or 128)", p.rows);
+  }
+  if (p.kv_dtype == DType::kBF16 && !kern::attn_paged_rows_supported(p.head_dim, p.rows)) {
+    return unsupported("paged_attention: blocks of {} rows at head_dim {} (this tile configuration)",
+                       p.rows, p.head_dim);
+  }
   if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kF32) {
     return unsupported("paged_attention: a {} KV arena (bf16 or f32)", dtype_name(p.kv_dtype));
   }
@@ -143,9 +162,11 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
   a.query_start = p.query_start;
   a.kv_len = p.kv_len;
   a.tables = p.tables;
+  a.rows = p.rows;
   if (p.kv_dtype == DType::kF32) {
     a.n_splits = 1;
-    const auto per = static_cast<int>(paged_attention_tokens_per_item(p.n_head, p.n_head_kv));
+    const auto per =
+        static_cast<int>(paged_attention_tokens_per_item(p.n_head, p.n_head_kv, p.rows));
     return launched(kern::launch_attn_paged_f32(a, per, q, static_cast<const float*>(k_cache),
                                                 static_cast<const float*>(v_cache), out, stream),
                     "paged_attention launch (f32 arena)");

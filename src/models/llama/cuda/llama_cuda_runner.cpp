@@ -363,7 +363,10 @@ class LlamaCudaRunner final : public DecoderRunner {
     const int64_t nt = b.n_tokens(), bs = spec.block_size;
     const int32_t n_seq = b.n_seq(), G = spec.n_groups();
     const auto stride = static_cast<size_t>(b.table_stride);
-    cuda::paged_attention_work(b.query_start, b.kv_len, hp.n_head, hp.n_head_kv, work_);
+    attn_rows_ = cuda::paged_attention_rows(b.query_start, hp.n_head, hp.n_head_kv, hp.head_dim,
+                                            spec.dtype);
+    cuda::paged_attention_work(b.query_start, b.kv_len, hp.n_head, hp.n_head_kv, work_,
+                               attn_rows_);
     // Every block a pass reads or writes is in the arena.
     for (int32_t g = 0; g < G; ++g) {
       for (int32_t s = 0; s < n_seq; ++s) {
@@ -548,6 +551,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.n_work = n_work;
     ap.n_splits = n_splits;
     ap.kv_dtype = spec.dtype;
+    ap.rows = attn_rows_;
     ap.work = dev(L.work);
     ap.query_start = dev(L.query_start);
     ap.kv_len = dev(L.kv_len);
@@ -769,6 +773,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   size_t staged_cap_ = 0;
   Layout layout_{};
   std::vector<int32_t> work_, hist_;
+  int32_t attn_rows_ = 64;  // the pass's paged attention rows a block (paged_attention_rows)
   std::vector<cuda::RowSample> rows_;
 };
 
