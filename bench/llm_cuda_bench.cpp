@@ -58,6 +58,7 @@ namespace {
 using bench::Clock;
 using bench::profile_decode;
 using bench::seconds_since;
+using bench::synthetic_tokens;
 
 // --kernels: a YAML mapping of strategies.kernels.cuda's keys, or key=value,key=value (one shell
 // word), applied over `k`.
@@ -229,10 +230,7 @@ Result1 run_variant(const DecoderHParams& hp, const Variant& v, int reps, int de
     r.error = core.status().to_string();
     return r;
   }
-  std::vector<int32_t> tokens(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(hp.n_vocab));
-  }
+  const std::vector<int32_t> tokens = synthetic_tokens(4096, hp.n_vocab);
   const std::span<const int32_t> all(tokens);
   // A prefill of n tokens: one teacher-forced pass, the last row's logits.
   const auto none = [](int64_t, std::span<const float>) { return ok_status(); };

@@ -17,6 +17,15 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The benchmarks' token ids: n of them spread over the vocabulary, the same every run.
+inline std::vector<int32_t> synthetic_tokens(int64_t n, int64_t n_vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (size_t i = 0; i < t.size(); ++i) {
+    t[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(n_vocab));
+  }
+  return t;
+}
+
 // --profile: decode steps (or, with prefill > 0, one prefill) of one shape and format through
 // the engine core between cudaProfilerStart/Stop; skip: that many more prompt tokens.
 int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, int skip,

@@ -19,23 +19,9 @@ namespace {
 
 // A prompt_len-token prompt's request through the engine core (greedy, steps queued ahead) whose
 // `steps` decode steps after its first 65 tokens run between cudaProfilerStart/Stop.
-int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx, int64_t prompt_len) {
-  EngineCoreOptions eo;
-  eo.n_ctx = n_ctx;
-  eo.scheduler.max_seqs = 1;
-  eo.scheduler.max_batched_tokens = 2048;
-  auto core = EngineCore::create(model, eo, nullptr);
-  if (!core.ok()) {
-    std::fprintf(stderr, "%s\n", core.status().to_string().c_str());
-    return 1;
-  }
-  std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    prompt[i] =
-        static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
-  }
+int profile_core_decode(EngineCore& core, int steps, int64_t prompt_len) {
   RequestParams p;
-  p.prompt = prompt;
+  p.prompt = synthetic_tokens(prompt_len, core.model().hparams().n_vocab);
   p.max_tokens = 65 + steps;
   p.ignore_eos = true;
   p.sampling.temperature = 0.0f;
@@ -50,7 +36,7 @@ int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx, int64_t p
     t_prev = now;
     if (got == 65) cudaProfilerStart();
   };
-  auto out = run_request(**core, std::move(p));
+  auto out = run_request(core, std::move(p));
   cudaProfilerStop();
   if (!out.ok()) {
     std::fprintf(stderr, "%s\n", out.status().to_string().c_str());
@@ -63,26 +49,13 @@ int profile_core_decode(DecoderModel& model, int steps, int64_t n_ctx, int64_t p
 
 // N prompt tokens scored through the engine core (one pass, the last row's logits) after a
 // warm-up pass, the second between cudaProfilerStart/Stop.
-int profile_core_prefill(DecoderModel& model, int64_t n, int64_t n_ctx) {
-  EngineCoreOptions eo;
-  eo.n_ctx = std::max(n_ctx, n);
-  eo.scheduler.max_seqs = 1;
-  eo.scheduler.max_batched_tokens = n;
-  auto core = EngineCore::create(model, eo, nullptr);
-  if (!core.ok()) {
-    std::fprintf(stderr, "%s\n", core.status().to_string().c_str());
-    return 1;
-  }
-  std::vector<int32_t> tokens(static_cast<size_t>(n));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] =
-        static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model.hparams().n_vocab));
-  }
+int profile_core_prefill(EngineCore& core, int64_t n) {
+  const std::vector<int32_t> tokens = synthetic_tokens(n, core.model().hparams().n_vocab);
   const auto none = [](int64_t, std::span<const float>) { return ok_status(); };
   for (int rep = 0; rep < 2; ++rep) {
     if (rep == 1) cudaProfilerStart();
     const auto t0 = Clock::now();
-    const Status st = (*core)->score(tokens, n - 1, 0, none);
+    const Status st = core.score(tokens, n - 1, 0, none);
     const double ms = seconds_since(t0) * 1e3;
     if (rep == 1) cudaProfilerStop();
     if (!st.ok()) {
@@ -107,8 +80,18 @@ int profile_decode(const DecoderHParams& hp, DType t, int steps, int prefill, in
     std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
     return 1;
   }
-  if (prefill > 0) return profile_core_prefill(**m, prefill, n_ctx);
-  return profile_core_decode(**m, steps, n_ctx, 128 + skip);
+  // One seat; a step budget of the prefill, or of 2048 tokens for the decode's prompt.
+  EngineCoreOptions eo;
+  eo.n_ctx = std::max<int64_t>(n_ctx, prefill);
+  eo.scheduler.max_seqs = 1;
+  eo.scheduler.max_batched_tokens = prefill > 0 ? prefill : 2048;
+  auto core = EngineCore::create(**m, eo, nullptr);
+  if (!core.ok()) {
+    std::fprintf(stderr, "%s\n", core.status().to_string().c_str());
+    return 1;
+  }
+  if (prefill > 0) return profile_core_prefill(**core, prefill);
+  return profile_core_decode(**core, steps, 128 + skip);
 }
 
 }  // namespace rinfer::bench

@@ -68,13 +68,13 @@ struct ForwardScratch {
   Tensor attn;  // [rows, n_head * head_dim] attention output
   Tensor gate;  // [rows, n_ff]
   Tensor up;    // [rows, n_ff]
-  Tensor k;     // [rows, kv_dim]            new keys, when not computed in their cache rows
+  Tensor k;     // [rows, kv_dim]            new keys, scattered into their arena rows after
   Tensor v;     // [rows, kv_dim]            new values
   static Result<ForwardScratch> create(const DecoderHParams& hp, int64_t rows);
 };
 
 // The KV side of the layer loop: where each layer's new keys and values are computed and how
-// the layer attends over its cache (a contiguous single-sequence cache, or paged blocks).
+// the layer attends over the paged arena (the CPU runner's PagedAccess).
 class KvAccess {
  public:
   virtual ~KvAccess() = default;

@@ -1,12 +1,13 @@
 // The Llama-family decoder sample on a CUDA device (CUDA builds only): the same math as
-// LlamaModel (llama_model.h), with the weights in device memory and the KV cache on the device.
+// LlamaModel (llama_model.h), with the weights in device memory, run by its runner
+// (llama_cuda_runner.cpp) over the engine core's paged KV arena on the device.
 //
 // Per layer, with the fusions of LoadOptions::fusion (each has its unfused baseline):
 //   h = rms_norm(x) * attn_norm               fused with the previous block's residual add
 //   qkv = h [Wq|Wk|Wv]^T (+ b)                qkv: one merged matrix (else three)
 //   q, k = per-head norms (Gemma), rope      qkv: rope + K/V cache store in one kernel
-//   K/V cache rows <- k, v (bf16)
-//   attn = attention(q, K, V)                 flash kernels (decode: split-K; prefill: FA2)
+//   K/V arena rows <- k, v (bf16, or f32)
+//   attn = attention(q, K, V)                 paged: decode split-K, many rows FA2-style tiles
 //   o = attn Wo^T (Gemma: o = rms_norm(o) * post_attn_norm)
 //   x += o; h = rms_norm(x) * ffn_norm        residual_norm: one kernel, or (decode) none: the
 //                                             matvecs on either side do it (else add, norm)
@@ -15,15 +16,14 @@
 //   o = a Wdown^T (Gemma: post_ffn_norm)
 // logits = rms_norm(x) * output_norm  Wout^T for the requested rows only.
 //
-// One token (decode) runs matrix-vector kernels: f32 activations for bf16/f16/f32 weights, int16
-// activations quantized once per input and shared by every matrix that reads it for Q8_0, Q4_0,
-// Q4_1 and Q4_K weights. More tokens (prefill) run bf16 GEMMs through cuBLASLt (quantized
-// weights dequantized per call into one workspace). With LoadOptions::cuda.graphs, a decode
-// step is captured into a CUDA graph per KV cache and attention length bound (1024, 2048, ...
-// up to the cache's n_ctx) and replayed: the token, its position and the KV length are read
-// from device memory, so one graph serves every step up to its bound. The
-// decode kernels use programmatic dependent launch (each one's launch overlaps the previous
-// one's tail; RINFER_CUDA_PDL=0 turns it off).
+// A decode step of one sequence runs the model's one-row pass (LlamaCudaModel::forward):
+// matrix-vector kernels, f32 activations for bf16/f16/f32 weights, int16 activations quantized
+// once per input and shared by every matrix that reads it for Q8_0, Q4_0, Q4_1 and Q4_K
+// weights. Other batches run the runner's bf16 GEMMs through cuBLASLt (quantized weights
+// dequantized per call into one workspace, or the small-batch matvec). With
+// LoadOptions::cuda.graphs the one-row step is replayed from a CUDA graph per arena and
+// attention length bound (llama_cuda_one_row.h). The decode kernels use programmatic dependent
+// launch (each one's launch overlaps the previous one's tail; strategies.kernels.cuda.pdl).
 #pragma once
 
 #include <memory>

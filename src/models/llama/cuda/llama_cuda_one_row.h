@@ -1,7 +1,7 @@
 // CUDA graphs of the engine core's one-sequence decode steps (LlamaCudaRunner with
 // strategies.kernels.cuda.runner_matvec and cuda_graphs): the model's decode pass over the paged
 // arena, captured once per attention length bound (1024 positions, twice that, ... up to the
-// arena's n_ctx, as the single-sequence decode graphs) and sampled or not, replayed every step.
+// arena's n_ctx) and sampled or not, replayed every step.
 // A replay reads its inputs from fixed device buffers, written by stage() from pinned memory:
 // the token, its position, the sequence's length after the step, its block table of every group
 // (fixed width: the blocks of n_ctx positions) and the sampling row with its history window.
