@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <tuple>
 
 #include "core/cuda/cublas_lt.h"
@@ -498,6 +499,60 @@ TEST_F(CudaGemm, Bf16AndQuantizedWeightsMatchTheReference) {
       std::vector<float> ref2(ref.size());
       for (size_t i = 0; i < ref.size(); ++i) ref2[i] = 2.0f * ref[i];
       EXPECT_LT(test::rel_l2(y2, ref2), t == DType::kBF16 ? 1e-5 : 1e-2);
+    }
+  }
+}
+
+// Weights made on the device (random_device_weight: what make_random_cuda_model builds) at the
+// random SmolLM2 shape's matrices: the small-batch matvec and the GEMM against a CPU product
+// over the downloaded Q8_0 quants and scales (int8 [n_out, n_in], f16 [n_out, n_in / 32]).
+TEST_F(CudaGemm, DeviceMadeQ8_0WeightsMatchTheirDownloadedValues) {
+  uint64_t seed = 1300;
+  for (auto [n_out, n_in] : {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {960, 576},
+                             {3072, 576}, {37, 4096}}) {
+    CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::random_device_weight(DType::kQ8_0, n_out, n_in,
+                                                                        ++seed, 0, stream()));
+    const size_t n_w = static_cast<size_t>(n_out * n_in), n_s = n_w / 32;
+    std::vector<int8_t> q(n_w);
+    std::vector<uint16_t> sc(n_s);
+    ASSERT_EQ(cudaMemcpy(q.data(), dw.data, n_w, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(sc.data(), dw.scales, n_s * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t rows : {1, 3, 8}) {
+      SCOPED_TRACE("q8_0 [" + std::to_string(n_out) + ", " + std::to_string(n_in) + "] x " +
+                   std::to_string(rows));
+      const auto x =
+          test::round_bf16(test::random_floats(static_cast<size_t>(rows * n_in), ++seed));
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+      std::vector<float> ref(static_cast<size_t>(rows * n_out));
+      for (int64_t b = 0; b < rows; ++b) {
+        for (int64_t r = 0; r < n_out; ++r) {
+          double acc = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            const size_t at = static_cast<size_t>(r * n_in + i);
+            const float s = f16_to_f32(sc[static_cast<size_t>(r * (n_in / 32) + i / 32)]);
+            acc += static_cast<double>(q[at]) * s * x[static_cast<size_t>(b * n_in + i)];
+          }
+          ref[static_cast<size_t>(b * n_out + r)] = static_cast<float>(acc);
+        }
+      }
+      cuda::DeviceBuffer dx = upload(xb);
+      const size_t n_y = static_cast<size_t>(rows * n_out);
+      cuda::DeviceBuffer dy = poisoned<float>(n_y);
+      CU_ASSERT_OK(cuda::matvec_batch(dw, dx.as<uint16_t>(), rows, dy.as<float>(), stream()));
+      const double mv = test::rel_l2(download<float>(dy, n_y), ref);
+      CU_ASSIGN_OR_FAIL(
+          cuda::DeviceBuffer ws,
+          cuda::DeviceBuffer::create(cuda::gemm_workspace_bytes(dw) + 16, 0, stream()));
+      cuda::DeviceBuffer dg = poisoned<float>(n_y);
+      CU_ASSERT_OK(cuda::gemm(lt_, dw, dx.as<uint16_t>(), rows, DType::kF32, dg.data(), 0.0f,
+                              ws.data(), ws.bytes(), stream()));
+      const double gm = test::rel_l2(download<float>(dg, n_y), ref);
+      std::printf("q8_0 [%lld, %lld] x %lld: small-batch matvec rel L2 %.2e, GEMM %.2e\n",
+                  static_cast<long long>(n_out), static_cast<long long>(n_in),
+                  static_cast<long long>(rows), mv, gm);
+      EXPECT_LT(mv, 1e-5);
+      EXPECT_LT(gm, 1e-2);
     }
   }
 }

@@ -297,6 +297,8 @@ TEST_F(CudaPaged, RejectsBadArguments) {
       StatusCode::kInvalidArgument);
 }
 
+// Rows with a negative slot (a batch graph's padding rows) are skipped: every arena row no slot
+// names keeps its poison.
 TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
   const int64_t nt = 37, kv_dim = 192, stride = 256, n_rows = 100;
   const std::vector<float> src = test::random_floats(static_cast<size_t>(nt * stride), 7);
@@ -307,6 +309,7 @@ TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), rng);
   std::copy_n(all.begin(), nt, slots.begin());
+  for (int64_t r = 3; r < nt; r += 5) slots[static_cast<size_t>(r)] = -1;
   for (DType t : {DType::kBF16, DType::kF32}) {
     SCOPED_TRACE(dtype_name(t));
     const size_t es = t == DType::kBF16 ? 2 : 4;
@@ -324,7 +327,10 @@ TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
       kh = download<float>(k, n);
       vh = download<float>(v, n);
     }
+    std::vector<bool> written(static_cast<size_t>(n_rows), false);
     for (int64_t r = 0; r < nt; ++r) {
+      if (slots[static_cast<size_t>(r)] < 0) continue;
+      written[static_cast<size_t>(slots[static_cast<size_t>(r)])] = true;
       for (int64_t e = 0; e < kv_dim; ++e) {
         const size_t at = static_cast<size_t>(slots[static_cast<size_t>(r)] * kv_dim + e);
         const float want_k = src[static_cast<size_t>(r * stride + e)];
@@ -334,6 +340,16 @@ TEST_F(CudaPaged, KvStoreSlotsWritesEachRowToItsSlot) {
         ASSERT_NEAR(vh[at], want_v, tol * std::fabs(want_v)) << "row " << r << " elem " << e;
       }
     }
+    int64_t kept = 0;
+    for (int64_t row = 0; row < n_rows; ++row) {
+      if (written[static_cast<size_t>(row)]) continue;
+      for (int64_t e = 0; e < kv_dim; ++e) {
+        const size_t at = static_cast<size_t>(row * kv_dim + e);
+        ASSERT_TRUE(std::isnan(kh[at]) && std::isnan(vh[at])) << "arena row " << row;
+      }
+      ++kept;
+    }
+    EXPECT_EQ(kept, n_rows - (nt - (nt - 3 + 4) / 5));  // the skipped rows wrote nothing
   }
 }
 

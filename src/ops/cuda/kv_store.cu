@@ -46,7 +46,7 @@ cudaError_t launch_kv_store(const float* k, const float* v, int64_t n_tokens, in
 namespace rinfer::cuda::kern {
 namespace {
 
-// Paged: token t's row goes to arena row slots[t].
+// Paged: token t's row goes to arena row slots[t]; a negative slot (a padding row) is skipped.
 __global__ void kv_store_slots_kernel(const float* __restrict__ k, const float* __restrict__ v,
                                       int64_t n_tokens, int64_t kv_dim, int64_t src_stride,
                                       bool cache_bf16, void* k_cache, void* v_cache,
@@ -55,7 +55,9 @@ __global__ void kv_store_slots_kernel(const float* __restrict__ k, const float* 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_tokens * kv_dim) return;
   const int64_t t = i / kv_dim, e = i % kv_dim;
-  const int64_t dst = static_cast<int64_t>(slots[t]) * kv_dim + e;
+  const int32_t slot = slots[t];
+  if (slot < 0) return;
+  const int64_t dst = static_cast<int64_t>(slot) * kv_dim + e;
   store_act(k_cache, dst, k[t * src_stride + e], cache_bf16);
   store_act(v_cache, dst, v[t * src_stride + e], cache_bf16);
 }

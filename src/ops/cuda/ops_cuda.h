@@ -339,7 +339,8 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
                        const float* q, uint16_t* out, void* workspace, size_t workspace_bytes,
                        cudaStream_t stream);
 // Keys and values of n_tokens rows (f32, src_stride floats apart, kv_dim each) into arena rows
-// slots[t] (device int32) of K and V arenas with rows kv_dim apart, f32 or bf16.
+// slots[t] (device int32) of K and V arenas with rows kv_dim apart, f32 or bf16; a row whose
+// slot is negative (a padding row of a batch graph) is not stored.
 Status kv_store_slots(const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
                       int64_t src_stride, DType cache_dtype, void* k_cache, void* v_cache,
                       const int32_t* slots, cudaStream_t stream);

@@ -514,4 +514,9 @@ Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParam
   return std::unique_ptr<DecoderModel>(std::move(m));
 }
 
+int64_t cuda_graph_steps(const DecoderModel& m) {
+  const auto* c = dynamic_cast<const LlamaCudaModel*>(&m);
+  return c != nullptr ? c->graph_steps_ : 0;
+}
+
 }  // namespace rinfer::llama

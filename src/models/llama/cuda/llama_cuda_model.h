@@ -22,7 +22,7 @@
 // weights. Other batches run the runner's bf16 GEMMs through cuBLASLt (quantized weights
 // dequantized per call into one workspace, or the small-batch matvec). With
 // LoadOptions::cuda.graphs the one-row step is replayed from a CUDA graph per arena and
-// attention length bound (llama_cuda_one_row.h). The decode kernels use programmatic dependent
+// attention length bound (llama_cuda_graphs.h). The decode kernels use programmatic dependent
 // launch (each one's launch overlaps the previous one's tail; strategies.kernels.cuda.pdl).
 #pragma once
 
@@ -46,5 +46,9 @@ Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel
 Result<std::unique_ptr<DecoderModel>> make_random_cuda_model(const DecoderHParams& hp, DType dtype,
                                                              uint64_t seed,
                                                              const LoadOptions& opts);
+
+// Decode steps the runners of a model made by make_cuda_model or make_random_cuda_model have
+// replayed from CUDA graphs (one-row and batch steps; 0 for any other model).
+int64_t cuda_graph_steps(const DecoderModel& m);
 
 }  // namespace rinfer::llama

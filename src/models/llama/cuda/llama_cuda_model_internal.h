@@ -1,6 +1,6 @@
-// Internal to the CUDA Llama model (llama_cuda_model.cpp: loading and the forward pass;
-// llama_cuda_model_decode.cpp: decode graphs and decode steps sampled on the device): the
-// device-side layer, KV storage and the model class. Not part of the public interface, which is
+// Internal to the CUDA Llama model (llama_cuda_model.cpp: loading and the one-row decode pass;
+// llama_cuda_runner.cpp: the engine core's runner; llama_cuda_graphs.cpp: its decode graphs): the
+// device-side layer and the model class. Not part of the public interface, which is
 // llama_cuda_model.h.
 #pragma once
 
@@ -234,6 +234,9 @@ class LlamaCudaModel final : public DecoderModel {
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   }
 
+  // Decode steps its runners replayed from CUDA graphs (cuda_graph_steps()).
+  int64_t graph_steps_ = 0;
+  friend int64_t cuda_graph_steps(const DecoderModel& m);
 };
 
 }  // namespace rinfer::llama

@@ -15,19 +15,24 @@
 // bucket of token counts with the fastest of cuBLASLt's candidates timed on its first pass
 // (gemm.cpp). A decode step of one sequence (strategies.kernels.cuda.runner_matvec) runs the
 // model's own decode pass instead (LlamaCudaModel::forward: the matvecs of every weight format
-// with their fused norms), its attention over this arena (LlamaCudaModel::PagedPass). The runner queues on the model's
-// stream. The host inputs of a pass (tokens, positions, tables, slots, attention work items,
-// sampling rows) go up in one copy from pinned memory.
+// with their fused norms), its attention over this arena (LlamaCudaModel::PagedPass). With
+// cuda_graphs, one-sequence steps replay OneRowGraphs and decode steps of 2 or more sequences
+// replay the BatchGraphs of their bucket (llama_cuda_graphs.h: this pass, padded). The runner
+// queues on the model's stream; the KV arena is llama_cuda_arena.h's. The host inputs of a pass
+// (tokens, positions, tables, slots, attention work items, sampling rows) go up in one copy
+// from pinned memory.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <vector>
 
 #include "kv/kv_arena.h"
+#include "models/llama/cuda/llama_cuda_arena.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
-#include "models/llama/cuda/llama_cuda_one_row.h"
+#include "models/llama/cuda/llama_cuda_graphs.h"
 #include "ops/cpu/sampler.h"
 
 namespace rinfer::llama {
@@ -37,133 +42,6 @@ namespace {
 // At most this many (token x split) rows of split attention partials (bounds the workspace).
 constexpr int64_t kSplitRows = 4096;
 constexpr int32_t kMaxSplits = 16;
-
-// K and V per layer on the device: [n_blocks(group), block_size, kv_dim] of the spec's dtype.
-class DeviceKvArena final : public kv::KvArena {
- public:
-  static Result<std::unique_ptr<DeviceKvArena>> create(const kv::KvSpec& spec,
-                                                       std::span<const int32_t> n_blocks,
-                                                       int device, cudaStream_t compute) {
-    if (n_blocks.size() != static_cast<size_t>(spec.n_groups())) {
-      return invalid_argument("kv arena: {} block counts for {} groups", n_blocks.size(),
-                              spec.n_groups());
-    }
-    std::unique_ptr<DeviceKvArena> a(new DeviceKvArena());
-    a->spec_ = spec;
-    a->n_blocks_.assign(n_blocks.begin(), n_blocks.end());
-    a->device_ = device;
-    a->compute_ = compute;
-    RINFER_ASSIGN_OR_RETURN(cuda::DeviceAllocator * alloc, cuda::plain_device_allocator(device));
-    RINFER_ASSIGN_OR_RETURN(a->copy_, cuda::Stream::create(device));
-    RINFER_ASSIGN_OR_RETURN(a->ready_, cuda::Event::create(device));
-    RINFER_ASSIGN_OR_RETURN(a->copied_, cuda::Event::create(device));
-    const uint64_t elem = dtype_traits(spec.dtype).block_bytes;
-    for (int64_t l = 0; l < spec.n_layer; ++l) {
-      const int32_t nb = n_blocks[static_cast<size_t>(spec.group_of_layer[static_cast<size_t>(l)])];
-      const auto bytes = static_cast<size_t>(
-          static_cast<uint64_t>(nb) * static_cast<uint64_t>(spec.block_size * spec.kv_dim) * elem);
-      for (int kv = 0; kv < 2; ++kv) {
-        auto b = cuda::DeviceBuffer::create(std::max<size_t>(bytes, 16), device, compute, alloc);
-        if (!b.ok()) {
-          return b.status().with_context(
-              fmt::format("allocating the KV cache on cuda:{} ({} in all, layer {})", device,
-                          spec.describe(), l));
-        }
-        RINFER_CUDA_RETURN(cudaMemsetAsync(b->data(), 0, b->bytes(), compute));
-        a->storage_.push_back(std::move(*b));
-      }
-      a->k_.push_back(a->storage_[a->storage_.size() - 2].data());
-      a->v_.push_back(a->storage_.back().data());
-    }
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(compute));
-    return a;
-  }
-
-  Device device() const override { return Device::cuda(device_); }
-
-  // Device -> host (a swap out) or device -> device: on the copy stream, after the compute
-  // stream's work so far, and the compute stream waits for them before its next pass.
-  Status copy_blocks(kv::KvArena& dst, std::span<const kv::BlockCopy> copies) const override {
-    RINFER_RETURN_IF_ERROR(check_copies(dst, copies));
-    return copy(*this, dst, copies);
-  }
-  // New buffers on the compute stream (after its work so far), the old blocks copied over.
-  Status grow(std::span<const int32_t> n_blocks) override {
-    RINFER_RETURN_IF_ERROR(check_grow(n_blocks));
-    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-    RINFER_ASSIGN_OR_RETURN(cuda::DeviceAllocator * alloc, cuda::plain_device_allocator(device_));
-    const uint64_t per_block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
-                               dtype_traits(spec_.dtype).block_bytes;
-    std::vector<cuda::DeviceBuffer> storage;
-    for (int64_t l = 0; l < spec_.n_layer; ++l) {
-      const auto grp = static_cast<size_t>(spec_.group_of_layer[static_cast<size_t>(l)]);
-      const uint64_t keep = per_block * static_cast<uint64_t>(n_blocks_[grp]);
-      const uint64_t bytes = per_block * static_cast<uint64_t>(n_blocks[grp]);
-      for (int kv = 0; kv < 2; ++kv) {
-        auto b = cuda::DeviceBuffer::create(static_cast<size_t>(std::max<uint64_t>(bytes, 16)),
-                                            device_, compute_, alloc);
-        if (!b.ok()) {
-          return b.status().with_context(
-              fmt::format("growing the KV cache to {} blocks", n_blocks[grp]));
-        }
-        auto* dst = static_cast<uint8_t*>(b->data());
-        RINFER_CUDA_RETURN(
-            cudaMemcpyAsync(dst, kv == 0 ? k(l) : v(l), keep, cudaMemcpyDeviceToDevice, compute_));
-        RINFER_CUDA_RETURN(cudaMemsetAsync(dst + keep, 0, bytes - keep, compute_));
-        storage.push_back(std::move(*b));
-      }
-    }
-    RINFER_CUDA_RETURN(cudaStreamSynchronize(compute_));
-    storage_ = std::move(storage);
-    for (int64_t l = 0; l < spec_.n_layer; ++l) {
-      k_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l)].data();
-      v_[static_cast<size_t>(l)] = storage_[static_cast<size_t>(2 * l + 1)].data();
-    }
-    n_blocks_.assign(n_blocks.begin(), n_blocks.end());
-    return ok_status();
-  }
-  // Host -> device (a swap in).
-  Status pull_blocks(const kv::KvArena& src, std::span<const kv::BlockCopy> copies) override {
-    RINFER_RETURN_IF_ERROR(src.check_copies(*this, copies));
-    return copy(src, *this, copies);
-  }
-
- private:
-  DeviceKvArena() = default;
-
-  Status copy(const kv::KvArena& from, kv::KvArena& to,
-              std::span<const kv::BlockCopy> copies) const {
-    if (copies.empty()) return ok_status();
-    RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(device_));
-    cudaStream_t cs = copy_.get();
-    RINFER_CUDA_RETURN(cudaEventRecord(ready_.get(), compute_));
-    RINFER_CUDA_RETURN(cudaStreamWaitEvent(cs, ready_.get(), 0));
-    const uint64_t block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
-                           dtype_traits(spec_.dtype).block_bytes;
-    for (const kv::BlockCopy& c : copies) {
-      for (int32_t l : spec_.groups[static_cast<size_t>(c.group)].layers) {
-        for (int kv = 0; kv < 2; ++kv) {
-          const auto* s = static_cast<const uint8_t*>(kv == 0 ? from.k(l) : from.v(l));
-          auto* d = static_cast<uint8_t*>(kv == 0 ? to.k(l) : to.v(l));
-          RINFER_CUDA_RETURN(cudaMemcpyAsync(d + static_cast<uint64_t>(c.dst) * block,
-                                             s + static_cast<uint64_t>(c.src) * block, block,
-                                             cudaMemcpyDefault, cs));
-        }
-      }
-    }
-    RINFER_CUDA_RETURN(cudaEventRecord(copied_.get(), cs));
-    RINFER_CUDA_RETURN(cudaStreamWaitEvent(compute_, copied_.get(), 0));
-    // The host side of a swap out is read by the next swap in (same stream) or freed with the
-    // arena; a pageable host buffer makes the copy synchronous anyway.
-    return ok_status();
-  }
-
-  int device_ = 0;
-  cudaStream_t compute_ = nullptr;
-  cuda::Stream copy_;
-  cuda::Event ready_, copied_;
-  std::vector<cuda::DeviceBuffer> storage_;
-};
 
 }  // namespace
 
@@ -189,8 +67,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
                                                     std::span<const int32_t> n_blocks) override {
     RINFER_RETURN_IF_ERROR(check_spec(spec));
-    RINFER_ASSIGN_OR_RETURN(auto a, DeviceKvArena::create(spec, n_blocks, m_.device_, stream_));
-    return std::unique_ptr<kv::KvArena>(std::move(a));
+    return make_device_arena(spec, n_blocks, m_.device_, stream_);
   }
 
   Status forward(const ForwardBatch& b, kv::KvArena& arena, float* logits) override {
@@ -236,6 +113,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     const auto w32 = static_cast<int32_t>(w);
     const OneRowGraphs::Capture capture = one_row_capture(arena);
     RINFER_RETURN_IF_ERROR(graphs_->stage(b0, arena, &rs, d.sampling.history.last(w), stream_));
+    const int64_t before = graphs_->replays();
     Status queued = graphs_->launch(arena, true, capture, stream_);
     if (queued.ok()) queued = graphs_->feed(ids_dev_, 0, w32, stream_);
     int64_t handed = 0;
@@ -267,6 +145,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     }
     // Nothing stays queued on the graphs' inputs (a step queued ahead of the stop).
     const Status drained = cuda_status(cudaStreamSynchronize(stream_), "decode_ahead");
+    m_.graph_steps_ += graphs_->replays() - before;
     RINFER_RETURN_IF_ERROR(queued.with_context(fmt::format("decode_ahead, step {}", handed)));
     RINFER_RETURN_IF_ERROR(drained);
     return handed;
@@ -352,9 +231,11 @@ class LlamaCudaRunner final : public DecoderRunner {
     size_t tokens, positions, query_start, kv_len, tables, slots, work, rows, samples, hist, total;
   };
 
-  // Checks the batch and its blocks, lays out and uploads the pass's inputs.
+  // Checks the batch and its blocks and lays out the pass's inputs in pinned memory (upload()
+  // copies them). Sequences from n_real on are a graph's padding: their rows store no K/V (slot
+  // -1) and their sampling rows are row 0's without a history.
   Status stage(const ForwardBatch& b, const kv::KvArena& arena,
-               std::span<const RowSampling> samples) {
+               std::span<const RowSampling> samples, int32_t n_real) {
     // A pass that stopped early (cancelled, or an error) may have left its input copy queued:
     // the pinned staging is rewritten below.
     RINFER_CUDA_RETURN(cudaStreamSynchronize(stream_));
@@ -393,6 +274,12 @@ class LlamaCudaRunner final : public DecoderRunner {
       hist_.insert(hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w), r.history.end());
       rows_.push_back(rs);
     }
+    if (!rows_.empty()) {
+      cuda::RowSample pad = rows_[0];
+      pad.hist_off = 0;
+      pad.hist_len = 0;
+      rows_.resize(b.logit_rows.size(), pad);
+    }
     auto align4 = [](size_t n) { return (n + 3) / 4 * 4; };  // 16-byte starts
     Layout& L = layout_;
     size_t at = 0;
@@ -420,9 +307,10 @@ class LlamaCudaRunner final : public DecoderRunner {
     std::copy(b.query_start.begin(), b.query_start.end(), p + L.query_start);
     std::copy(b.kv_len.begin(), b.kv_len.end(), p + L.kv_len);
     std::copy(b.block_tables.begin(), b.block_tables.end(), p + L.tables);
+    std::fill_n(p + L.slots, static_cast<size_t>(G) * static_cast<size_t>(nt), -1);
     for (int32_t g = 0; g < G; ++g) {
       int32_t* slot = p + L.slots + static_cast<size_t>(g) * nt;
-      for (int32_t s = 0; s < n_seq; ++s) {
+      for (int32_t s = 0; s < n_real; ++s) {
         const int32_t* t = b.table(g, s);
         for (int32_t r = b.query_start[static_cast<size_t>(s)];
              r < b.query_start[static_cast<size_t>(s) + 1]; ++r) {
@@ -435,9 +323,15 @@ class LlamaCudaRunner final : public DecoderRunner {
     std::copy(b.logit_rows.begin(), b.logit_rows.end(), p + L.rows);
     std::memcpy(p + L.samples, rows_.data(), rows_.size() * sizeof(cuda::RowSample));
     std::copy(hist_.begin(), hist_.end(), p + L.hist);
-    RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_in_.data(), p, L.total * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream_));
     return ok_status();
+  }
+
+  // Queues the staged inputs' copy to dst, the pass's input base from then on.
+  Status upload(int32_t* dst) {
+    in_ = dst;
+    return cuda_status(cudaMemcpyAsync(dst, pinned_, layout_.total * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_),
+                       "staging a pass's inputs");
   }
 
   // A row's device sampling settings, its history window (the last w ids) at hist_off.
@@ -466,7 +360,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     return ok_status();
   }
 
-  const int32_t* dev(size_t off) const { return dev_in_.as<int32_t>() + off; }
+  const int32_t* dev(size_t off) const { return in_ + off; }
 
   // y[nt, n_out] = x W^T: steps of a few tokens over quantized weights through the small-batch
   // matvec (strategies.kernels.cuda.batch_matvec_rows), the others through cuBLASLt (which
@@ -514,22 +408,24 @@ class LlamaCudaRunner final : public DecoderRunner {
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
     if (one_row(b) && one_row_graphs(spec.dtype)) return run_one_row_graph(b, arena, samples);
-    RINFER_RETURN_IF_ERROR(stage(b, arena, samples));
-    cudaStream_t st = stream_;
-    const Layout& L = layout_;
-    const int64_t nt = b.n_tokens(), e = hp.n_embd, ff = hp.n_ff, hd = hp.head_dim;
-    const int64_t qkv_dim = m_.qkv_dim_, q_dim = m_.q_dim_, kv_dim = m_.kv_dim_;
-    auto* x = x_.as<float>();
-    auto* hb = hb_.as<uint16_t>();
-    auto* qkv = qkv_.as<float>();
-    auto* attnb = attnb_.as<uint16_t>();
-    auto* o = o_.as<float>();
-    auto* gu = gu_.as<float>();
-    auto* actb = actb_.as<uint16_t>();
-
-    // Attention over the batch's sequences (the tables of group g per layer).
     int64_t max_len = 0;
     for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
+    const int32_t bucket = batch_graph_bucket(b, samples);
+    if (bucket > 0) return run_batch_graph(b, arena, samples, bucket, max_len);
+    RINFER_RETURN_IF_ERROR(stage(b, arena, samples, b.n_seq()));
+    RINFER_RETURN_IF_ERROR(upload(dev_in_.as<int32_t>()));
+    if (one_row(b)) {
+      return run_one_row(b, arena, attention_params(b, spec, max_len), samples);
+    }
+    return encode(b, arena, max_len, !samples.empty());
+  }
+
+  // The attention's settings of a staged pass whose longest sequence is at most max_len.
+  cuda::PagedAttentionParams attention_params(const ForwardBatch& b, const kv::KvSpec& spec,
+                                              int64_t max_len) const {
+    const DecoderHParams& hp = m_.hp_;
+    const Layout& L = layout_;
+    const int64_t nt = b.n_tokens(), hd = hp.head_dim;
     const auto n_work = static_cast<int32_t>(work_.size() / 2);
     const int32_t split_cap = static_cast<int32_t>(std::max<int64_t>(1, kSplitRows / nt));
     int32_t n_splits = cuda::paged_attention_splits(n_work, hp.n_head_kv, max_len, hd,
@@ -542,8 +438,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.n_head = hp.n_head;
     ap.n_head_kv = hp.n_head_kv;
     ap.head_dim = hd;
-    ap.q_stride = qkv_dim;
-    ap.out_stride = q_dim;
+    ap.q_stride = m_.qkv_dim_;
+    ap.out_stride = m_.q_dim_;
     ap.block_size = static_cast<int32_t>(spec.block_size);
     ap.table_stride = b.table_stride;
     ap.causal = b.mask == MaskKind::kCausal;
@@ -555,7 +451,26 @@ class LlamaCudaRunner final : public DecoderRunner {
     ap.work = dev(L.work);
     ap.query_start = dev(L.query_start);
     ap.kv_len = dev(L.kv_len);
-    if (one_row(b)) return run_one_row(b, arena, ap, samples);
+    return ap;
+  }
+
+  // Queues a staged pass's kernels (eagerly, or into a graph being captured: b.cancel is then
+  // null); max_len bounds its sequences' lengths (it sets the attention's splits).
+  Status encode(const ForwardBatch& b, kv::KvArena& arena, int64_t max_len, bool sampled) {
+    const DecoderHParams& hp = m_.hp_;
+    const kv::KvSpec& spec = arena.spec();
+    cudaStream_t st = stream_;
+    const Layout& L = layout_;
+    const int64_t nt = b.n_tokens(), e = hp.n_embd, ff = hp.n_ff, hd = hp.head_dim;
+    const int64_t qkv_dim = m_.qkv_dim_, q_dim = m_.q_dim_, kv_dim = m_.kv_dim_;
+    auto* x = x_.as<float>();
+    auto* hb = hb_.as<uint16_t>();
+    auto* qkv = qkv_.as<float>();
+    auto* attnb = attnb_.as<uint16_t>();
+    auto* o = o_.as<float>();
+    auto* gu = gu_.as<float>();
+    auto* actb = actb_.as<uint16_t>();
+    cuda::PagedAttentionParams ap = attention_params(b, spec, max_len);
 
     RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
     if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
@@ -648,10 +563,83 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_RETURN_IF_ERROR(cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps,
                                           DType::kBF16, hb, st));
     RINFER_RETURN_IF_ERROR(gemm(m_.output_weight(), hb, n_out, logits_.as<float>()));
-    if (samples.empty()) return ok_status();
+    if (!sampled) return ok_status();
     return cuda::sample_rows(logits_.as<float>(), n_out, hp.n_vocab,
                              reinterpret_cast<const cuda::RowSample*>(dev(L.samples)), dev(L.hist),
                              ids_dev_, st);
+  }
+
+  // The bucket of a decode step that a batch graph runs (cuda_graphs; 2 or more sequences of one
+  // new token each, every row's logits wanted), else 0.
+  int32_t batch_graph_bucket(const ForwardBatch& b, std::span<const RowSampling> samples) const {
+    if (!m_.opts_.cuda.graphs || b.mask != MaskKind::kCausal || b.n_tokens() != b.n_seq() ||
+        b.logit_rows.size() != static_cast<size_t>(b.n_seq()) ||
+        (!samples.empty() && samples.size() != b.logit_rows.size())) {
+      return 0;
+    }
+    return BatchGraphs::bucket(b.n_seq(), std::min(opts_.max_tokens, logit_cap_));
+  }
+
+  // b (a decode step) padded to `bucket` sequences of length 1 over block 0, its tables the
+  // blocks of n_ctx positions wide; the spans point into the pad_ vectors.
+  const ForwardBatch& pad(const ForwardBatch& b, const kv::KvSpec& spec, int32_t bucket) {
+    const auto n = static_cast<size_t>(b.n_seq()), B = static_cast<size_t>(bucket);
+    const auto width = static_cast<size_t>(spec.blocks_for(spec.n_ctx));
+    const auto G = static_cast<size_t>(spec.n_groups());
+    auto fill = [B](std::vector<int32_t>& v, std::span<const int32_t> src, int32_t with) {
+      v.assign(src.begin(), src.end());
+      v.resize(B, with);
+    };
+    fill(pad_tokens_, b.tokens, 0);
+    fill(pad_positions_, b.positions, 0);
+    fill(pad_kv_len_, b.kv_len, 1);
+    pad_query_start_.resize(B + 1);
+    std::iota(pad_query_start_.begin(), pad_query_start_.end(), 0);
+    pad_rows_.resize(B);
+    std::iota(pad_rows_.begin(), pad_rows_.end(), 0);
+    pad_tables_.assign(G * B * width, 0);
+    for (size_t g = 0; g < G; ++g) {
+      for (size_t s = 0; s < n; ++s) {
+        const auto n_tab = static_cast<size_t>(std::min<int64_t>(
+            spec.blocks_for(b.kv_len[s]), std::min<int64_t>(b.table_stride, width)));
+        const int32_t* t = b.table(static_cast<int32_t>(g), static_cast<int32_t>(s));
+        std::copy(t, t + n_tab, pad_tables_.begin() + static_cast<std::ptrdiff_t>((g * B + s) * width));
+      }
+    }
+    ForwardBatch& p = padded_;
+    p = ForwardBatch{};
+    p.tokens = pad_tokens_;
+    p.positions = pad_positions_;
+    p.query_start = pad_query_start_;
+    p.kv_len = pad_kv_len_;
+    p.block_tables = pad_tables_;
+    p.table_stride = static_cast<int32_t>(width);
+    p.logit_rows = pad_rows_;
+    return p;
+  }
+
+  // A decode step of 2 or more sequences replayed from the graph of its bucket and length bound
+  // (llama_cuda_graphs.h: BatchGraphs), its inputs staged into the graphs' fixed buffer.
+  Status run_batch_graph(const ForwardBatch& b, kv::KvArena& arena,
+                         std::span<const RowSampling> samples, int32_t bucket, int64_t max_len) {
+    if (b.cancel != nullptr && b.cancel->load()) {
+      return Status(StatusCode::kCancelled, "forward: interrupted");
+    }
+    const kv::KvSpec& spec = arena.spec();
+    const ForwardBatch& pb = pad(b, spec, bucket);
+    RINFER_RETURN_IF_ERROR(stage(pb, arena, samples, b.n_seq()));
+    if (!batch_graphs_) batch_graphs_ = std::make_unique<BatchGraphs>(m_.device_, m_.alloc_);
+    RINFER_ASSIGN_OR_RETURN(int32_t * in, batch_graphs_->inputs(layout_.total, stream_));
+    RINFER_RETURN_IF_ERROR(upload(in));
+    size_t level = 0;
+    const int64_t bound = graph_bound(max_len, spec.n_ctx, level);
+    const bool sampled = !samples.empty();
+    const int64_t before = batch_graphs_->replays();
+    RINFER_RETURN_IF_ERROR(batch_graphs_->launch(
+        arena, bucket, level, sampled, [&] { return encode(pb, arena, bound, sampled); },
+        stream_));
+    m_.graph_steps_ += batch_graphs_->replays() - before;
+    return ok_status();
   }
 
   // A decode step of one sequence, which runs the model's decode pass (runner_matvec).
@@ -675,7 +663,7 @@ class LlamaCudaRunner final : public DecoderRunner {
     return ok_status();
   }
 
-  // The one-row step replayed from a CUDA graph of its length bound (llama_cuda_one_row.h), its
+  // The one-row step replayed from a CUDA graph of its length bound (llama_cuda_graphs.h), its
   // inputs staged into the graphs' fixed buffers.
   Status run_one_row_graph(const ForwardBatch& b, kv::KvArena& arena,
                            std::span<const RowSampling> samples) {
@@ -690,7 +678,9 @@ class LlamaCudaRunner final : public DecoderRunner {
     }
     RINFER_RETURN_IF_ERROR(graphs_->stage(b, arena, rs ? &*rs : nullptr, hist, stream_));
     const OneRowGraphs::Capture capture = one_row_capture(arena);
+    const int64_t before = graphs_->replays();
     RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), capture, stream_));
+    m_.graph_steps_ += graphs_->replays() - before;
     out_logits_ = one_row_->logits;
     return ok_status();
   }
@@ -758,6 +748,11 @@ class LlamaCudaRunner final : public DecoderRunner {
   cudaStream_t stream_ = nullptr;
   std::optional<LlamaCudaModel::Scratch> one_row_;
   std::unique_ptr<OneRowGraphs> graphs_;
+  std::unique_ptr<BatchGraphs> batch_graphs_;
+  // A decode step padded to its batch graph's bucket (pad()).
+  ForwardBatch padded_;
+  std::vector<int32_t> pad_tokens_, pad_positions_, pad_query_start_, pad_kv_len_, pad_tables_,
+      pad_rows_;
   const float* out_logits_ = nullptr;  // the last pass's logit rows on the device
   cuda::CublasLt lt_;
   DeviceBuffer x_, hb_, qkv_, attnb_, o_, gu_, actb_, gemm_ws_, attn_ws_, logits_, ids_buf_;
@@ -771,6 +766,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   size_t pinned_bytes_ = 0;
   DeviceBuffer dev_in_;
   size_t staged_cap_ = 0;
+  const int32_t* in_ = nullptr;  // the pass's inputs on the device: dev_in_, or a graph's
   Layout layout_{};
   std::vector<int32_t> work_, hist_;
   int32_t attn_rows_ = 64;  // the pass's paged attention rows a block (paged_attention_rows)

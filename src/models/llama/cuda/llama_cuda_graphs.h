@@ -1,5 +1,6 @@
-// CUDA graphs of the engine core's one-sequence decode steps (LlamaCudaRunner with
-// strategies.kernels.cuda.runner_matvec and cuda_graphs): the model's decode pass over the paged
+// CUDA graphs of the engine core's decode steps (LlamaCudaRunner with cuda_graphs).
+//
+// OneRowGraphs: steps of one sequence (with strategies.kernels.cuda.runner_matvec): the model's decode pass over the paged
 // arena, captured once per attention length bound (1024 positions, twice that, ... up to the
 // arena's n_ctx) and sampled or not, replayed every step.
 // A replay reads its inputs from fixed device buffers, written by stage() from pinned memory:
@@ -17,7 +18,10 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <map>
+#include <set>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda/device_allocator.h"
@@ -27,6 +31,60 @@
 #include "rinfer/status.h"
 
 namespace rinfer::llama {
+
+// The arena a set of graphs was captured over and its K and V buffers then: graphs hold those
+// buffers, so they are dropped when the buffers move (the arena grows) or another arena comes.
+class CapturedArena {
+ public:
+  // Whether `arena` is the one held, with the same buffers.
+  bool matches(const kv::KvArena& arena) const;
+  void take(const kv::KvArena& arena);
+  void clear();
+
+ private:
+  const kv::KvArena* arena_ = nullptr;
+  std::vector<const void*> buffers_;  // K and V of every layer
+};
+
+// BatchGraphs: decode steps of 2 or more sequences, one new token each (the engine core's
+// running batch), through the runner's own pass (GEMMs, paged attention) padded to a bucket of
+// rows: 2, 4, then multiples of 8. A padding row is token 0 at position 0 of a sequence of length
+// 1 over block 0, its K and V not stored (slot -1), its logits and id not read. One graph per
+// bucket, attention length bound (as OneRowGraphs') and sampled or not. A bucket's first step
+// runs eagerly: cuBLASLt times its candidates for a new row count then, which a capture cannot
+// hold. A replay reads its inputs from one fixed device buffer (the runner's staging layout of
+// the padded batch), dropped with every graph when it must grow.
+class BatchGraphs {
+ public:
+  BatchGraphs(int device, cuda::DeviceAllocator* alloc) : device_(device), alloc_(alloc) {}
+  ~BatchGraphs();
+  BatchGraphs(const BatchGraphs&) = delete;
+  BatchGraphs& operator=(const BatchGraphs&) = delete;
+
+  // The bucket of n sequences (0: fewer than 2, or more than `cap` rows).
+  static int32_t bucket(int32_t n, int64_t cap);
+  // The fixed input buffer, at least `words` int32 (every graph dropped when it grows).
+  Result<int32_t*> inputs(size_t words, cudaStream_t st);
+  // Queues the step of (bucket, bound level, sampled): its graph replayed (captured first), or
+  // `record` run eagerly on the bucket's first step or where the capture failed.
+  Status launch(const kv::KvArena& arena, int32_t bucket, size_t level, bool sampled,
+                const std::function<Status()>& record, cudaStream_t st);
+  // Steps replayed from a graph so far.
+  int64_t replays() const { return replays_; }
+
+ private:
+  void drop_graphs();
+
+  int device_ = 0;
+  cuda::DeviceAllocator* alloc_ = nullptr;
+  cuda::DeviceBuffer dev_;
+  size_t words_ = 0;
+  CapturedArena captured_;
+  // nullptr: a capture failed (the step runs eagerly).
+  std::map<std::tuple<int32_t, size_t, bool>, cudaGraphExec_t> graphs_;
+  std::set<int32_t> warmed_;  // buckets run once eagerly
+  int64_t replays_ = 0;
+};
 
 class OneRowGraphs {
  public:
@@ -67,6 +125,8 @@ class OneRowGraphs {
                      int64_t k, cudaStream_t st);
   // Waits for step k (fed) and returns its id.
   Result<int32_t> wait(int64_t k);
+  // Steps replayed so far.
+  int64_t replays() const { return replays_; }
 
  private:
   Status allocate(const kv::KvSpec& spec, cudaStream_t st);
@@ -74,8 +134,6 @@ class OneRowGraphs {
   // pinned words p (0: the token's word).
   Status write_inputs(const ForwardBatch& b, const kv::KvArena& arena, int32_t* p);
   void drop_graphs();
-  // Whether the graphs were captured over this arena's current buffers (else drops them).
-  void check_arena(const kv::KvArena& arena);
 
   int device_ = 0;
   cuda::DeviceAllocator* alloc_ = nullptr;
@@ -90,8 +148,8 @@ class OneRowGraphs {
   cuda::DeviceBuffer dev_;
   // Per length bound level: [0] logits only, [1] sampled.
   std::vector<cudaGraphExec_t> graphs_[2];
-  const kv::KvArena* arena_ = nullptr;
-  std::vector<const void*> buffers_;  // the arena's K and V of every layer at capture
+  CapturedArena captured_;
+  int64_t replays_ = 0;
 };
 
 }  // namespace rinfer::llama

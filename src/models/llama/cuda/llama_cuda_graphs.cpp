@@ -1,5 +1,5 @@
-// CUDA graphs of the engine core's one-sequence decode steps (llama_cuda_one_row.h).
-#include "models/llama/cuda/llama_cuda_one_row.h"
+// CUDA graphs of the engine core's decode steps (llama_cuda_graphs.h).
+#include "models/llama/cuda/llama_cuda_graphs.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +11,80 @@
 #include "models/llama/cuda/llama_cuda_model_internal.h"
 
 namespace rinfer::llama {
+
+bool CapturedArena::matches(const kv::KvArena& arena) const {
+  const int64_t n_layer = arena.spec().n_layer;
+  if (arena_ != &arena || buffers_.size() != static_cast<size_t>(2 * n_layer)) return false;
+  for (int64_t l = 0; l < n_layer; ++l) {
+    if (buffers_[static_cast<size_t>(2 * l)] != arena.k(l) ||
+        buffers_[static_cast<size_t>(2 * l + 1)] != arena.v(l)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void CapturedArena::take(const kv::KvArena& arena) {
+  clear();
+  arena_ = &arena;
+  for (int64_t l = 0; l < arena.spec().n_layer; ++l) {
+    buffers_.push_back(arena.k(l));
+    buffers_.push_back(arena.v(l));
+  }
+}
+
+void CapturedArena::clear() {
+  arena_ = nullptr;
+  buffers_.clear();
+}
+
+BatchGraphs::~BatchGraphs() { drop_graphs(); }
+
+void BatchGraphs::drop_graphs() {
+  for (auto& [key, g] : graphs_) {
+    if (g != nullptr) cudaGraphExecDestroy(g);
+  }
+  graphs_.clear();
+  captured_.clear();
+}
+
+int32_t BatchGraphs::bucket(int32_t n, int64_t cap) {
+  if (n < 2 || n > cap) return 0;
+  const int64_t b = n <= 2 ? 2 : n <= 4 ? 4 : (static_cast<int64_t>(n) + 7) / 8 * 8;
+  return static_cast<int32_t>(std::min(b, cap));
+}
+
+Result<int32_t*> BatchGraphs::inputs(size_t words, cudaStream_t st) {
+  if (dev_.data() == nullptr || words > words_) {
+    drop_graphs();
+    RINFER_CUDA_RETURN(cudaStreamSynchronize(st));  // the old inputs may still be read
+    const size_t cap = std::max<size_t>({words, 2 * words_, 1 << 16});
+    RINFER_ASSIGN_OR_RETURN(dev_, cuda::DeviceBuffer::create(cap * 4, device_, st, alloc_));
+    words_ = cap;
+  }
+  return dev_.as<int32_t>();
+}
+
+Status BatchGraphs::launch(const kv::KvArena& arena, int32_t bucket, size_t level, bool sampled,
+                           const std::function<Status()>& record, cudaStream_t st) {
+  if (!captured_.matches(arena)) {
+    drop_graphs();
+    captured_.take(arena);
+  }
+  if (warmed_.insert(bucket).second) return record();
+  const auto key = std::make_tuple(bucket, level, sampled);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    auto g = cuda::capture_graph(st, record);
+    // A capture that failed (a kernel that cannot be captured) leaves the step eager.
+    if (!g.ok()) (void)cudaGetLastError();
+    it = graphs_.emplace(key, g.ok() ? *g : nullptr).first;
+  }
+  if (it->second == nullptr) return record();
+  RINFER_CUDA_RETURN(cudaGraphLaunch(it->second, st));
+  ++replays_;
+  return ok_status();
+}
 
 OneRowGraphs::~OneRowGraphs() {
   drop_graphs();
@@ -27,8 +101,7 @@ void OneRowGraphs::drop_graphs() {
     }
     v.clear();
   }
-  arena_ = nullptr;
-  buffers_.clear();
+  captured_.clear();
 }
 
 Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
@@ -154,25 +227,12 @@ Result<int32_t> OneRowGraphs::wait(int64_t k) {
   return pinned_[2 * words_ + static_cast<size_t>(k % 2)];
 }
 
-void OneRowGraphs::check_arena(const kv::KvArena& arena) {
-  const int64_t n_layer = arena.spec().n_layer;
-  bool same = arena_ == &arena && buffers_.size() == static_cast<size_t>(2 * n_layer);
-  for (int64_t l = 0; same && l < n_layer; ++l) {
-    same = buffers_[static_cast<size_t>(2 * l)] == arena.k(l) &&
-           buffers_[static_cast<size_t>(2 * l + 1)] == arena.v(l);
-  }
-  if (same) return;
-  drop_graphs();
-  arena_ = &arena;
-  for (int64_t l = 0; l < n_layer; ++l) {
-    buffers_.push_back(arena.k(l));
-    buffers_.push_back(arena.v(l));
-  }
-}
-
 Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const Capture& capture,
                             cudaStream_t st) {
-  check_arena(arena);
+  if (!captured_.matches(arena)) {
+    drop_graphs();
+    captured_.take(arena);
+  }
   size_t level = 0;
   const int64_t bound = graph_bound(kv_len_, n_ctx_, level);
   std::vector<cudaGraphExec_t>& v = graphs_[sampled ? 1 : 0];
@@ -184,6 +244,7 @@ Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const Captur
     exec = *g;
   }
   RINFER_CUDA_RETURN(cudaGraphLaunch(exec, st));
+  ++replays_;
   return ok_status();
 }
 
