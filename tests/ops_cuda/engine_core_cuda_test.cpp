@@ -309,7 +309,7 @@ TEST_F(CudaEngineCore, RunsAheadStopForNewRequestsAndAborts) {
 }
 
 // The small-batch matvec (strategies.kernels.cuda.batch_matvec_rows, default 8) in decode steps
-// of 5, 4, 3 and 2 sequences, per Q4 weight format (Q8_0 stays on the GEMMs for now): the logits against those of the GEMM
+// of 5, 4, 3 and 2 sequences, per quantized weight format: the logits against those of the GEMM
 // path (batch_matvec_rows 0) with the same tokens forced. Both read the same bf16 activations;
 // the GEMM rounds the weights to bf16, the matvec dequantizes them exactly.
 TEST(CudaEngineCoreSmallBatch, MatvecStepsMatchTheGemmSteps) {
@@ -317,7 +317,7 @@ TEST(CudaEngineCoreSmallBatch, MatvecStepsMatchTheGemmSteps) {
   auto hp = llama::named_shape("smollm2");
   ASSERT_TRUE(hp.ok());
   hp->n_layer = 4;
-  for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
     SCOPED_TRACE(std::string(dtype_name(dt)));
     // [run][request][step]; run 0 the matvec, run 1 the GEMMs with run 0's tokens forced.
     std::vector<std::vector<std::vector<float>>> logits[2];
@@ -356,16 +356,30 @@ TEST(CudaEngineCoreSmallBatch, MatvecStepsMatchTheGemmSteps) {
       ASSERT_TRUE(st.ok()) << st.to_string();
     }
     double worst = 0;
+    int agree = 0, total = 0;
     for (size_t i = 0; i < 5; ++i) {
       ASSERT_EQ(logits[0][i].size(), 10 + 2 * i);
       ASSERT_EQ(logits[1][i].size(), logits[0][i].size());
       for (size_t t = 0; t < logits[0][i].size(); ++t) {
-        worst = std::max(worst, test::rel_l2(logits[0][i][t], logits[1][i][t]));
+        const auto& a = logits[0][i][t];
+        const auto& b = logits[1][i][t];
+        worst = std::max(worst, test::rel_l2(a, b));
+        agree += std::max_element(a.begin(), a.end()) - a.begin() ==
+                         std::max_element(b.begin(), b.end()) - b.begin()
+                     ? 1
+                     : 0;
+        ++total;
       }
     }
-    std::printf("%s: worst logits rel L2, small-batch matvec against the GEMMs: %.3g\n",
-                std::string(dtype_name(dt)).c_str(), worst);
-    EXPECT_LT(worst, 3e-2);
+    std::printf(
+        "%s: worst logits rel L2, small-batch matvec against the GEMMs: %.3g; same top-1 %d of "
+        "%d\n",
+        std::string(dtype_name(dt)).c_str(), worst, agree, total);
+    // The GEMMs round the dequantized weights to bf16 where the matvec keeps them exact
+    // (CudaGemm.DeviceMadeQ8_0WeightsMatchTheirDownloadedValues); this random network amplifies
+    // that more for Q8_0 than for Q4 (figures: docs/serving.md). A wrong layout is at 1 and more.
+    EXPECT_LT(worst, dt == DType::kQ8_0 ? 1e-1 : 3e-2);
+    EXPECT_GE(agree, total * 9 / 10);
     EXPECT_GT(worst, 0.0);  // the two paths did run different kernels
   }
 }

@@ -454,7 +454,8 @@ Status fill_random(void* p, DType t, int64_t n, float lo, float hi, uint64_t see
 // may run on the copy engines, which are slower than the SMs.
 Status copy_kernel(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 // A random weight built on the device in layout `t` (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k):
-// uniform [-1, 1) values, or random quants with f16 scales in [0.002, 0.03).
+// uniform [-1, 1) values, or random quants with f16 scales in [0.002, 0.03) (Q8_0: a 16th of
+// that, so that its values span what Q4's do).
 Result<DeviceWeight> random_device_weight(DType t, int64_t n_out, int64_t n_in, uint64_t seed,
                                           int device, cudaStream_t stream,
                                           DeviceAllocator* allocator = nullptr);

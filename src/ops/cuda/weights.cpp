@@ -237,10 +237,14 @@ Result<DeviceWeight> random_device_weight(DType t, int64_t n_out, int64_t n_in, 
   if (t == DType::kQ4_K) {
     RINFER_CUDA_RETURN(kern::launch_q4k_headers(data, data_bytes / 144, seed + 1, stream));
   } else {
-    // f16 scales (q4_1: (d, m) pairs, i.e. twice as many halves).
+    // f16 scales (q4_1: (d, m) pairs, i.e. twice as many halves). Q8_0's quants span 16 times
+    // Q4's, so its scales are a 16th of theirs: the values of every format span the same range
+    // (with Q4's scales a random Q8_0 network amplifies the GEMM's bf16 rounding of its weights
+    // into different logits).
     const int64_t n_halves = n_out * static_cast<int64_t>(plan.scale_bytes) / 2;
-    RINFER_CUDA_RETURN(kern::launch_fill_uniform(const_cast<void*>(dw.scales), 1, n_halves, 0.002f,
-                                                 0.03f, seed + 1, stream));
+    const float k = t == DType::kQ8_0 ? 1.0f / 16.0f : 1.0f;
+    RINFER_CUDA_RETURN(kern::launch_fill_uniform(const_cast<void*>(dw.scales), 1, n_halves,
+                                                 0.002f * k, 0.03f * k, seed + 1, stream));
   }
   return dw;
 }

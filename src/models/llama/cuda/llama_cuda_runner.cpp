@@ -366,11 +366,8 @@ class LlamaCudaRunner final : public DecoderRunner {
   // matvec (strategies.kernels.cuda.batch_matvec_rows), the others through cuBLASLt (which
   // reads a 16-bit weight once per pass already: docs/serving.md).
   Status gemm(const DeviceWeight& w, const uint16_t* x, int64_t nt, float* y) {
-    // Q8_0 stays on the GEMMs: its small-batch logits in the engine core disagreed with the
-    // GEMMs' (rel L2 0.74, CudaEngineCoreSmallBatch) although the op matches its reference on
-    // uploaded weights; not yet understood (docs/serving.md).
     if (nt <= m_.opts_.cuda.kernels.batch_matvec_rows && is_quantized(w.dtype) &&
-        w.dtype != DType::kQ8_0 && cuda::matvec_batch_supported(w)) {
+        cuda::matvec_batch_supported(w)) {
       return cuda::matvec_batch(w, x, nt, y, stream_);
     }
     return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
