@@ -711,11 +711,10 @@ cudaError_t launch_matvec_q16_res_norm(const WeightView& w, const Q16View& x, co
                                        cudaStream_t stream) {
   if (w.n_out % 32 != 0) return cudaErrorInvalidValue;
   // The L2 prefetch of the grid's second half (in the kernel): on for Q8_0 producers of rows up
-  // to 8192 (Wo; its blocks on the SMs the fused attention holds start late). H200, profile
-  // decode step, two runs: q8_0 2.2100 / 2.2105 -> 2.2035 / 2.2031 ms; for q4_0 it cost 1.5351 /
-  // 1.5377 -> 1.5399 / 1.5408, and for every producer q8_0 2.2546 / 2.2560, q4_0 1.5873 /
-  // 1.5898. strategies.kernels.cuda.producer_l2 (off, narrow: those rows in every format, all:
-  // every producer) overrides.
+  // to 8192 (Wo; its blocks on the SMs the fused attention holds start late), where it paid;
+  // for Q4_0 and for every producer it cost (docs/strategies/kernels.md has the figures).
+  // strategies.kernels.cuda.producer_l2 (off, narrow: those rows in every format, all: every
+  // producer) overrides.
   const int l2 = g_producer_l2.load(std::memory_order_relaxed);
   ResNormOut r = rn;
   const bool narrow = w.n_in <= 8192;
