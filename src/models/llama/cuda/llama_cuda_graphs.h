@@ -1,8 +1,8 @@
 // CUDA graphs of the engine core's decode steps (LlamaCudaRunner with cuda_graphs).
 //
-// OneRowGraphs: steps of one sequence (with strategies.kernels.cuda.runner_matvec): the model's decode pass over the paged
-// arena, captured once per attention length bound (1024 positions, twice that, ... up to the
-// arena's n_ctx) and sampled or not, replayed every step.
+// OneRowGraphs: steps of one sequence (with strategies.kernels.cuda.runner_matvec): the model's
+// decode pass over the paged arena, captured once per attention length bound (1024 positions,
+// twice that, ... up to the arena's n_ctx) and sampled or not, replayed every step.
 // A replay reads its inputs from fixed device buffers, written by stage() from pinned memory:
 // the token, its position, the sequence's length after the step, its block table of every group
 // (fixed width: the blocks of n_ctx positions) and the sampling row with its history window.

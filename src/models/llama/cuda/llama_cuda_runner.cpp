@@ -600,7 +600,8 @@ class LlamaCudaRunner final : public DecoderRunner {
         const auto n_tab = static_cast<size_t>(std::min<int64_t>(
             spec.blocks_for(b.kv_len[s]), std::min<int64_t>(b.table_stride, width)));
         const int32_t* t = b.table(static_cast<int32_t>(g), static_cast<int32_t>(s));
-        std::copy(t, t + n_tab, pad_tables_.begin() + static_cast<std::ptrdiff_t>((g * B + s) * width));
+        const auto at = static_cast<std::ptrdiff_t>((g * B + s) * width);
+        std::copy(t, t + n_tab, pad_tables_.begin() + at);
       }
     }
     ForwardBatch& p = padded_;
