@@ -428,6 +428,9 @@ int run_bench(const BenchArgs& a) {
     hwm_reset_ok = reset_peak_rss() && hwm_reset_ok;
     // What `rinfer run` makes of the recipe: the engine core with one seat.
     auto engine = LlmEngine::create(v.recipe);
+    if (!engine.ok() && bench::skip_unsupported(report, v.name, v.path, engine.status(), is_base)) {
+      continue;
+    }
     if (!engine.ok()) return report_error(engine.status().with_context(v.path).message());
     LlmEngine& e = **engine;
     if (is_base) {

@@ -131,6 +131,10 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
   ordered_json out = ordered_json::array();
   for (const ClassifyBenchVariant& v : variants) {
     auto c = Classifier::create(v.recipe);
+    if (!c.ok() &&
+        bench::skip_unsupported(report, v.name, v.path, c.status(), &v == &variants.front())) {
+      continue;
+    }
     if (!c.ok()) return report_error(c.status().message());
     Classifier& cls = **c;
     const int64_t s = cls.input_size(), per = s * s * 3, nc = cls.n_classes();

@@ -152,6 +152,10 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
   ordered_json out = ordered_json::array();
   for (const EmbedBenchVariant& v : variants) {
     auto emb = Embedder::create(v.recipe);
+    if (!emb.ok() &&
+        bench::skip_unsupported(report, v.name, v.path, emb.status(), &v == &variants.front())) {
+      continue;
+    }
     if (!emb.ok()) return report_error(emb.status().with_context(v.path).message());
     Embedder& e = **emb;
     auto enc = e.tokenize(texts);

@@ -242,7 +242,8 @@ std::string markdown_table(const ordered_json& report) {
            str(report, "date"), str(report, "git_sha").substr(0, 10),
            report.value("git_dirty", false) ? "+dirty" : "", str(report, "baseline"),
            num(s, "precision_tokens"), str(report, "baseline"), str(report, "default_gate"))
-    << "\n";
+    << "\n"
+    << skipped_note(report);
   return o.str();
 }
 
@@ -322,9 +323,29 @@ Status replace_readme_table(const std::string& readme, const std::string& table,
   return write_file_atomically(readme, replace_between_markers(text, table, tag));
 }
 
-int publish(const nlohmann::ordered_json& report, const std::string& table,
+bool skip_unsupported(nlohmann::ordered_json& report, const std::string& name,
+                      const std::string& recipe, const Status& st, bool is_baseline) {
+  if (is_baseline || st.code() != StatusCode::kUnsupported) return false;
+  std::fprintf(stderr, "bench: skipping %s (this machine cannot run it: %s)\n", name.c_str(),
+               st.message().c_str());
+  report["skipped"].push_back({{"name", name}, {"recipe", recipe}, {"reason", st.message()}});
+  return true;
+}
+
+std::string skipped_note(const nlohmann::ordered_json& report) {
+  if (!report.contains("skipped") || report["skipped"].empty()) return "";
+  std::string out = "\nNot run on this machine:";
+  for (const auto& v : report["skipped"]) {
+    out += fmt::format(" {} ({});", v.value("name", "?"), v.value("reason", "?"));
+  }
+  out.back() = '.';
+  return out + "\n";
+}
+
+int publish(const nlohmann::ordered_json& report, const std::string& table_in,
             const std::string& json_path, bool readme, const std::string& folder,
             const std::string& machine) {
+  const std::string table = table_in + skipped_note(report);
   std::printf("%s", table.c_str());
   std::fflush(stdout);
   if (write_json(json_path, report) != 0) return 1;

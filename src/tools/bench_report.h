@@ -53,9 +53,18 @@ nlohmann::ordered_json device_json(const Device& device, std::string* machine);
 // "wrote PATH" or the failure on stderr. Exit code 0/1.
 int write_json(const std::string& path, const nlohmann::ordered_json& j);
 
+// A variant this machine cannot run (its load answered kUnsupported: AMX tiles, a CPU or GPU
+// feature) is left out with a note, as variants for another device are; the baseline must run.
+// Returns true when `st` skips the variant, after printing why on stderr and recording {name,
+// recipe, reason} under report["skipped"].
+bool skip_unsupported(nlohmann::ordered_json& report, const std::string& name,
+                      const std::string& recipe, const Status& st, bool is_baseline);
+// The line under a table that names the skipped variants and why ("" when none).
+std::string skipped_note(const nlohmann::ordered_json& report);
+
 // ---- rinfer bench outputs, from its JSON report ----
 
-// The Markdown results table with a line of settings under it.
+// The Markdown results table with a line of settings under it (and skipped_note's).
 std::string markdown_table(const nlohmann::ordered_json& report);
 
 // A bar chart of decode and prefill tokens/s per variant (two panels, each with its own scale).
@@ -69,8 +78,8 @@ std::string svg_chart(const nlohmann::ordered_json& report);
 Status replace_readme_table(const std::string& readme, const std::string& table,
                             const std::string& tag = "");
 
-// The end of a folder bench: prints `table`, writes the JSON and, with `readme`, the folder's
-// README.md table for `machine`. Returns the exit code (errors reported on stderr).
+// The end of a folder bench: prints `table` (with skipped_note's line), writes the JSON and, with
+// `readme`, the folder's README.md table for `machine`. Returns the exit code (errors reported on stderr).
 int publish(const nlohmann::ordered_json& report, const std::string& table,
             const std::string& json_path, bool readme, const std::string& folder,
             const std::string& machine);

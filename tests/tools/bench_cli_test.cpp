@@ -15,6 +15,7 @@
 
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "tools/bench_report.h"
@@ -146,6 +147,79 @@ TEST(BenchCli, GateFailureIsNeverBest) {
   EXPECT_NE(t.find("| 3.00x |"), std::string::npos) << t;
   EXPECT_EQ(bench::machine_short_name(true, "NVIDIA H200"), "h200");
   EXPECT_EQ(bench::machine_short_name(true, "NVIDIA GeForce RTX 4090"), "rtx-4090");
+}
+
+// A variant whose load answers kUnsupported (here bf16 activations, which the decoder sample does
+// not implement on any CPU) is skipped with a note under the table and in the JSON, as a
+// variant for another device is; the rest of the folder runs. The baseline itself must run.
+TEST(BenchCli, AVariantThisMachineCannotRunIsSkippedWithANote) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_skip").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = test::tiny_model_with_tokenizer(dir);
+  std::ofstream(dir + "/baseline.yaml") << recipe(model, "  threads: {count: 1}\n");
+  std::ofstream(dir + "/amx.yaml")
+      << recipe(model, "  threads: {count: 1}\n  quantization: {activations: bf16}\n");
+  const std::string json = dir + "/out/skip.json";
+  const std::string cmd = std::string(RINFER_BINARY) + " bench '" + dir +
+                          "' --repeat 1 --warmup 0 --prompt-tokens 8 --gen-tokens 4 "
+                          "--precision-tokens 16 --json '" + json + "'";
+  auto r = test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench: skipping amx (this machine cannot run it: "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("Not run on this machine: amx (strategies.quantization.activations: bf16"),
+            std::string::npos)
+      << r.out;
+  const auto j = nlohmann::json::parse(read(json));
+  ASSERT_EQ(j["variants"].size(), 1u);
+  EXPECT_EQ(j["variants"][0]["name"], "baseline");
+  ASSERT_EQ(j["skipped"].size(), 1u);
+  EXPECT_EQ(j["skipped"][0]["name"], "amx");
+  EXPECT_EQ(j["skipped"][0]["recipe"], dir + "/amx.yaml");
+
+  // As the baseline it fails the run, naming the recipe.
+  r = test::run_command(cmd + " --vs amx");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(dir + "/amx.yaml: strategies.quantization.activations: bf16"),
+            std::string::npos)
+      << r.err;
+}
+
+// The embedding bench of a folder with a bf16 (AMX) variant runs to the end on any CPU: without
+// AMX-BF16 tiles that variant is skipped with the loader's reason, with them it is measured.
+TEST(BenchCli, EmbeddingFolderRunsToTheEndWithOrWithoutAmx) {
+  const char* kModel = "all-minilm-l6-v2";
+  if (!test::reference_model(kModel)) GTEST_SKIP() << test::missing_model_message(kModel);
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_embed_amx").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/texts.txt") << "A man is eating food.\nThe sky is blue today.\n";
+  std::ofstream(dir + "/baseline.yaml")
+      << "model: all-minilm-l6-v2\ndevice: cpu\nscenario: embedding\nstrategies:\n"
+         "  threads: {count: 1}\nbench: {prompts: " + dir + "/texts.txt}\n";
+  std::ofstream(dir + "/bf16.yaml")
+      << "base: baseline.yaml\nstrategies:\n  quantization: {activations: bf16}\n";
+  const std::string json = dir + "/embed.json";
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
+                             "' --repeat 1 --warmup 0 --json '" + json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(read(json));
+  if (cpu::amx_bf16_available()) {
+    ASSERT_EQ(j["variants"].size(), 2u);
+    EXPECT_EQ(j["variants"][1]["name"], "bf16");
+    EXPECT_FALSE(j.contains("skipped"));
+  } else {
+    ASSERT_EQ(j["variants"].size(), 1u);
+    ASSERT_EQ(j["skipped"].size(), 1u);
+    EXPECT_EQ(j["skipped"][0]["name"], "bf16");
+    EXPECT_NE(r.out.find("Not run on this machine: bf16 (strategies.quantization.activations: "
+                         "bf16 needs a CPU with AMX-BF16 tiles"),
+              std::string::npos)
+        << r.out;
+  }
 }
 
 TEST(BenchCli, Errors) {
