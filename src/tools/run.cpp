@@ -1,5 +1,6 @@
 // `rinfer run <recipe> -p "..."` and `rinfer run <recipe> --chat`: text generation with a
-// recipe's model, strategies and sampling, streamed to stdout as it is produced.
+// recipe's model, strategies and sampling, streamed to stdout as it is produced. `rinfer run
+// <model>` (a file, a folder or a cached model's name) runs it with the default recipe.
 //
 // Ctrl-C: the first one stops the reply being generated (its timing is printed); in --chat, one
 // at the prompt ends the session; a second one while a reply is still stopping exits at once.
@@ -12,6 +13,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +65,7 @@ class SigintScope {
 
 struct RunArgs {
   std::string recipe;
+  std::string device;  // with a model instead of a recipe
   std::string prompt;
   std::string prompt_file;
   std::string system;
@@ -143,8 +146,34 @@ Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& pr
   return r;
 }
 
+// A recipe file (.yaml, .yml), or a model (a file or folder, a cached model's name, random:...)
+// run with the default recipe of text generation: the model on `device` (cpu when empty) with
+// the strategies' defaults (the optimized settings), its own context length and chat template.
+Result<RecipeConfig> recipe_or_model(const std::string& arg, const std::string& device) {
+  namespace fs = std::filesystem;
+  const std::string ext = fs::path(arg).extension().string();
+  if (ext == ".yaml" || ext == ".yml") {
+    if (!device.empty()) {
+      return invalid_argument("--device {}: {} is a recipe, which names its device (device:)",
+                              device, arg);
+    }
+    return load_recipe(arg);
+  }
+  // A path that exists is that file or folder (absolute: the default recipe has no folder);
+  // anything else is a cached model's name or a random: source, as in a recipe.
+  std::error_code ec;
+  std::string model = arg;
+  if (fs::exists(arg, ec)) model = fs::absolute(arg, ec).string();
+  std::string quoted = "'";
+  for (char c : model) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  quoted += "'";
+  return parse_recipe(fmt::format("model: {}\ndevice: {}\nscenario: llm-chat\n", quoted,
+                                  device.empty() ? "cpu" : device),
+                      "the default recipe for " + arg);
+}
+
 Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
-  RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, load_recipe(a.recipe));
+  RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, recipe_or_model(a.recipe, a.device));
   if (a.max_tokens) recipe.max_tokens = *a.max_tokens;
   if (a.temperature) {
     // Checked here, so that a bad value blames the flag rather than the recipe file.
@@ -306,8 +335,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
       "run", "Generate text with a recipe's model, strategies and sampling (streams to stdout)");
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("recipe", a->recipe,
-                  "Recipe YAML, e.g. recipes/llm-chat/smollm2-135m/optimized.yaml")
+                  "Recipe YAML (recipes/llm-chat/smollm2-135m/optimized.yaml), or a model (a GGUF "
+                  "file, a Hugging Face folder, a cached model's name) run with the default "
+                  "recipe: the optimized strategies on --device")
       ->required();
+  cmd->add_option("--device", a->device,
+                  "With a model instead of a recipe: cpu (the default) or cuda:N");
   auto* prompt =
       cmd->add_option("-p,--prompt", a->prompt, "The prompt (a user message); - reads stdin");
   auto* prompt_file =

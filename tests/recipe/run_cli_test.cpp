@@ -99,6 +99,40 @@ TEST_F(RunCliTest, PerplexityPrintsOneLine) {
   EXPECT_EQ(r.err.find('\r'), std::string::npos);  // no progress display off a terminal
 }
 
+// A model instead of a recipe (its cached name, its file) runs with the default recipe: the
+// optimized strategies on the CPU, the model's own context and chat template.
+TEST_F(RunCliTest, AModelNameOrFileRunsWithTheDefaultRecipe) {
+  const std::string file = *test::reference_model("smollm2-135m-instruct-q4_1");
+  for (const std::string& m : {std::string("smollm2-135m-instruct-q4_1"), "'" + file + "'"}) {
+    auto r = run_command(rinfer() + " run " + m +
+                         " -p 'What is the capital of France?' -n 12 --temperature 0");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  }
+}
+
+TEST(RunCliErrorsTest, AModelWithoutARecipeAndItsErrors) {
+  // The tiny model file (no tokenizer): loaded as a model, not read as a recipe; what stops it is
+  // the missing tokenizer.
+  auto r = run_command(rinfer() + " run '" + test::test_data_path("llama/tiny_llama.gguf") +
+                       "' -p hi -n 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("1048576-byte"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
+  // A name neither a path nor in the cache.
+  r = run_command(rinfer() + " run no-such-model-here -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the default recipe for no-such-model-here: model: model "
+                       "'no-such-model-here' is neither a path nor a model in the cache"),
+            std::string::npos)
+      << r.err;
+  // --device belongs to a model; a recipe names its own.
+  r = run_command(rinfer() + " run " + recipe(kOptimized) + " --device cpu -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--device cpu: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is a recipe, which names its device"), std::string::npos) << r.err;
+}
+
 TEST(RunCliErrorsTest, ErrorsAreOneLineWithExitCode1) {
   auto r = run_command(rinfer() + " run /nonexistent.yaml -p hi");
   EXPECT_EQ(r.exit_code, 1);
