@@ -5,6 +5,7 @@
 // Ctrl-C: the first one stops the reply being generated (its timing is printed); in --chat, one
 // at the prompt ends the session; a second one while a reply is still stopping exits at once.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +82,10 @@ struct RunArgs {
   std::optional<int> threads;
   std::optional<int64_t> ctx;
   std::string chat_template;
+  std::optional<int64_t> top_k;
+  std::optional<double> top_p, min_p, repeat_penalty;
+  std::vector<std::string> stop;
+  bool json = false;
 };
 
 // Streams a piece to stdout; a failed write (a full disk, a closed pipe) stops the reply.
@@ -129,18 +135,36 @@ std::optional<std::string> read_line() {
   }
 }
 
+// --json: {"text", "tokens", "finish_reason", "timings": {...}} of a finished reply.
+nlohmann::ordered_json reply_json(const GenerationResult& r) {
+  nlohmann::ordered_json j;
+  j["text"] = r.text;
+  j["tokens"] = r.tokens;
+  j["finish_reason"] = std::string(finish_reason_name(r.finish));
+  j["timings"] = {{"prompt_tokens", r.stats.prompt_tokens},
+                  {"cached_tokens", r.stats.cached_tokens},
+                  {"generated_tokens", r.stats.generated_tokens},
+                  {"first_token_ms", r.stats.ttft_ms},
+                  {"total_ms", r.stats.total_ms},
+                  {"prompt_tok_s", prefill_tps(r.stats)},
+                  {"decode_tok_s", decode_tps(r.stats)}};
+  return j;
+}
+
 void print_timing(const GenerationResult& r) {
   std::fprintf(stderr, "\n[%s | stop: %s]\n", stats_text(r.stats).c_str(),
                std::string(finish_reason_name(r.finish)).c_str());
 }
 
-// Generates one reply to `prompt`, streaming it; returns the result (cancellation included).
-Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& prompt) {
+// Generates one reply to `prompt`, streaming it (unless !stream); returns the result
+// (cancellation included).
+Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& prompt,
+                               bool stream = true) {
   g_cancel = false;
   g_interrupts = 0;
   g_generating = true;
   g_engine = &engine;
-  auto r = engine.generate(prompt, write_out, &g_cancel);
+  auto r = engine.generate(prompt, stream ? PieceCallback(write_out) : PieceCallback(), &g_cancel);
   g_engine = nullptr;
   g_generating = false;
   return r;
@@ -193,6 +217,47 @@ Result<std::unique_ptr<LlmEngine>> make_engine(const RunArgs& a) {
       return invalid_argument("--temperature {}: {}", *a.temperature, st.message());
     }
     recipe.sampling.temperature = s.temperature;
+  }
+  // The chain's settings, each checked as the recipe's are and blamed on its flag.
+  const auto sampling_flag = [&](const char* flag, double value, auto set) -> Status {
+    SamplingParams s = recipe.sampling;
+    set(s);
+    if (!std::isfinite(value)) return invalid_argument("{} {}: expected a finite number", flag, value);
+    if (Status st = s.validate(); !st.ok()) {
+      return invalid_argument("{} {}: {}", flag, value, st.message());
+    }
+    recipe.sampling = s;
+    return ok_status();
+  };
+  if (a.top_k) {
+    if (*a.top_k < 0 || *a.top_k > std::numeric_limits<int32_t>::max()) {
+      return invalid_argument("--top-k {}: expected an integer >= 0 (0: off)", *a.top_k);
+    }
+    RINFER_RETURN_IF_ERROR(sampling_flag("--top-k", static_cast<double>(*a.top_k),
+                                         [&](SamplingParams& s) {
+                                           s.top_k = static_cast<int32_t>(*a.top_k);
+                                         }));
+  }
+  if (a.top_p) {
+    RINFER_RETURN_IF_ERROR(sampling_flag("--top-p", *a.top_p, [&](SamplingParams& s) {
+      s.top_p = static_cast<float>(*a.top_p);
+    }));
+  }
+  if (a.min_p) {
+    RINFER_RETURN_IF_ERROR(sampling_flag("--min-p", *a.min_p, [&](SamplingParams& s) {
+      s.min_p = static_cast<float>(*a.min_p);
+    }));
+  }
+  if (a.repeat_penalty) {
+    RINFER_RETURN_IF_ERROR(sampling_flag("--repeat-penalty", *a.repeat_penalty,
+                                         [&](SamplingParams& s) {
+                                           s.repeat_penalty = static_cast<float>(*a.repeat_penalty);
+                                         }));
+  }
+  for (const std::string& stop : a.stop) {
+    if (stop.empty()) return invalid_argument("--stop: an empty stop string would end every reply");
+    RINFER_RETURN_IF_ERROR(check_utf8(stop, "--stop", /*allow_invalid=*/false));
+    recipe.stop.push_back(stop);
   }
   if (a.seed) {
     recipe.sampling.seed = static_cast<uint64_t>(*a.seed);
@@ -264,6 +329,13 @@ int run_prompt(LlmEngine& e, const RunArgs& a, const std::string& text) {
     ids = e.sample().preprocess(messages, a.allow_special);
   }
   if (!ids.ok()) return report_error(ids.status().message());
+  if (a.json) {
+    // One JSON object once the reply is done, nothing streamed.
+    auto r = reply(e, *ids, /*stream=*/false);
+    if (!r.ok()) return report_error(r.status().message());
+    write_out(reply_json(*r).dump() + "\n");
+    return reply_exit_code(*r);
+  }
   if (a.raw) write_out(text);  // a raw prompt is continued: show it
   auto r = reply(e, *ids);
   if (!r.ok()) return report_error(r.status().message());
@@ -382,6 +454,17 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--ctx", a->ctx, "Context length (overrides the recipe's context_length)")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   cmd->add_option("--chat-template", a->chat_template, "Chat template by name: chatml, gemma");
+  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: off)");
+  cmd->add_option("--top-p", a->top_p, "Keep the smallest set with this probability mass (1: off)");
+  cmd->add_option("--min-p", a->min_p, "Keep tokens at least this fraction as likely as the top");
+  cmd->add_option("--repeat-penalty", a->repeat_penalty,
+                  "Penalty on tokens already in the window (1: off)");
+  cmd->add_option("--stop", a->stop,
+                  "A stop string (repeatable; added to the recipe's): the reply ends before it");
+  cmd->add_flag("--json", a->json,
+                "With -p or --prompt-file: one JSON object (text, tokens, finish_reason, "
+                "timings) instead of the streamed text")
+      ->excludes(chat);
   cmd->add_flag("-v,--verbose", a->verbose, "Print the model, strategies and sampling first");
   cmd->callback([&exit_code, a] {
     if (!a->chat && a->prompt.empty() && a->prompt_file.empty()) {

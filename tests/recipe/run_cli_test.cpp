@@ -111,6 +111,48 @@ TEST_F(RunCliTest, AModelNameOrFileRunsWithTheDefaultRecipe) {
   }
 }
 
+// --json prints one object once the reply is done; --stop ends the reply before the string;
+// the chain's flags reach the sampler (top-k 1 is greedy whatever the temperature).
+TEST_F(RunCliTest, JsonOutputStopStringsAndSamplingFlags) {
+  const std::string count = " --raw -p 'The numbers from one to ten are: one, two, three,'";
+  auto r = run_command(rinfer() + " run " + recipe(kOptimized) + count +
+                       " -n 30 --temperature 0 --stop ' six' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, r.out.substr(0, r.out.find('\n') + 1)) << "one line: " << r.out;
+  EXPECT_EQ(r.out.rfind("{\"text\":\" four, five,\",\"tokens\":[", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\"finish_reason\":\"stop string\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"generated_tokens\":5,"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("tok/s"), std::string::npos) << "no timing line with --json: " << r.err;
+  // top-k 1 at temperature 1 takes the greedy tokens.
+  auto greedy = run_command(rinfer() + " run " + recipe(kOptimized) + count +
+                            " -n 8 --temperature 0 --repeat-penalty 1 --json");
+  auto top1 = run_command(rinfer() + " run " + recipe(kOptimized) + count +
+                          " -n 8 --temperature 1 --top-k 1 --repeat-penalty 1 --seed 3 --json");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  ASSERT_EQ(top1.exit_code, 0) << top1.err;
+  const auto text = [](const std::string& out) { return out.substr(0, out.find("\"timings\"")); };
+  EXPECT_EQ(text(top1.out), text(greedy.out));
+}
+
+TEST(RunCliErrorsTest, SamplingFlagsOutOfRangeBlameTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--top-p 2", "--top-p 2: top_p 2 must be in (0, 1]"},
+      {"--top-k -1", "--top-k -1: expected an integer >= 0"},
+      {"--min-p 1.5", "--min-p 1.5: "},
+      {"--repeat-penalty 0", "--repeat-penalty 0: repeat_penalty 0 must be in (0, 10]"},
+      {"--stop ''", "--stop: an empty stop string would end every reply"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r = run_command(rinfer() + " run '" + tiny_recipe() + "' -p hi " + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+  }
+  // A usage error (exit 2): a chat streams, it has no one-object form.
+  auto r = run_command(rinfer() + " run '" + tiny_recipe() + "' --chat --json");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--chat excludes --json"), std::string::npos) << r.err;
+}
+
 TEST(RunCliErrorsTest, AModelWithoutARecipeAndItsErrors) {
   // The tiny model file (no tokenizer): loaded as a model, not read as a recipe; what stops it is
   // the missing tokenizer.
