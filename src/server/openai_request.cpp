@@ -310,8 +310,7 @@ ApiResult<EmbeddingRequest> parse_embedding_request(std::string_view body) {
   auto dims = f.integer("dimensions", 1, 1 << 20);
   f.string("user");
   if (f.error()) return *f.error();
-  if (!model || model->empty()) return bad("model", "'model': missing (required)");
-  r.model = *model;
+  r.model = model.value_or("");  // empty: the one embedding model served (Server)
   if (format && *format != "float" && *format != "base64") {
     return bad("encoding_format",
                fmt::format("'encoding_format': expected float or base64, got '{}'", *format));
@@ -365,8 +364,7 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
   Fields f(doc);
   auto model = f.string("model");
   if (f.error()) return *f.error();
-  if (!model || model->empty()) return bad("model", "'model': missing (required)");
-  r.model = *model;
+  r.model = model.value_or("");  // empty: the one text-generation model served (Server)
 
   if (endpoint == Endpoint::kChat) {
     if (auto e = parse_messages(doc, &r.messages)) return *e;

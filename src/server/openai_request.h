@@ -31,7 +31,7 @@ enum class Endpoint { kChat, kCompletion };
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kChat;
-  std::string model;
+  std::string model;  // empty when left out: the server's one text-generation model
   std::vector<ChatMessage> messages;  // chat
   std::string prompt;                 // completions: text ...
   std::vector<int32_t> prompt_ids;    // ... or token ids
@@ -61,7 +61,7 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
 // or base64 (little-endian float32, what the official client asks for); `dimensions`, when
 // given, must be the model's (checked by the server); `user` is ignored.
 struct EmbeddingRequest {
-  std::string model;
+  std::string model;  // empty when left out: the server's one embedding model
   std::vector<std::string> texts;               // string inputs ...
   std::vector<std::vector<int32_t>> token_ids;  // ... or token-id inputs (one kind per request)
   bool base64 = false;

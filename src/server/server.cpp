@@ -309,7 +309,11 @@ void Server::handle_generation(const std::shared_ptr<HttpExchange>& ex, Endpoint
   if (!is_json(req.header("content-type"))) return reply_error(*ex, not_json(req));
   auto parsed = parse_generation_request(req.body, endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(*ex, *e);
-  const GenerationRequest& g = std::get<GenerationRequest>(parsed);
+  GenerationRequest& g = std::get<GenerationRequest>(parsed);
+  if (g.model.empty()) {
+    g.model = sole_model(*ex, /*embedding=*/false);
+    if (g.model.empty()) return;
+  }
   ServedModel* m = find_model(g.model);
   if (m == nullptr) {
     if (find_embedder(g.model) != nullptr) {
@@ -322,6 +326,36 @@ void Server::handle_generation(const std::shared_ptr<HttpExchange>& ex, Endpoint
     return reply_unknown_model(*ex, g.model);
   }
   m->serve(g, ex);
+}
+
+std::string Server::sole_model(HttpExchange& ex, bool embedding) {
+  if (!ready_.load()) {
+    reply_error(ex, ApiError{503, "the models are loading; name one in 'model' or retry", "model",
+                             "model_loading"});
+    return "";
+  }
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (embedding) {
+      for (auto& e : embedders_) names.push_back(e->name());
+    } else {
+      for (auto& m : models_) names.push_back(m->name());
+    }
+  }
+  if (names.size() == 1) return names[0];
+  const char* kind = embedding ? "embedding" : "text-generation";
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  reply_error(ex, ApiError{400,
+                           names.empty()
+                               ? fmt::format("'model': missing, and this server serves no {} model",
+                                             kind)
+                               : fmt::format("'model': missing, and this server serves {} {} "
+                                             "models ({}): name one",
+                                             names.size(), kind, list),
+                           "model", "invalid_request_error"});
+  return "";
 }
 
 void Server::reply_unknown_model(HttpExchange& ex, const std::string& model) {
@@ -344,7 +378,11 @@ void Server::handle_embeddings(const std::shared_ptr<HttpExchange>& ex) {
   if (!is_json(req.header("content-type"))) return reply_error(*ex, not_json(req));
   auto parsed = parse_embedding_request(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(*ex, *e);
-  const EmbeddingRequest& r = std::get<EmbeddingRequest>(parsed);
+  EmbeddingRequest& r = std::get<EmbeddingRequest>(parsed);
+  if (r.model.empty()) {
+    r.model = sole_model(*ex, /*embedding=*/true);
+    if (r.model.empty()) return;
+  }
   ServedEmbedder* e = find_embedder(r.model);
   if (e == nullptr) {
     if (find_model(r.model) != nullptr) {

@@ -59,6 +59,9 @@ class Server {
   void handle_embeddings(const std::shared_ptr<HttpExchange>& ex);
   // A 404 naming the served models (or 503 while they load) for an unknown `model`.
   void reply_unknown_model(HttpExchange& ex, const std::string& model);
+  // A request that left out `model`: the name of the one model of its kind served (embedding
+  // or text generation), or empty after replying 400 naming them (503 while they load).
+  std::string sole_model(HttpExchange& ex, bool embedding);
   void reply(HttpExchange& ex, HttpResponse r);
   void reply_error(HttpExchange& ex, const ApiError& e);
   std::string models_json();

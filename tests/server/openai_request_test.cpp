@@ -24,6 +24,18 @@ ApiError err(const std::string& body, Endpoint ep = Endpoint::kChat) {
   return {};
 }
 
+// `model` may be left out (the server then takes the one model of the endpoint's kind it
+// serves); present, it must be a string.
+TEST(OpenAiRequestTest, ModelMayBeLeftOut) {
+  const GenerationRequest g = ok(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(g.model, "");
+  auto e = parse_embedding_request(R"({"input": "hi"})");
+  ASSERT_TRUE(std::holds_alternative<EmbeddingRequest>(e));
+  EXPECT_EQ(std::get<EmbeddingRequest>(e).model, "");
+  const ApiError bad = err(R"({"model": 3, "messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(bad.param, "model");
+}
+
 TEST(OpenAiRequestTest, ParsesAChatRequestWithEveryField) {
   const GenerationRequest r = ok(R"({"model": "smol", "messages": [
       {"role": "developer", "content": "Be brief."},
@@ -99,7 +111,6 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{chat(R"("temperature": 1e400)"), "", "number overflow"},
         Bad{"{\"model\": \"m\xff\"}", "", "not valid UTF-8 (at byte 12)"},
         Bad{std::string(100, '[') + std::string(100, ']'), "", "nests deeper than 64"},
-        Bad{R"({"messages": []})", "model", "'model': missing"},
         Bad{R"({"model": 3})", "model", "'model': expected a string, got an integer"},
         Bad{R"({"model": "m"})", "messages", "'messages': missing"},
         Bad{R"({"model": "m", "messages": []})", "messages", "non-empty array"},

@@ -162,6 +162,24 @@ class ServeApiTest(unittest.TestCase):
         # The server still serves.
         self.assertEqual(self.curl_post("/v1/chat/completions", chat_body(max_tokens=2))[0], 200)
 
+    def test_model_may_be_left_out_when_one_is_served(self):
+        body = chat_body(max_tokens=4, temperature=0)
+        del body["model"]
+        status, reply = self.curl_post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, reply)
+        whole = json.loads(reply)
+        self.assertEqual(whole["model"], SMOLLM2)
+        status, named = self.curl_post("/v1/chat/completions", chat_body(max_tokens=4, temperature=0))
+        self.assertEqual(status, 200, named)
+        self.assertEqual(whole["choices"][0]["message"]["content"],
+                         json.loads(named)["choices"][0]["message"]["content"])
+        # No embedding model here: /v1/embeddings without a model says so.
+        status, reply = self.curl_post("/v1/embeddings", {"input": "hi"})
+        self.assertEqual(status, 400, reply)
+        e = self.error_of(reply)
+        self.assertIn("'model': missing, and this server serves no embedding model", e["message"])
+        self.assertEqual(e["param"], "model")
+
     def test_a_client_leaving_mid_stream_frees_its_blocks(self):
         aborted = self.srv.metric("rinfer_requests_total", {"model": SMOLLM2, "finish": "aborted"})
         body = json.dumps(chat_body(content="Tell me a long story.", max_tokens=400,

@@ -137,7 +137,6 @@ class ServeEmbeddingsTest(unittest.TestCase):
             ({"model": MINILM, "input": "x", "encoding_format": "int8"}, 400, "encoding_format"),
             ({"model": MINILM, "input": "x", "dimensions": 128}, 400, "dimensions"),
             ({"model": MINILM, "input": "x", "dimensions": "big"}, 400, "dimensions"),
-            ({"input": "x"}, 400, "model"),
             ({"model": "nope", "input": "x"}, 404, "model"),
             ({"model": SMOLLM2, "input": "x"}, 400, "model"),
         ]
@@ -145,6 +144,15 @@ class ServeEmbeddingsTest(unittest.TestCase):
             got, data = self.post(body)
             self.assertEqual(got, status, (body if len(json.dumps(body)) < 200 else "big", data))
             self.assertEqual(data["error"]["param"], param, data)
+        # `model` left out: the one model of the endpoint's kind this server serves (one
+        # embedding model, one text-generation model).
+        got, data = self.post({"input": "x"})
+        self.assertEqual(got, 200, data)
+        self.assertEqual(data["model"], MINILM)
+        got, raw = self.srv.post("/v1/chat/completions",
+                                 {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        self.assertEqual(got, 200, raw)
+        self.assertEqual(json.loads(raw)["model"], SMOLLM2)
         # An embedding model asked for a chat reply.
         status, data = self.srv.post("/v1/chat/completions",
                                      {"model": MINILM, "messages": [{"role": "user", "content": "hi"}]})

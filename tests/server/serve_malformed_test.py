@@ -94,7 +94,8 @@ def cases():
     for bad_prompt in ["", [], [[]], ["a", "b"], [1, "a"], [-1], [2**40], {}, 3, None]:
         body = {"model": SMOLLM2, "prompt": bad_prompt, "max_tokens": 1}
         add("bad prompt", raw_request(COMP, json.dumps(body)))
-    add("missing model", raw_request(CHAT, json.dumps({"messages": [{"role": "user", "content": "x"}]})))
+    add("model not a string",
+        raw_request(CHAT, json.dumps({"model": 3, "messages": [{"role": "user", "content": "x"}]})))
     add("missing messages", raw_request(CHAT, json.dumps({"model": SMOLLM2})))
 
     # Out-of-range numbers.
