@@ -140,6 +140,14 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   if (req.presence_penalty) p.sampling.presence_penalty = *req.presence_penalty;
   if (req.frequency_penalty) p.sampling.frequency_penalty = *req.frequency_penalty;
   if (req.repetition_penalty) p.sampling.repeat_penalty = *req.repetition_penalty;
+  // A request that sends temperature 0 asks for the model's most likely token at every step (the
+  // top of the logprobs it gets back): the recipe's penalties apply to it only where it sends
+  // them. Requests that leave temperature out take the recipe's sampling whole.
+  if (req.temperature && p.sampling.temperature == 0) {
+    if (!req.repetition_penalty) p.sampling.repeat_penalty = 1.0f;
+    if (!req.presence_penalty) p.sampling.presence_penalty = 0.0f;
+    if (!req.frequency_penalty) p.sampling.frequency_penalty = 0.0f;
+  }
   const int64_t room = context_length() - static_cast<int64_t>(p.prompt.size());
   p.max_tokens = req.max_tokens.value_or(r.max_tokens > 0 ? r.max_tokens : room);
   p.stop = req.stop.value_or(r.stop);

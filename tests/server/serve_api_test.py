@@ -264,6 +264,18 @@ class ServeApiTest(unittest.TestCase):
 
         self.assertEqual(sample(7), sample(7))
 
+    def test_greedy_reply_is_its_own_top_logprobs(self):
+        # temperature 0 sent, no penalties sent: each token is the model's most likely one, as
+        # the logprobs report it, although the recipe sets a repeat penalty (a reply that repeats
+        # itself shows the difference).
+        r = self.client.chat.completions.create(
+            model=SMOLLM2, messages=[{"role": "user", "content": "Repeat the word 'yes' forty times."}],
+            temperature=0, max_tokens=48, logprobs=True, top_logprobs=1,
+            extra_body={"ignore_eos": True})
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 48)
+        self.assertEqual([t.token for t in content], [t.top_logprobs[0].token for t in content])
+
     def test_openai_errors(self):
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.chat.completions.create(model=SMOLLM2,
