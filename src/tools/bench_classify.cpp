@@ -83,10 +83,10 @@ std::string markdown(const ordered_json& r) {
   }
   const bool gpu = r["device"].value("kind", "") == "cuda";
   t += fmt::format(
-      "\n{} images per run ({} photos, each preprocessed by the variant's recipe), medians of {} "
-      "runs of the network alone{}; {}; {:.2f} GFLOP per image; logits against the baseline's (a "
+      "\n{} images per run ({} photos, each preprocessed by the variant's recipe), {} "
+      "of the network alone{}; {}; {:.2f} GFLOP per image; logits against the baseline's (a "
       "variant over a relative L2 of {:.0e} fails).\n",
-      r["images"].get<int64_t>(), r["photos"].size(), r["repeat"].get<int>(),
+      r["images"].get<int64_t>(), r["photos"].size(), bench::medians_of(r["repeat"].get<int64_t>()),
       gpu ? " on inputs in device memory (end to end: host pixels in, logits out)" : "",
       gpu ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
                         r["machine"]["cpu"].get<std::string>())

@@ -81,10 +81,10 @@ std::string markdown(const ordered_json& r) {
     }
   }
   t += fmt::format(
-      "\n{} inputs ({} tokens) from {}; medians of {} runs; {}; cosine against the "
+      "\n{} inputs ({} tokens) from {}; {}; {}; cosine against the "
       "baseline's vectors (a variant under {} fails).\n",
       r["texts"].get<int64_t>(), r["tokens"].get<int64_t>(), r["text_file"].get<std::string>(),
-      r["repeat"].get<int>(),
+      bench::medians_of(r["repeat"].get<int64_t>()),
       r["device"].value("kind", "") == "cuda"
           ? fmt::format("{} (host: {})", r["device"].value("name", "GPU"),
                         r["machine"]["cpu"].get<std::string>())

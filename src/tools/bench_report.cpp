@@ -231,13 +231,15 @@ std::string markdown_table(const ordered_json& report) {
   const auto& m = report["machine"];
   o << "\n"
     << fmt::format(
-           "Medians of {} runs (min–max) after {} warm-up, prompt {} tokens, {} generated "
+           "{}{} after {} warm-up, prompt {} tokens, {} generated "
            "tokens (greedy, end-of-text ignored), on {} ({}, {} threads; device {}), {} at "
            "{}{}. Latency reduction: per-token decode latency; throughput gain: decode tok/s; "
            "memory saving: peak host + device memory; all relative to `{}`. Precision: "
            "teacher-forced over {} tokens against `{}`; gate {}. Shared machine: numbers move "
            "between runs.",
-           num(s, "repeat"), num(s, "warmup"), num(s, "prompt_tokens"), num(s, "gen_tokens"),
+           medians_of(s.value("repeat", int64_t{0}), true),
+           s.value("repeat", int64_t{0}) == 1 ? "" : " (min–max)", num(s, "warmup"),
+           num(s, "prompt_tokens"), num(s, "gen_tokens"),
            str(m, "name"), str(m, "cpu"), num(m, "hardware_threads"), str(report["device"], "name"),
            str(report, "date"), str(report, "git_sha").substr(0, 10),
            report.value("git_dirty", false) ? "+dirty" : "", str(report, "baseline"),
@@ -330,6 +332,12 @@ bool skip_unsupported(nlohmann::ordered_json& report, const std::string& name,
                st.message().c_str());
   report["skipped"].push_back({{"name", name}, {"recipe", recipe}, {"reason", st.message()}});
   return true;
+}
+
+std::string medians_of(int64_t runs, bool capital) {
+  std::string out = runs == 1 ? "a single run" : fmt::format("medians of {} runs", runs);
+  if (capital) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+  return out;
 }
 
 std::string skipped_note(const nlohmann::ordered_json& report) {

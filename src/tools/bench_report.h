@@ -59,6 +59,8 @@ int write_json(const std::string& path, const nlohmann::ordered_json& j);
 // recipe, reason} under report["skipped"].
 bool skip_unsupported(nlohmann::ordered_json& report, const std::string& name,
                       const std::string& recipe, const Status& st, bool is_baseline);
+// "medians of N runs", or "a single run" when N is 1 (capitalized with `capital`).
+std::string medians_of(int64_t runs, bool capital = false);
 // The line under a table that names the skipped variants and why ("" when none).
 std::string skipped_note(const nlohmann::ordered_json& report);
 
