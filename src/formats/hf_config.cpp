@@ -177,6 +177,8 @@ Status parse_into(const json& root, const std::string& name, HfConfig* c) {
     }
   }
   if (theta) c->rope_theta = *theta;
+  RINFER_ASSIGN_OR_RETURN(auto positions, r.opt_string("position_embedding_type"));
+  c->absolute_positions = positions && *positions == "absolute";
   if (!(c->rope_theta > 0) || !std::isfinite(c->rope_theta)) {
     return data_loss("{}: rope_theta must be a positive number, got {}", name, c->rope_theta);
   }

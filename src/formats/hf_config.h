@@ -25,6 +25,9 @@ struct HfConfig {
   int64_t max_position_embeddings = 0;     // required, > 0
   int64_t vocab_size = 0;                  // required, > 0
   double rope_theta = 10000.0;  // "rope_theta", else "rope_parameters.rope_theta", else 10000
+  // "position_embedding_type": "absolute" (BERT-style learned positions): no rotary embedding,
+  // so rope_theta means nothing.
+  bool absolute_positions = false;
   // "rms_norm_eps", else "layer_norm_eps", else "layer_norm_epsilon"; one is required.
   double norm_eps = 0.0;
   // When absent: false for model types whose transformers config defaults it to false (llama,

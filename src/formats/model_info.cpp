@@ -142,7 +142,7 @@ Result<ModelInfo> safetensors_info(const std::string& path) {
     info.head_dim = c.head_dim;
     info.context_length = c.max_position_embeddings;
     info.vocab_size = c.vocab_size;
-    info.rope_freq_base = c.rope_theta;
+    if (!c.absolute_positions) info.rope_freq_base = c.rope_theta;
     info.sliding_window = c.sliding_window;
     info.norm_eps = c.norm_eps;
   }

@@ -118,6 +118,7 @@ TEST(HfConfig, LlamaStyle) {
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.torch_dtype, "bfloat16");
   EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_FALSE(c.absolute_positions);
   EXPECT_EQ(c.raw_json, kLlamaConfig);
 }
 
@@ -137,6 +138,7 @@ TEST(HfConfig, Bert) {
   EXPECT_EQ(c.vocab_size, 30522);
   EXPECT_DOUBLE_EQ(c.norm_eps, 1e-12);
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_TRUE(c.absolute_positions);  // so `rinfer info` prints no rope base
   EXPECT_TRUE(c.tie_word_embeddings);  // the PretrainedConfig default
   EXPECT_EQ(c.torch_dtype, "");
 }

@@ -88,6 +88,7 @@ TEST(InfoCli, MiniLmSafetensorsDirectory) {
   EXPECT_EQ(j["hparams"]["n_embd"], 384);
   EXPECT_EQ(j["hparams"]["n_head"], 12);
   EXPECT_EQ(j["hparams"]["vocab_size"], 30522);
+  EXPECT_TRUE(j["hparams"]["rope_freq_base"].is_null());  // learned absolute positions
   EXPECT_EQ(j["tensors"]["count"], 104);
   EXPECT_EQ(j["dtypes"]["i64"]["tensors"], 1);
   EXPECT_EQ(j["tokenizer"]["kind"], "tokenizer.json (WordPiece)");
