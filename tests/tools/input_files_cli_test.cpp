@@ -64,8 +64,14 @@ TEST_F(InputFilesCli, RecipeModelIsAFifo) {
 
 TEST_F(InputFilesCli, RecipeIsAFifoOrADirectory) {
   expect_refused(rinfer("run '" + fifo_ + "' -p hi"), fifo_ + ": not a regular file (a FIFO)");
-  // A directory is not reported as a missing recipe.
-  expect_refused(rinfer("run '" + dir_ + "' -p hi"), dir_ + ": is a directory, expected a file");
+  // A directory is a model folder (`rinfer run MODEL`), here one without weights; a .yaml name
+  // that is a directory is not reported as a missing recipe.
+  expect_refused(rinfer("run '" + dir_ + "' -p hi"),
+                 dir_ + ": the directory holds no model.safetensors");
+  const std::string yaml_dir = dir_ + "/d.yaml";
+  ASSERT_TRUE(std::filesystem::create_directory(yaml_dir));
+  expect_refused(rinfer("run '" + yaml_dir + "' -p hi"),
+                 yaml_dir + ": is a directory, expected a file");
 }
 
 TEST_F(InputFilesCli, PerplexityTextIsAFifoOrADirectory) {
