@@ -40,6 +40,10 @@ int run_embed(const EmbedArgs& a) {
     if (!unicode::is_valid_utf8(texts[i], &bad)) {
       return report_error(fmt::format("TEXT {} is not valid UTF-8 (byte {})", i + 1, bad));
     }
+    // As a blank line of --file: an input with nothing to embed is a mistake, not a vector.
+    if (texts[i].find_first_not_of(" \t\r\n") == std::string::npos) {
+      return report_error(fmt::format("TEXT {} is empty (each TEXT is one input; remove it)", i + 1));
+    }
   }
   if (!a.file.empty()) {
     auto lines = read_text_lines(a.file, "--file");

@@ -126,6 +126,23 @@ TEST(SearchCli, MalformedCorporaNameTheLine) {
   }
 }
 
+// Blank inputs are refused alike, as TEXT arguments and as lines of --file, naming which.
+TEST(SearchCli, EmbedRefusesBlankInputsAsArgumentsAndLines) {
+  REQUIRE_MINILM();
+  auto r = rinfer("embed " + kRecipe + " 'a cat' ''");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("TEXT 2 is empty (each TEXT is one input; remove it)"), std::string::npos)
+      << r.err;
+  r = rinfer("embed " + kRecipe + " '   '");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("TEXT 1 is empty"), std::string::npos) << r.err;
+  const std::string path = test::write_temp_file("embed_blank.txt", "a cat\n\na dog\n");
+  r = rinfer("embed " + kRecipe + " --file " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("embed_blank.txt:2: empty line"), std::string::npos) << r.err;
+  EXPECT_EQ(rinfer("embed " + kRecipe + " 'a cat'").exit_code, 0);
+}
+
 TEST(SearchCli, DamagedIndexesAreRefused) {
   REQUIRE_MINILM();
   const std::string corpus = corpus_file("news40.txt", sentences(40));
