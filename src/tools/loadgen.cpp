@@ -45,6 +45,18 @@ struct LoadgenArgs {
   std::string json;
 };
 
+// An HTTP client failure as a sentence (httplib's names are single words: "Connection").
+std::string client_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "could not connect: nothing listens there (is rinfer serve running on that port?)";
+    case httplib::Error::ConnectionTimeout: return "the connection timed out";
+    case httplib::Error::Read: return "the connection broke while reading the reply";
+    case httplib::Error::Write: return "the connection broke while sending the request";
+    default: return "HTTP client error: " + httplib::to_string(e);
+  }
+}
+
 struct Reply {
   bool ok = false;
   std::string error;
@@ -119,7 +131,7 @@ Reply run_one(httplib::Client& cli, const LoadgenArgs& a, const LoadJob& job,
   r.finish_s = now();
   if (!r.error.empty()) return r;
   if (!res) {
-    r.error = "connection: " + httplib::to_string(res.error());
+    r.error = client_error(res.error());
     return r;
   }
   if (res->status != 200) {
@@ -245,7 +257,7 @@ int run_loadgen(LoadgenArgs& a) {
   if (!models || models->status != 200) {
     return report_error(fmt::format(
         "loadgen: GET {}/v1/models: {}", a.url,
-        models ? fmt::format("status {}", models->status) : httplib::to_string(models.error())));
+        models ? fmt::format("status {}", models->status) : client_error(models.error())));
   }
   const json list = json::parse(models->body, nullptr, false);
   int64_t vocab = 0, n_ctx = 0;

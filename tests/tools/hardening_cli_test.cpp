@@ -70,6 +70,17 @@ TEST(HardeningCli, InfoJsonSurvivesInvalidUtf8InNamesAndPaths) {
       << a.out;
 }
 
+// loadgen against a port where nothing listens says so in a sentence (it printed
+// "Connection").
+TEST(HardeningCli, LoadgenAgainstAClosedPortSaysWhy) {
+  auto r = run_command("timeout 20 " + rinfer() + " loadgen http://127.0.0.1:1 --requests 1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("loadgen: GET http://127.0.0.1:1/v1/models: could not connect: nothing "
+                       "listens there"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(HardeningCli, InfoSaysWhetherRunCanUseTheModel) {
   auto r = run_command(rinfer() + " info " + quote(test::test_data_path("llama/tiny_llama.gguf")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
