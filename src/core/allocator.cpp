@@ -129,9 +129,17 @@ AllocatorStats CachingHostAllocator::stats() const {
   return stats_;
 }
 
-HostAllocator& default_host_allocator() {
+namespace {
+CachingHostAllocator& caching_default() {
   static auto* allocator = new CachingHostAllocator();  // intentionally never destroyed
   return *allocator;
 }
+}  // namespace
+
+HostAllocator& default_host_allocator() {
+  return caching_default();
+}
+
+void release_default_host_cache() { caching_default().release_cached(); }
 
 }  // namespace rinfer

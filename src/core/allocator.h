@@ -92,5 +92,8 @@ class CachingHostAllocator : public HostAllocator {
 
 // The process-wide host allocator (caching). Never destroyed, so it outlives every tensor.
 HostAllocator& default_host_allocator();
+// Gives the default allocator's cached (free) blocks back to the system, so that the next
+// measurement of resident memory does not start with another run's cache in it.
+void release_default_host_cache();
 
 }  // namespace rinfer

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/cuda_info.h"
 #include "core/error.h"
 #include "core/input_file.h"
@@ -423,6 +424,7 @@ int run_bench(const BenchArgs& a) {
   for (size_t vi = 0; vi < variants->size(); ++vi) {
     const Variant& v = (*variants)[vi];
     const bool is_base = vi == 0;
+    release_default_host_cache();  // the last variant's cached blocks are not this one's
     malloc_trim(0);
     const uint64_t rss0 = proc_status_bytes("VmRSS");
     hwm_reset_ok = reset_peak_rss() && hwm_reset_ok;
