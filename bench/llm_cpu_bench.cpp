@@ -165,7 +165,7 @@ Result<Measured> measure(const std::string& path, const Config& c,
 int main(int argc, char** argv) {
   std::string model = "smollm2-135m-instruct-q4_1";
   std::string out_path;
-  std::string machine = "cpu-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "core";
+  std::string machine = rinfer::bench::machine_short_name(false, "");
   int threads = 0;
   int64_t pp = 512, tg = 128, baseline_tg = 16;
   int reps = 3;

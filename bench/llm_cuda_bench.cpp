@@ -363,7 +363,7 @@ int main_impl(int argc, char** argv) {
   j["git_sha"] =
       bench::git_sha(RINFER_SOURCE_DIR) + (bench::git_dirty(RINFER_SOURCE_DIR) ? "+dirty" : "");
   j["date"] = bench::utc_date();
-  j["machine"] = bench::machine_json("h200");
+  j["machine"] = bench::machine_json(bench::machine_short_name(true, devices->at(0).name));
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);

@@ -111,7 +111,7 @@ struct Row {
 int main(int argc, char** argv) {
   int repeat = 3;
   std::string out_path;
-  std::string machine = "cpu-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "core";
+  std::string machine = rinfer::bench::machine_short_name(false, "");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--repeat" && i + 1 < argc) {

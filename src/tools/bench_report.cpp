@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "tools/output.h"
 #include "tools/tools.h"
 
@@ -92,18 +93,16 @@ ordered_json machine_json(const std::string& name) {
   if (getloadavg(&load, 1) != 1) load = -1;
   return {{"name", name},
           {"cpu", cpu_model()},
+          {"cpu_feature", cpu_feature()},
           {"hardware_threads", sysconf(_SC_NPROCESSORS_ONLN)},
           {"load_average_1min", load},
           {"os", std::string(u.sysname) + " " + u.release}};
 }
 
-std::string machine_short_name(bool cuda, const std::string& gpu_name) {
-  if (!cuda) return fmt::format("cpu-{}core", sysconf(_SC_NPROCESSORS_ONLN));
-  // "NVIDIA H200" -> "h200", "NVIDIA GeForce RTX 4090" -> "rtx-4090".
-  std::string s = gpu_name;
-  for (const char* prefix : {"NVIDIA ", "GeForce "}) {
-    if (s.rfind(prefix, 0) == 0) s = s.substr(std::string(prefix).size());
-  }
+namespace {
+
+// Lower-case letters and digits, every other run of characters one '-'.
+std::string slug(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (std::isalnum(static_cast<unsigned char>(c))) {
@@ -113,7 +112,47 @@ std::string machine_short_name(bool cuda, const std::string& gpu_name) {
     }
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
-  return out.empty() ? "gpu" : out;
+  return out;
+}
+
+}  // namespace
+
+std::string cpu_feature() {
+  if (cpu::amx_bf16_available()) return "amx";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  return "";
+}
+
+std::string cpu_short_name(const std::string& model_name, const std::string& feature,
+                           long cores) {
+  // "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz" -> "intel-xeon-platinum-8481c": the
+  // frequency, trademarks and the words that every model name carries are left out.
+  std::string name = model_name.substr(0, model_name.find('@'));
+  for (const char* noise : {"(R)", "(r)", "(TM)", "(tm)", " CPU", " Processor"}) {
+    for (size_t at = name.find(noise); at != std::string::npos; at = name.find(noise)) {
+      name.erase(at, std::string(noise).size());
+    }
+  }
+  std::string s = slug(name);
+  if (s.size() > 40) s = s.substr(0, 40);
+  while (!s.empty() && s.back() == '-') s.pop_back();
+  std::string out = "cpu-";
+  if (!s.empty() && s != "unknown") out += s + "-";
+  if (!feature.empty()) out += feature + "-";
+  return out + fmt::format("{}core", cores);
+}
+
+std::string machine_short_name(bool cuda, const std::string& gpu_name) {
+  if (!cuda) return cpu_short_name(cpu_model(), cpu_feature(), sysconf(_SC_NPROCESSORS_ONLN));
+  // "NVIDIA H200" -> "h200", "NVIDIA GeForce RTX 4090" -> "rtx-4090".
+  std::string s = gpu_name;
+  for (const char* prefix : {"NVIDIA ", "GeForce "}) {
+    if (s.rfind(prefix, 0) == 0) s = s.substr(std::string(prefix).size());
+  }
+  s = slug(s);
+  return s.empty() ? "gpu" : s;
 }
 
 nlohmann::ordered_json device_json(const Device& device, std::string* machine) {

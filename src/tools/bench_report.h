@@ -40,9 +40,17 @@ std::string utc_date();
 // {"name", "cpu", "hardware_threads", "load_average_1min", "os"}.
 nlohmann::ordered_json machine_json(const std::string& name);
 
-// The bench/results/<machine> folder name: "cpu-<n>core" on the CPU, the GPU's short name
-// ("h200") for a CUDA device (`gpu_name` as the driver reports it, e.g. "NVIDIA H200").
+// The bench/results/<machine> folder name. On the CPU it names the model, its widest SIMD
+// feature and the core count ("cpu-amd-epyc-avx512-2core", "cpu-intel-xeon-amx-2core"), so
+// results from different CPUs never share a folder; for a CUDA device the GPU's short name
+// ("h200"; `gpu_name` as the driver reports it, e.g. "NVIDIA H200").
 std::string machine_short_name(bool cuda, const std::string& gpu_name);
+// The CPU label from its parts: /proc/cpuinfo's model name, the feature ("amx", "avx512",
+// "avx2" or "") and the core count.
+std::string cpu_short_name(const std::string& model_name, const std::string& feature, long cores);
+// This CPU's widest feature the kernels use: "amx" (AMX-BF16 tiles usable), "avx512", "avx2" or
+// "".
+std::string cpu_feature();
 
 // {"kind", "name", "driver"} of the device a benchmark runs on (for cuda:N also "device"), and
 // its bench/results folder name in *machine.

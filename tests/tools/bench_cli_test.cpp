@@ -48,7 +48,7 @@ TEST(BenchCli, TinyModelJsonTableReadme) {
   std::ofstream(dir + "/kv.yaml") << recipe(model,
                                             "  kv_cache: {enabled: true}\n  threads: {count: 1}\n");
   // One table per machine: the markers carry the machine name bench uses on a CPU.
-  const std::string machine = "cpu-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "core";
+  const std::string machine = bench::machine_short_name(false, "");
   const std::string readme_in =
       "# tiny\n\n<!-- bench:begin " + machine + " -->\nold\n<!-- bench:end " + machine +
       " -->\nafter\n<!-- bench:begin h200 -->\nother\n<!-- " + "bench:end h200 -->\n";
@@ -148,6 +148,23 @@ TEST(BenchCli, GateFailureIsNeverBest) {
   EXPECT_NE(t.find("| 3.00x |"), std::string::npos) << t;
   EXPECT_EQ(bench::machine_short_name(true, "NVIDIA H200"), "h200");
   EXPECT_EQ(bench::machine_short_name(true, "NVIDIA GeForce RTX 4090"), "rtx-4090");
+}
+
+// Two CPUs of one core count get different results folders: the label names the model and
+// its widest SIMD feature.
+TEST(BenchCli, CpuLabelsNameTheModelAndItsFeature) {
+  EXPECT_EQ(bench::cpu_short_name("AMD EPYC", "avx512", 2), "cpu-amd-epyc-avx512-2core");
+  EXPECT_EQ(bench::cpu_short_name("Intel(R) Xeon(R) Processor", "amx", 2),
+            "cpu-intel-xeon-amx-2core");
+  EXPECT_EQ(bench::cpu_short_name("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "amx", 8),
+            "cpu-intel-xeon-platinum-8481c-amx-8core");
+  EXPECT_EQ(bench::cpu_short_name("unknown", "", 4), "cpu-4core");
+  const std::string here = bench::machine_short_name(false, "");
+  EXPECT_EQ(here.rfind("cpu-", 0), 0u) << here;
+  EXPECT_NE(here.find(bench::cpu_feature()), std::string::npos) << here;
+  if (bench::cpu_model() != "unknown") {
+    EXPECT_NE(here, "cpu-" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + "core") << here;
+  }
 }
 
 // A variant whose load answers kUnsupported (here bf16 activations, which the decoder sample does
