@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "recipe/recipe.h"
 
 namespace rinfer {
 
@@ -19,6 +20,14 @@ std::string PrecisionThresholds::to_string() const {
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
   return s;
+}
+
+PrecisionThresholds gate_of_recipe(const PrecisionGate& recipe_gate) {
+  PrecisionThresholds t;
+  if (recipe_gate.min_top1) t.min_top1 = recipe_gate.min_top1;
+  if (recipe_gate.max_mean_kl) t.max_mean_kl = recipe_gate.max_mean_kl;
+  if (recipe_gate.max_ppl_change) t.max_ppl_change = recipe_gate.max_ppl_change;
+  return t;
 }
 
 Result<std::vector<float>> teacher_forced_logits(EngineCore& core, std::span<const int32_t> tokens,

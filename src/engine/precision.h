@@ -6,7 +6,8 @@
 //   ppl change       ppl_variant / ppl_baseline - 1, where ppl = exp(mean -log p(next token))
 //                    over positions 0..n-2 (relative: +0.01 is 1% worse)
 //
-// The gate (a recipe's `precision:` settings, or the defaults below) passes when top-1 >=
+// The gate (the defaults below, each replaced by the recipe's `precision:` setting of that bound
+// where it has one) passes when top-1 >=
 // min_top1, mean KL <= max_mean_kl and |ppl change| <= max_ppl_change. `rinfer bench` marks a
 // failing variant and never picks it as the best (the rollback rule).
 #pragma once
@@ -23,9 +24,9 @@
 
 namespace rinfer {
 
-// The thresholds checked (nullopt: not checked). The defaults are used when a recipe has no
-// `precision:` section (RecipeConfig::precision, recipe/recipe.h, whose absent fields are not
-// checked).
+// The thresholds checked (nullopt: not checked). One rule makes a variant's gate: every bound
+// starts at its default below, and each bound its recipe's `precision:` section sets replaces
+// that bound alone (gate_of_recipe); the others keep their defaults.
 struct PrecisionThresholds {
   std::optional<double> min_top1 = 0.95;
   std::optional<double> max_mean_kl = 0.05;
@@ -33,6 +34,10 @@ struct PrecisionThresholds {
   // "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%"
   std::string to_string() const;
 };
+
+struct PrecisionGate;  // recipe/recipe.h
+// The gate of a recipe's `precision:` section by the rule above.
+PrecisionThresholds gate_of_recipe(const PrecisionGate& recipe_gate);
 
 struct PrecisionReport {
   int64_t positions = 0;

@@ -70,8 +70,8 @@ struct BenchConfig {
                                        // folder (absent: the bench tool's built-in text)
 };
 
-// precision: the gate a variant must pass against its baseline in `rinfer bench`. Absent
-// fields are not checked.
+// precision: the gate a variant must pass against its baseline in `rinfer bench`. A field set
+// here replaces that bound's default; an absent one keeps its default (engine/precision.h).
 struct PrecisionGate {
   std::optional<double> min_top1;        // top-1 agreement of the logits, in [0, 1]
   std::optional<double> max_mean_kl;     // mean KL(baseline || variant), nats

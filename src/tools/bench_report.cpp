@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/cuda_info.h"
 #include "core/error.h"
@@ -226,6 +228,29 @@ std::string percent(double f) { return fmt::format("{:+.1f}%", 100.0 * f); }
 
 }  // namespace
 
+// The footer's precision sentence: the gates as applied (each variant's own, from its JSON).
+std::string precision_note(const ordered_json& report) {
+  const int64_t tokens = report["settings"].value("precision_tokens", int64_t{0});
+  if (tokens == 0) return "Precision: not measured (--no-precision).";
+  std::vector<std::pair<std::string, std::string>> gates;  // variant, gate text
+  for (const auto& v : report["variants"]) {
+    if (v.value("baseline", false) || !v.contains("gate") || !v["gate"].is_object()) continue;
+    gates.emplace_back(str(v, "name"), str(v["gate"], "text"));
+  }
+  std::string out = fmt::format("Precision: teacher-forced over {} tokens against `{}`", tokens,
+                                str(report, "baseline"));
+  const bool one_gate = std::all_of(gates.begin(), gates.end(), [&](const auto& g) {
+    return g.second == gates.front().second;
+  });
+  if (gates.empty()) return out + ".";
+  if (one_gate) return out + fmt::format("; gate {}.", gates.front().second);
+  out += "; gates:";
+  for (size_t i = 0; i < gates.size(); ++i) {
+    out += fmt::format("{} `{}` {}", i ? ";" : "", gates[i].first, gates[i].second);
+  }
+  return out + ".";
+}
+
 std::string markdown_table(const ordered_json& report) {
   std::ostringstream o;
   o << "| variant | strategy change | TTFT ms | decode tok/s | prefill tok/s | latency reduction "
@@ -273,16 +298,15 @@ std::string markdown_table(const ordered_json& report) {
            "{}{} after {} warm-up, prompt {} tokens, {} generated "
            "tokens (greedy, end-of-text ignored), on {} ({}, {} threads; device {}), {} at "
            "{}{}. Latency reduction: per-token decode latency; throughput gain: decode tok/s; "
-           "memory saving: peak host + device memory; all relative to `{}`. Precision: "
-           "teacher-forced over {} tokens against `{}`; gate {}. Shared machine: numbers move "
-           "between runs.",
+           "memory saving: peak host + device memory; all relative to `{}`. {} Shared machine: "
+           "numbers move between runs.",
            medians_of(s.value("repeat", int64_t{0}), true),
            s.value("repeat", int64_t{0}) == 1 ? "" : " (min–max)", num(s, "warmup"),
            num(s, "prompt_tokens"), num(s, "gen_tokens"),
            str(m, "name"), str(m, "cpu"), num(m, "hardware_threads"), str(report["device"], "name"),
            str(report, "date"), str(report, "git_sha").substr(0, 10),
            report.value("git_dirty", false) ? "+dirty" : "", str(report, "baseline"),
-           num(s, "precision_tokens"), str(report, "baseline"), str(report, "default_gate"))
+           precision_note(report))
     << "\n"
     << skipped_note(report);
   return o.str();

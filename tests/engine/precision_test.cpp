@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "models/model.h"
+#include "recipe/recipe.h"
 #include "test_util.h"
 
 namespace rinfer {
@@ -114,6 +116,44 @@ TEST(Precision, PerplexityAndGateByHand) {
   nan.ppl_change = std::nan("");
   apply_gate(nan, gate);
   EXPECT_FALSE(nan.passed);
+}
+
+// docs/recipes.md's rule, case by case: no section keeps the three defaults; a bound a recipe
+// sets replaces that bound alone; a variant inherits its base's bounds and overrides them key
+// by key; every bound set replaces every default.
+TEST(Precision, RecipeGateRuleCaseByCase) {
+  const std::string head = "model: m.gguf\ndevice: cpu\nscenario: llm-chat\n";
+  auto gate = [&](const std::string& text) {
+    auto r = parse_recipe(head + text, "gate.yaml");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? gate_of_recipe(r->precision) : PrecisionThresholds{};
+  };
+  const PrecisionThresholds none = gate("");
+  EXPECT_EQ(none.to_string(), "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%");
+  EXPECT_EQ(gate("precision: {min_top1: 0.5}\n").to_string(),
+            "top-1 >= 0.5, mean KL <= 0.05, |ppl change| <= 2%");
+  EXPECT_EQ(gate("precision: {max_ppl_change: 0.1}\n").to_string(),
+            "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 10%");
+  EXPECT_EQ(gate("precision: {min_top1: 0.9, max_mean_kl: 0.01, max_ppl_change: 0.005}\n")
+                .to_string(),
+            "top-1 >= 0.9, mean KL <= 0.01, |ppl change| <= 0.5%");
+  const std::string base = test::write_temp_file(
+      "gate_base.yaml", head + "precision: {min_top1: 0.8, max_mean_kl: 0.2}\n");
+  auto variant = parse_recipe(
+      "base: " + base + "\nprecision: {max_mean_kl: 0.3}\n",
+      (std::filesystem::path(base).parent_path() / "variant.yaml").string());
+  ASSERT_TRUE(variant.ok()) << variant.status().message();
+  EXPECT_EQ(gate_of_recipe(variant->precision).to_string(),
+            "top-1 >= 0.8, mean KL <= 0.3, |ppl change| <= 2%");
+  // A bound's loosest value lets every variant pass it.
+  PrecisionReport r;
+  r.logits.top1_agreement = 0.0;
+  r.logits.mean_kl = 0.01;
+  r.ppl_change = 0.01;
+  apply_gate(r, gate("precision: {min_top1: 0}\n"));
+  EXPECT_TRUE(r.passed) << r.failures;
+  apply_gate(r, none);
+  EXPECT_FALSE(r.passed);
 }
 
 TEST(Precision, TinyModelAgainstItselfAndInt8Activations) {

@@ -167,6 +167,49 @@ TEST(BenchCli, CpuLabelsNameTheModelAndItsFeature) {
   }
 }
 
+// A variant slower than the baseline is never the best, even when it passes its gate; the
+// footer states each variant's gate as applied (a recipe's bound replaces that bound alone).
+TEST(BenchCli, SlowerVariantIsNotBestAndTheFooterStatesEachGate) {
+  const std::string dir =
+      (fs::path(test::write_temp_file("tmp", "")).parent_path() / "bench_slower").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = test::tiny_model_with_tokenizer(dir);
+  std::ofstream(dir + "/baseline.yaml")
+      << recipe(model, "  kv_cache: {enabled: true}\n  threads: {count: 1}\n");
+  std::ofstream(dir + "/no-kv.yaml")
+      << "base: baseline.yaml\nstrategies:\n  kv_cache: {enabled: false}\n"
+         "precision: {min_top1: 0.5}\n";
+  std::ofstream(dir + "/same.yaml") << "base: baseline.yaml\n";
+  const std::string json = dir + "/slower.json";
+  auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
+                             "' --repeat 1 --warmup 0 --prompt-tokens 12 --gen-tokens 48 "
+                             "--precision-tokens 24 --json '" + json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(read(json));
+  ASSERT_EQ(j["variants"].size(), 3u);
+  const auto& no_kv = j["variants"][1];
+  ASSERT_EQ(no_kv["name"], "no-kv");
+  EXPECT_TRUE(no_kv["gate_passed"].get<bool>());
+  EXPECT_DOUBLE_EQ(no_kv["gate"]["min_top1"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(no_kv["gate"]["max_mean_kl"].get<double>(), 0.05);  // the default stays
+  ASSERT_LT(no_kv["relative"]["throughput_gain"].get<double>(), 1.0);
+  if (j["best"].is_string()) EXPECT_NE(j["best"], "no-kv");
+  EXPECT_NE(r.out.find("gates: `no-kv` top-1 >= 0.5, mean KL <= 0.05, |ppl change| <= 2%; "
+                       "`same` top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%."),
+            std::string::npos)
+      << r.out;
+
+  auto quiet = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
+                                 "/baseline.yaml' '" + dir + "/same.yaml' --repeat 1 --warmup 0 "
+                                 "--prompt-tokens 12 --gen-tokens 4 --no-precision --json '" +
+                                 json + "'");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_NE(quiet.out.find("Precision: not measured (--no-precision)."), std::string::npos)
+      << quiet.out;
+  EXPECT_EQ(quiet.out.find("gate top-1"), std::string::npos) << quiet.out;
+}
+
 // A variant whose load answers kUnsupported (here bf16 activations, which the decoder sample does
 // not implement on any CPU) is skipped with a note under the table and in the JSON, as a
 // variant for another device is; the rest of the folder runs. The baseline itself must run.
