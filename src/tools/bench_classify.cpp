@@ -114,6 +114,13 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
   const std::string folder_name = fs::path(o.folder).filename().string();
   const std::string json_path =
       !o.json.empty() ? o.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
+  {
+    std::vector<std::string> inputs;
+    for (const auto& v : variants) inputs.push_back(v.path);
+    if (Status c = bench::prepare_json_output(json_path, inputs); !c.ok()) {
+      return report_error(c.message());
+    }
+  }
   for (size_t i = 0; i < o.peer_jsons.size(); ++i) {
     auto text = read_regular_file(o.peer_jsons[i], 1 << 20);
     if (!text.ok()) return report_error(text.status().message());
@@ -199,7 +206,9 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
     j["name"] = v.name;
     j["recipe"] = v.path;
     j["strategies"] = describe_strategies(v.recipe.strategies, v.recipe.device);
-    j["batch"] = v.recipe.classifier.max_batch;
+    // The batch as it ran: a run of fewer images than max_batch is one smaller batch.
+    j["batch"] = std::min(v.recipe.classifier.max_batch, o.n_images);
+    j["max_batch"] = v.recipe.classifier.max_batch;
     j["seconds"] = resident ? net_secs : secs;
     j["images_per_s"] = double(o.n_images) / med;
     if (resident) {

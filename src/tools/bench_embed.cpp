@@ -127,8 +127,8 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
       fs::path(o.folder).filename().empty() ? "bench" : fs::path(o.folder).filename().string();
   const std::string json_path =
       !o.json.empty() ? o.json : fmt::format("bench/results/{}/{}.json", machine, folder_name);
-  if (auto c = check_output_path(json_path, {text_file}); !c.ok()) {
-    return report_error(c.status().message());
+  if (Status c = bench::prepare_json_output(json_path, {text_file}); !c.ok()) {
+    return report_error(c.message());
   }
   for (const std::string& path : o.peer_jsons) {
     auto peer = read_regular_file(path, 1 << 20);

@@ -193,6 +193,13 @@ int write_json(const std::string& path, const ordered_json& j) {
   return 0;
 }
 
+Status prepare_json_output(const std::string& path, const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  return check_output_path(path, inputs).status();
+}
+
 // ---- tables and charts ----
 
 namespace {

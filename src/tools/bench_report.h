@@ -60,6 +60,9 @@ nlohmann::ordered_json device_json(const Device& device, std::string* machine);
 // device, directory or dangling symlink is refused, a symlink to a file written through); prints
 // "wrote PATH" or the failure on stderr. Exit code 0/1.
 int write_json(const std::string& path, const nlohmann::ordered_json& j);
+// Before a benchmark runs: makes the results JSON's folder (as write_json would) and checks the
+// path (core/output_file.h), so that a bad output fails now, not after the measurements.
+Status prepare_json_output(const std::string& path, const std::vector<std::string>& inputs);
 
 // A variant this machine cannot run (its load answered kUnsupported: AMX tiles, a CPU or GPU
 // feature) is left out with a note, as variants for another device are; the baseline must run.

@@ -340,9 +340,13 @@ int run_bench_serve(const ServeArgs& a) {
   report["date"] = bench::utc_date();
   report["device"] = bench::device_json(r.device, &machine);
   report["machine"] = bench::machine_json(machine);
-  for (const std::string& out : {a.json, a.readme}) {
-    if (out.empty()) continue;
-    auto checked = check_output_path(out, {a.recipe});
+  if (!a.json.empty()) {
+    if (Status c = bench::prepare_json_output(a.json, {a.recipe}); !c.ok()) {
+      return report_error(c.message());
+    }
+  }
+  if (!a.readme.empty()) {
+    auto checked = check_output_path(a.readme, {a.recipe});
     if (!checked.ok()) return report_error(checked.status().message());
   }
 

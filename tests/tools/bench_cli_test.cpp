@@ -264,7 +264,7 @@ TEST(BenchCli, EmbeddingFolderRunsToTheEndWithOrWithoutAmx) {
          "  threads: {count: 1}\nbench: {prompts: " + dir + "/texts.txt}\n";
   std::ofstream(dir + "/bf16.yaml")
       << "base: baseline.yaml\nstrategies:\n  quantization: {activations: bf16}\n";
-  const std::string json = dir + "/embed.json";
+  const std::string json = dir + "/new/embed.json";  // a missing folder is made, as for LLMs
   auto r = test::run_command(std::string(RINFER_BINARY) + " bench '" + dir +
                              "' --repeat 1 --warmup 0 --json '" + json + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;

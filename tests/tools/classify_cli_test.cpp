@@ -75,12 +75,15 @@ TEST(ClassifyCli, BenchWritesItsTableAndJson) {
   auto r = rinfer("bench " + recipe() + " --vs optimized --images 4 --repeat 1 --warmup 0 --json " +
                   json);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| optimized | 32 |"), std::string::npos) << r.out;
+  // The batch as it ran: 4 images are one batch of 4, not the recipe's max_batch of 32.
+  EXPECT_NE(r.out.find("| optimized | 4 |"), std::string::npos) << r.out;
   auto j = nlohmann::json::parse(test::run_command("cat " + json).out, nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["benchmark"], "rinfer bench (image-classification)");
   EXPECT_EQ(j["variants"][0]["top1_agreement"], 1.0);
   EXPECT_GT(j["variants"][0]["images_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["variants"][0]["batch"], 4);
+  EXPECT_EQ(j["variants"][0]["max_batch"], 32);
 }
 
 }  // namespace
