@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_file.h"
+#include "core/progress.h"
 #include "engine/classifier.h"
 #include "formats/model_cache.h"
 #include "image/image.h"
@@ -158,6 +159,7 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
     pixels.resize(static_cast<size_t>(o.n_images * per));
     std::vector<float> logits(static_cast<size_t>(o.n_images * nc));
     std::vector<double> secs;
+    Progress bar(fmt::format("bench {}", v.name), o.warmup + o.repeat, "run");
     for (int run = 0; run < o.warmup + o.repeat; ++run) {
       const auto t0 = Clock::now();
       if (Status st = cls.logits(pixels, o.n_images, logits.data()); !st.ok()) {
@@ -165,9 +167,9 @@ int run_classify_bench(const std::vector<ClassifyBenchVariant>& variants,
       }
       const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
       if (run >= o.warmup) secs.push_back(sec);
-      std::fprintf(stderr, "bench: %s run %d/%d: %.2f s\n", v.name.c_str(), run + 1,
-                   o.warmup + o.repeat, sec);
+      bar.update(run + 1, fmt::format("{:.2f} s", sec));
     }
+    bar.finish();
     // On a GPU the figure is the network alone on inputs already in device memory (as the peer
     // measures its own), the last batch's inputs run again as batches of the same sizes; the
     // end-to-end rate (host pixels in, logits out) goes beside it.

@@ -11,6 +11,7 @@
 
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/progress.h"
 #include "engine/embedder.h"
 #include "search/search_index.h"
 #include "strategies/registry.h"
@@ -165,6 +166,7 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
     const double flops = encoder_flops(e.model().hparams(), *enc);
     std::vector<double> secs, tok_secs, fwd_secs;
     std::vector<float> vecs;
+    Progress bar(fmt::format("bench {}", v.name), o.warmup + o.repeat, "run");
     for (int run = 0; run < o.warmup + o.repeat; ++run) {
       EmbedStats st;
       const auto t0 = Clock::now();
@@ -177,9 +179,9 @@ int run_embedding_bench(const std::vector<EmbedBenchVariant>& variants,
         fwd_secs.push_back(st.forward_s);
       }
       vecs = std::move(r).value();
-      std::fprintf(stderr, "bench: %s run %d/%d: %.2f s\n", v.name.c_str(), run + 1,
-                   o.warmup + o.repeat, s);
+      bar.update(run + 1, fmt::format("{:.2f} s", s));
     }
+    bar.finish();
     if (base_vecs.empty()) base_vecs = vecs;
     double min_cos = 1.0, sum_cos = 0.0;
     const int64_t d = e.dim();
