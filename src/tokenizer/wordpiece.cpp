@@ -1,7 +1,9 @@
 #include "tokenizer/wordpiece.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -161,6 +163,39 @@ int32_t WordPieceTokenizer::find(std::string_view piece) const {
 std::string_view WordPieceTokenizer::piece(int32_t id) const {
   return id >= 0 && id < vocab_size() ? std::string_view(pieces_[static_cast<size_t>(id)])
                                       : std::string_view();
+}
+
+Result<std::string> WordPieceTokenizer::decode(std::span<const int32_t> ids,
+                                               bool skip_special) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size()) {
+      return invalid_argument("token id {} (position {}) is outside the vocabulary of {}", id, i,
+                              vocab_size());
+    }
+    if (skip_special && std::any_of(specials_.begin(), specials_.end(),
+                                    [&](const auto& sp) { return sp.second == id; })) {
+      continue;
+    }
+    std::string_view p = pieces_[static_cast<size_t>(id)];
+    if (!prefix_.empty() && p.starts_with(prefix_)) {
+      p.remove_prefix(prefix_.size());
+    } else if (!out.empty()) {
+      out += ' ';
+    }
+    out += p;
+  }
+  // clean_up_tokenization_spaces, as the tokenizers library applies it.
+  static constexpr std::pair<std::string_view, std::string_view> kCleanups[] = {
+      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kCleanups) {
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size())) {
+      out.replace(at, from.size(), to);
+    }
+  }
+  return out;
 }
 
 std::string WordPieceTokenizer::describe() const {

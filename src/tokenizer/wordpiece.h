@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,6 +51,11 @@ class WordPieceTokenizer {
   int32_t pad() const { return pad_; }
   int32_t unk() const { return unk_; }
   std::string_view piece(int32_t id) const;  // empty out of range
+  // Text from ids, as Hugging Face's WordPiece decoder gives it: pieces joined by spaces, a
+  // continuation piece ("##ing") glued to the one before, then the tokenization spaces cleaned
+  // (" ." -> ".", " n't" -> "n't", ...). skip_special leaves out [CLS], [SEP], [PAD] and the
+  // other special tokens. An id outside the vocabulary is an error naming it.
+  Result<std::string> decode(std::span<const int32_t> ids, bool skip_special) const;
   std::string describe() const;              // "WordPiece, 30522 pieces, lowercase"
 
  private:

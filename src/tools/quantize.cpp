@@ -35,6 +35,7 @@
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
+#include "formats/model_cache.h"
 #include "tools/tools.h"
 
 namespace rinfer {
@@ -83,12 +84,15 @@ int run_quantize(const QuantizeArgs& a) {
     return report_error(
         fmt::format("--type {}: expected one of f16, bf16, q8_0, q4_0, q4_1", a.type));
   }
+  // The input: a path or a cached model's name (formats/model_cache.h).
+  auto in_path = resolve_model(a.in);
+  if (!in_path.ok()) return report_error(in_path.status().message());
   // Before any work: a bad output must not cost the whole conversion.
-  const std::vector<std::string> inputs{a.in};
+  const std::vector<std::string> inputs{*in_path};
   if (auto out = check_output_path(a.out, inputs); !out.ok()) {
     return report_error(out.status().message());
   }
-  auto file = GgufFile::open(a.in);
+  auto file = GgufFile::open(*in_path);
   if (!file.ok()) return report_error(file.status().message());
   const GgufFile& f = *file;
 
@@ -172,7 +176,7 @@ void add_quantize_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("quantize",
                                  "Write a GGUF model with its weight matrices in another format");
   auto a = std::make_shared<QuantizeArgs>();
-  cmd->add_option("in", a->in, "Input GGUF file")->required();
+  cmd->add_option("in", a->in, "Input GGUF file, or a cached model's name")->required();
   cmd->add_option("out", a->out,
                   "Output GGUF file: a new or regular file, replaced atomically; a symlink to a "
                   "regular file is written through (the link survives); directories, FIFOs, "

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "formats/model_cache.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/wordpiece.h"
 #include "tools/input.h"
 #include "tools/output.h"
 #include "tools/tools.h"
@@ -21,9 +23,24 @@ namespace rinfer {
 
 namespace {
 
+// A decoder's tokenizer (BPE, SentencePiece) or an encoder's (WordPiece): exactly one is set.
 struct LoadedTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<WordPieceTokenizer> wordpiece;
   std::optional<GgufFile> gguf;  // for the chat template
+
+  std::string describe() const {
+    return wordpiece ? wordpiece->describe() : tokenizer->describe();
+  }
+  std::string_view piece(int32_t id) const {
+    return wordpiece ? wordpiece->piece(id) : tokenizer->piece(id);
+  }
+  std::string_view token_text(int32_t id) const {
+    return wordpiece ? wordpiece->piece(id) : tokenizer->token_text(id);
+  }
+  Result<std::string> decode(std::span<const int32_t> ids, bool skip_special) const {
+    return wordpiece ? wordpiece->decode(ids, skip_special) : tokenizer->decode(ids, skip_special);
+  }
 };
 
 Result<LoadedTokenizer> load_tokenizer(const std::string& model) {
@@ -33,10 +50,29 @@ Result<LoadedTokenizer> load_tokenizer(const std::string& model) {
     RINFER_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
     RINFER_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_gguf(file));
     out.gguf.emplace(std::move(file));
-  } else {
-    RINFER_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::load(path));
+    return out;
   }
-  return out;
+  auto t = Tokenizer::load(path);
+  if (t.ok()) {
+    out.tokenizer = std::move(t).value();
+    return out;
+  }
+  // A BERT-family encoder's tokenizer.json (WordPiece): the decoders' loader refuses it.
+  if (t.status().code() == StatusCode::kUnsupported) {
+    if (auto w = WordPieceTokenizer::load(path); w.ok()) {
+      out.wordpiece = std::move(w).value();
+      return out;
+    }
+  }
+  return t.status();
+}
+
+// WordPiece ids: [CLS] pieces [SEP], or the pieces alone (--no-special).
+Result<std::vector<int32_t>> encode_wordpiece(const WordPieceTokenizer& w, const std::string& text,
+                                              bool special) {
+  if (!special) return w.encode_pieces(text);
+  RINFER_ASSIGN_OR_RETURN(TokenEncoding e, w.encode(text, std::numeric_limits<int64_t>::max()));
+  return e.ids;
 }
 
 Result<std::vector<int32_t>> parse_ids(const std::vector<std::string>& args) {
@@ -80,6 +116,33 @@ struct TokenizeArgs {
   std::string chat_template;
 };
 
+// The ids in the form the flags ask for.
+int print_tokens(const LoadedTokenizer& tok, const Result<std::vector<int32_t>>& ids,
+                 const TokenizeArgs& a) {
+  if (!ids.ok()) return report_error(ids.status().message());
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["tokenizer"] = tok.describe();
+    j["n_tokens"] = ids->size();
+    j["ids"] = ids.value();
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    for (int32_t id : ids.value()) pieces.push_back(std::string(tok.piece(id)));
+    j["pieces"] = pieces;
+    std::cout << json_text(j, -1) << "\n";
+  } else if (a.ids) {
+    std::string line;
+    for (size_t i = 0; i < ids->size(); ++i) line += (i ? " " : "") + std::to_string((*ids)[i]);
+    std::cout << line << "\n";
+  } else if (a.pieces) {
+    for (int32_t id : ids.value()) std::cout << display_text(tok.piece(id)) << "\n";
+  } else {
+    for (int32_t id : ids.value()) {
+      std::cout << fmt::format("{:>7}  '{}'\n", id, display_text(tok.token_text(id)));
+    }
+  }
+  return 0;
+}
+
 int run_tokenize(const TokenizeArgs& a) {
   std::string text = a.text;
   if (text == "-") {
@@ -94,6 +157,10 @@ int run_tokenize(const TokenizeArgs& a) {
   }
   auto loaded = load_tokenizer(a.model);
   if (!loaded.ok()) return report_error(loaded.status().message());
+  if (loaded->wordpiece) {
+    if (a.chat) return report_error("--chat needs a GGUF model (for its chat template)");
+    return print_tokens(*loaded, encode_wordpiece(*loaded->wordpiece, text, !a.no_special), a);
+  }
   const Tokenizer& tok = *loaded->tokenizer;
   EncodeOptions options;
   std::vector<TextRange> chat_content;
@@ -121,29 +188,7 @@ int run_tokenize(const TokenizeArgs& a) {
     options.plain_ranges = chat_content;
     options.markers = chat_markers;
   }
-  auto ids = tok.encode(text, options);
-  if (!ids.ok()) return report_error(ids.status().message());
-  if (a.json) {
-    nlohmann::ordered_json j;
-    j["tokenizer"] = tok.describe();
-    j["n_tokens"] = ids->size();
-    j["ids"] = ids.value();
-    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
-    for (int32_t id : ids.value()) pieces.push_back(std::string(tok.piece(id)));
-    j["pieces"] = pieces;
-    std::cout << json_text(j, -1) << "\n";
-  } else if (a.ids) {
-    std::string line;
-    for (size_t i = 0; i < ids->size(); ++i) line += (i ? " " : "") + std::to_string((*ids)[i]);
-    std::cout << line << "\n";
-  } else if (a.pieces) {
-    for (int32_t id : ids.value()) std::cout << display_text(tok.piece(id)) << "\n";
-  } else {
-    for (int32_t id : ids.value()) {
-      std::cout << fmt::format("{:>7}  '{}'\n", id, display_text(tok.token_text(id)));
-    }
-  }
-  return 0;
+  return print_tokens(*loaded, tok.encode(text, options), a);
 }
 
 }  // namespace
@@ -194,7 +239,7 @@ void add_tokenize_commands(CLI::App& app, int& exit_code) {
       exit_code = report_error(loaded.status().message());
       return;
     }
-    auto text = loaded->tokenizer->decode(ids.value(), *skip_special);
+    auto text = loaded->decode(ids.value(), *skip_special);
     if (!text.ok()) {
       exit_code = report_error(text.status().message());
       return;

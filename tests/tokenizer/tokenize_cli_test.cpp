@@ -56,6 +56,28 @@ TEST_F(TokenizeCli, ChatFormatsWithTheModelTemplate) {
   EXPECT_EQ(r.out.rfind("<|im_start|>\n", 0), 0u);  // the default system turn first
 }
 
+// An encoder's folder (WordPiece, from tokenizer.json) tokenizes and detokenizes too, by its
+// cached name: the ids are Hugging Face's (the goldens' "Hello world").
+TEST(TokenizeCliWordPiece, BertFolderByName) {
+  const char* kMiniLm = "all-minilm-l6-v2";
+  if (!test::reference_model(kMiniLm)) GTEST_SKIP() << test::missing_model_message(kMiniLm);
+  auto r = test::run_command(rinfer("tokenize " + std::string(kMiniLm) + " --ids 'Hello world'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "101 7592 2088 102\n");
+  r = test::run_command(rinfer("tokenize " + std::string(kMiniLm) + " --json --no-special "
+                               "'Hello world'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"ids\":[7592,2088]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("WordPiece, 30522 pieces, lowercase"), std::string::npos) << r.out;
+  auto d = test::run_command(rinfer("detokenize --skip-special " + std::string(kMiniLm) +
+                                    " 101 7592 1010 2088 999 102"));
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_EQ(d.out, "hello, world!\n");
+  r = test::run_command(rinfer("tokenize " + std::string(kMiniLm) + " --chat Hi"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--chat needs a GGUF model"), std::string::npos) << r.err;
+}
+
 TEST_F(TokenizeCli, ErrorsAreOneLineAndNonZero) {
   const std::string bad = test::write_temp_file("cli_bad.txt", "ok \xFF\xFE bytes");
   const std::vector<std::string> cases = {

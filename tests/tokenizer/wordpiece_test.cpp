@@ -46,6 +46,27 @@ TEST(WordPieceGolden, SingleTextsMatchHuggingFace) {
   EXPECT_EQ(checked, g["single"].size());
 }
 
+// Decoding as the tokenizers library's WordPiece decoder does: continuation pieces glued,
+// tokenization spaces cleaned, special tokens left out on request; ids out of range refused.
+TEST(WordPieceGolden, DecodeGluesPiecesAndCleansSpaces) {
+  REQUIRE_MINILM();
+  const std::string text = "hello, world! don't stop the tokenization.";
+  auto e = tok->encode(text, 256);
+  ASSERT_TRUE(e.ok());
+  auto plain = tok->decode(e->ids, true);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(*plain, text);
+  auto with = tok->decode(e->ids, false);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, "[CLS] " + text + " [SEP]");
+  const std::vector<int32_t> bad{101, tok->vocab_size()};
+  auto out = tok->decode(bad, false);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("(position 1) is outside the vocabulary"),
+            std::string::npos)
+      << out.status().message();
+}
+
 TEST(WordPieceGolden, PairsMatchHuggingFace) {
   REQUIRE_MINILM();
   const auto& g = test::goldens("minilm_wordpiece_goldens.json");

@@ -66,6 +66,28 @@ TEST(QuantizeCli, ConvertsMatricesKeepsTheRest) {
   }
 }
 
+// The input may be a cached model's name, as anywhere a model is expected.
+TEST(QuantizeCli, TakesACachedModelsName) {
+  const std::string cache =
+      (std::filesystem::path(test::write_temp_file("tmp", "")).parent_path() / "qcache")
+          .string();
+  std::filesystem::create_directories(cache);
+  std::filesystem::copy_file(test::test_data_path("llama/tiny_llama.gguf"),
+                             cache + "/tiny-cached.gguf",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string out = test::write_temp_file("tiny_cached_q8_0.gguf", "");
+  auto r = test::run_command("RINFER_MODEL_DIR='" + cache + "' " + rinfer_bin() +
+                             " quantize tiny-cached '" + out + "' --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("14 tensors converted to q8_0, 6 kept"), std::string::npos) << r.out;
+  r = test::run_command("RINFER_MODEL_DIR='" + cache + "' " + rinfer_bin() +
+                        " quantize not-cached '" + out + "' --type q8_0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model 'not-cached' is neither a path nor a model in the cache"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(QuantizeCli, KeepLayersAndEmbeddings) {
   const std::string in = test::test_data_path("llama/tiny_llama.gguf");
   const std::string out = test::write_temp_file("tiny_q4_1.gguf", "");
