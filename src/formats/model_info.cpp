@@ -157,7 +157,16 @@ Result<ModelInfo> torch_info(const std::shared_ptr<const MappedFile>& file) {
   info.format = std::string(torch_format_name(c.format()));
   info.file_bytes = file->size();
   info.tokenizer = "none";
-  for (const TorchTensor& t : c.tensors()) add_usage(info, t.dtype, t.numel, t.nbytes);
+  int64_t convs = 0;
+  for (const TorchTensor& t : c.tensors()) {
+    add_usage(info, t.dtype, t.numel, t.nbytes);
+    if (t.shape.size() == 4) {
+      if (convs++ == 0) info.input_channels = t.shape[1];
+    } else if (t.shape.size() == 2) {
+      info.n_classes = t.shape[0];  // the last linear layer's outputs
+    }
+  }
+  if (convs > 0) info.n_convolutions = convs;
   return info;
 }
 
@@ -198,21 +207,35 @@ std::string format_model_info(const ModelInfo& m) {
   line("size", fmt::format("{} ({} bytes)", human_bytes(m.file_bytes), m.file_bytes));
   line("name", m.name.empty() ? "-" : display_text(m.name));
   line("architecture", m.architecture.empty() ? "-" : display_text(m.architecture));
-  line("layers", opt(m.n_layers));
-  line("embedding", opt(m.n_embd));
-  line("feed-forward", opt(m.n_ff));
-  line("heads", opt(m.n_head));
-  line("kv heads", opt(m.n_head_kv));
-  line("head dim", opt(m.head_dim));
-  line("context length", opt(m.context_length));
-  line("rope base", opt(m.rope_freq_base));
-  if (m.sliding_window) line("sliding window", opt(m.sliding_window));
-  line("norm eps", opt(m.norm_eps));
-  line("vocab size", opt(m.vocab_size));
-  line("tokenizer", m.tokenizer_tokens ? fmt::format("{}, {} tokens", display_text(m.tokenizer),
-                                                     m.tokenizer_tokens)
-                                       : display_text(m.tokenizer));
-  line("chat template", m.has_chat_template ? "yes" : "no");
+  // The rows of the model's kind: a transformer's hyper-parameters and tokenizer, a
+  // convolutional network's shape.
+  const bool transformer = m.n_layers || m.n_embd || m.n_head || m.vocab_size ||
+                           m.context_length || !m.n_convolutions;
+  if (transformer) {
+    line("layers", opt(m.n_layers));
+    line("embedding", opt(m.n_embd));
+    line("feed-forward", opt(m.n_ff));
+    line("heads", opt(m.n_head));
+    line("kv heads", opt(m.n_head_kv));
+    line("head dim", opt(m.head_dim));
+    line("context length", opt(m.context_length));
+    line("rope base", opt(m.rope_freq_base));
+    if (m.sliding_window) line("sliding window", opt(m.sliding_window));
+    line("norm eps", opt(m.norm_eps));
+    line("vocab size", opt(m.vocab_size));
+  }
+  if (m.n_convolutions) {
+    line("convolutions", opt(m.n_convolutions));
+    line("input channels", opt(m.input_channels));
+    line("classes", opt(m.n_classes));
+  }
+  if (transformer || (!m.tokenizer.empty() && m.tokenizer != "none")) {
+    line("tokenizer", m.tokenizer_tokens ? fmt::format("{}, {} tokens",
+                                                       display_text(m.tokenizer),
+                                                       m.tokenizer_tokens)
+                                         : display_text(m.tokenizer));
+    line("chat template", m.has_chat_template ? "yes" : "no");
+  }
   line("tensors", fmt::format("{} ({} parameters, {})", m.n_tensors, m.n_elements,
                               human_bytes(m.tensor_bytes)));
   for (const auto& [dtype, u] : m.by_dtype) {

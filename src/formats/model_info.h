@@ -41,6 +41,12 @@ struct ModelInfo {
   std::optional<int64_t> sliding_window;
   std::optional<double> norm_eps;
 
+  // Convolutional networks (PyTorch state dicts): 4-D weights, the first one's input channels,
+  // and the last 2-D weight's rows (the classifier's classes). Absent for the other models.
+  std::optional<int64_t> n_convolutions;
+  std::optional<int64_t> input_channels;
+  std::optional<int64_t> n_classes;
+
   uint64_t n_tensors = 0;
   uint64_t n_elements = 0;  // parameters
   uint64_t tensor_bytes = 0;

@@ -149,12 +149,16 @@ Status check_task(const ModelMetadata& meta, ModelTask task) {
   return ok_status();
 }
 
-Status check_text_generation(const ModelInfo& info) {
+ModelMetadata metadata_of(const ModelInfo& info) {
   ModelMetadata meta;
   meta.format = info.format.starts_with("pytorch") ? "pytorch" : info.format;
   meta.architecture = info.architecture;
   meta.classes = info.classes;
-  RINFER_RETURN_IF_ERROR(check_task(meta, ModelTask::kTextGeneration));
+  return meta;
+}
+
+Status check_text_generation(const ModelInfo& info) {
+  RINFER_RETURN_IF_ERROR(check_task(metadata_of(info), ModelTask::kTextGeneration));
   if (info.tokenizer.empty() || info.tokenizer == "none") {
     return unsupported(
         "the file holds no tokenizer: its weights load (rinfer parity on token ids) but text "

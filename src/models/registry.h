@@ -27,6 +27,7 @@ namespace rinfer {
 
 class GgufFile;
 struct HfConfig;
+struct ModelInfo;
 
 // What a model source says it is, read before any weight.
 struct ModelMetadata {
@@ -68,6 +69,9 @@ bool is_random_source(std::string_view path);
 
 // Opens `path` as far as its metadata (see above); errors name the path.
 Result<ModelSource> open_model_source(const std::string& path);
+
+// The metadata a ModelInfo (formats/model_info.h) gives the table.
+ModelMetadata metadata_of(const ModelInfo& info);
 
 // Whether a family claims `meta` for `task`: ok, or an error that says why not (no family for
 // it, listing the table; a family of another task).

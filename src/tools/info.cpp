@@ -10,6 +10,7 @@
 #include "formats/model_cache.h"
 #include "formats/model_info.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include "tools/output.h"
 #include "tools/tools.h"
 
@@ -46,7 +47,10 @@ nlohmann::ordered_json info_json(const ModelInfo& m) {
         {"rope_freq_base", opt_json(m.rope_freq_base)},
         {"sliding_window", opt_json(m.sliding_window)},
         {"norm_eps", opt_json(m.norm_eps)},
-        {"vocab_size", opt_json(m.vocab_size)}}},
+        {"vocab_size", opt_json(m.vocab_size)},
+        {"n_convolutions", opt_json(m.n_convolutions)},
+        {"input_channels", opt_json(m.input_channels)},
+        {"n_classes", opt_json(m.n_classes)}}},
       {"tensors", {{"count", m.n_tensors}, {"elements", m.n_elements}, {"bytes", m.tensor_bytes}}},
       {"dtypes", dtypes},
       {"tokenizer", {{"kind", m.tokenizer}, {"tokens", m.tokenizer_tokens}}},
@@ -77,15 +81,26 @@ void add_info_command(CLI::App& app, int& exit_code) {
       exit_code = report_error(info.status().message());
       return;
     }
-    // Whether `rinfer run` can use it, and why not.
+    // The registry's family for it (what runs it), and whether `rinfer run` can use it.
+    const ModelFamily* family = find_family(metadata_of(info.value()));
+    if (info->architecture.empty() && family != nullptr) {
+      // A state dict names no architecture: the family that runs it (its network comes from
+      // the recipe).
+      info->architecture = std::string(family->name);
+    }
     const Status runs = check_text_generation(info.value());
     if (*json) {
       nlohmann::ordered_json j = info_json(info.value());
+      j["task"] = family != nullptr ? nlohmann::ordered_json(model_task_name(family->task))
+                                    : nlohmann::ordered_json(nullptr);
       j["text_generation"] = {{"ok", runs.ok()},
                               {"reason", runs.ok() ? std::string() : runs.message()}};
       std::cout << json_text(j) << "\n";
     } else {
       std::cout << format_model_info(info.value());
+      if (family != nullptr) {
+        std::cout << fmt::format("{:<18} {}\n", "task", model_task_name(family->task));
+      }
       std::cout << fmt::format("{:<18} {}\n", "rinfer run",
                                runs.ok() ? std::string("yes (text generation)")
                                          : "no: " + runs.message());

@@ -94,6 +94,28 @@ TEST(InfoCli, MiniLmSafetensorsDirectory) {
   EXPECT_EQ(j["tokenizer"]["kind"], "tokenizer.json (WordPiece)");
 }
 
+// A PyTorch state dict names no architecture: info shows the family that runs it and the
+// network's shape (convolutions, input channels, classes), not a transformer's empty rows.
+TEST(InfoCli, ImageClassifierCheckpoint) {
+  const std::string name = "mobilenet-v2";
+  if (!test::reference_model(name)) GTEST_SKIP() << test::missing_model_message(name);
+  auto j = info_json(name);
+  EXPECT_EQ(j["format"], "pytorch (legacy)");
+  EXPECT_EQ(j["architecture"], "convnet");
+  EXPECT_EQ(j["task"], "classification");
+  EXPECT_EQ(j["hparams"]["n_convolutions"], 52);
+  EXPECT_EQ(j["hparams"]["input_channels"], 3);
+  EXPECT_EQ(j["hparams"]["n_classes"], 1000);
+  EXPECT_TRUE(j["hparams"]["n_layers"].is_null());
+  auto r = rinfer("info " + name);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture       convnet\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("classes            1000\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("task               classification\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rope base"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("chat template"), std::string::npos) << r.out;
+}
+
 TEST(InfoCli, ErrorsAreOneLineWithNonZeroExit) {
   struct Case {
     std::string args;
