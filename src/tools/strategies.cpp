@@ -52,11 +52,23 @@ void add_strategies_command(CLI::App& app, int& exit_code) {
       exit_code = 0;
       return;
     }
-    std::cout << fmt::format("{:<13} {:<32} {:<50} {}\n", "strategy", "devices", "baseline",
-                             "summary");
+    // Aligned columns of the widest entry; a strategy's devices are named per key in its own
+    // view (rinfer strategies NAME), here only which devices it has keys for.
+    size_t name_w = 8;
+    for (const StrategyInfo& s : strategy_registry()) name_w = std::max(name_w, s.name.size());
+    auto devices_of = [](const StrategyInfo& s) {
+      const bool cpu = s.devices.find("cpu") != std::string::npos;
+      const bool cuda = s.devices.find("cuda") != std::string::npos;
+      return std::string(cpu && cuda ? "cpu, cuda" : cpu ? "cpu" : cuda ? "cuda" : "-");
+    };
+    const size_t dev_w = 9;
+    std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", "strategy", name_w, "devices", dev_w,
+                             "summary / baseline");
     for (const StrategyInfo& s : strategy_registry()) {
-      std::cout << fmt::format("{:<13} {:<32} {:<50} {}\n", s.name, s.devices, s.baseline,
+      std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", s.name, name_w, devices_of(s), dev_w,
                                s.summary);
+      std::cout << fmt::format("{:<{}}  {:<{}}  baseline {}\n", "", name_w, "", dev_w,
+                               s.baseline);
     }
     std::cout << "\nKeys, hooks and documents: rinfer strategies NAME; the schema: "
                  "docs/recipes.md\n";

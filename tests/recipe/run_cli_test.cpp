@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "test_util.h"
@@ -228,6 +229,23 @@ TEST(StrategiesCliTest, ListsTheRegistryAndOneStrategy) {
   for (const char* name :
        {"kv_cache", "kernels", "threads", "fusion", "quantization", "cuda_graphs", "allocator"}) {
     EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << r.out;
+  }
+  // The columns line up: every summary starts where the header's does, the longest strategy
+  // name (dynamic_batching) included.
+  {
+    std::istringstream lines(r.out);
+    std::string line;
+    std::getline(lines, line);
+    const size_t col = line.find("summary");
+    ASSERT_NE(col, std::string::npos) << line;
+    int rows = 0;
+    while (std::getline(lines, line) && !line.empty()) {
+      ASSERT_GT(line.size(), col) << line;
+      EXPECT_NE(line[col], ' ') << line;
+      EXPECT_EQ(line[col - 1], ' ') << line;
+      ++rows;
+    }
+    EXPECT_GE(rows, 20) << r.out;  // a summary line and a baseline line per strategy
   }
   r = run_command(rinfer() + " strategies quantization");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -107,7 +107,7 @@ const StrategyInfo& batching_strategy() {
        {"priority", "bool", "false", "true: requests with a lower priority value run first"}},
       "{policy: static}",
       "EngineCoreOptions::scheduler, EngineCoreOptions::swap_blocks",
-      "cpu",
+      "cpu, cuda",
       "docs/strategies/batching.md",
       parse,
       validate,

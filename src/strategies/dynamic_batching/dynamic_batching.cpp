@@ -62,7 +62,7 @@ const StrategyInfo& dynamic_batching_strategy() {
        {"max_tokens", "int in [1, 1048576]", "8192", "rows per forward pass, padding included"}},
       "{policy: single}",
       "EmbedderOptions::batching",
-      "cpu",
+      "cpu, cuda",
       "docs/strategies/dynamic_batching.md",
       parse,
       validate,
