@@ -66,7 +66,7 @@ Result<std::string> prepare_model_load(const RecipeConfig& r, LoadOptions& load)
   RINFER_RETURN_IF_ERROR(apply_strategies(r, load));
   RINFER_RETURN_IF_ERROR(check_device_available(r.device, r.origins()));
   if (is_random_source(r.model)) return r.model;  // random weights: no file to find
-  auto path = resolve_model(r.model_ref);
+  auto path = resolve_recipe_model(r.model_ref);
   if (!path.ok()) return path.status().with_context(r.path + ": model");
   return path;
 }

@@ -16,6 +16,10 @@ std::string model_cache_dir();
 // in the cache as `<cache>/<name>.gguf`, then `<cache>/<name>.pth` (PyTorch checkpoints), then
 // `<cache>/<name>/` (safetensors models).
 Result<std::string> resolve_model(const std::string& name_or_path);
+// A recipe's `model:` (relative paths already made relative to the recipe): a bare name (no
+// '/', no model file extension) that the cache holds is the cache's model even when the working
+// directory has a file or folder of that name; anything else as resolve_model.
+Result<std::string> resolve_recipe_model(const std::string& ref);
 // The same for another file kind: a path that exists, else `<cache>/<name><ext>` (ext ".json":
 // class names).
 Result<std::string> resolve_cache_file(const std::string& name_or_path, const std::string& ext);

@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
 #include "test_util.h"
+#include "tiny_model.h"
 
 namespace rinfer {
 namespace {
+
+namespace fs = std::filesystem;
 
 using test::run_command;
 
@@ -174,6 +179,27 @@ TEST(RunCliErrorsTest, AModelWithoutARecipeAndItsErrors) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--device cpu: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("is a recipe, which names its device"), std::string::npos) << r.err;
+}
+
+// A recipe's bare model name is the cache's model: a file or folder of that name in the working
+// directory does not shadow it.
+TEST(RunCliErrorsTest, ARecipesModelNameIsTheCachedModelNotAFolderHere) {
+  const fs::path root = fs::path(test::write_temp_file("tmp", "")).parent_path() / "shadow";
+  fs::remove_all(root);
+  fs::create_directories(root / "cache");
+  fs::create_directories(root / "work" / "tinytok");  // the same name, a folder here
+  fs::rename(test::tiny_model_with_tokenizer((root / "cache").string()),
+             root / "cache" / "tinytok.gguf");
+  std::ofstream(root / "work" / "tiny.yaml")
+      << "model: tinytok\nscenario: llm-chat\ncontext_length: 64\n";
+  auto r = run_command("cd '" + (root / "work").string() + "' && RINFER_MODEL_DIR='" +
+                       (root / "cache").string() + "' " + rinfer() +
+                       " run tiny.yaml --raw -p hi -n 2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // As a command-line argument, a path that exists is that path.
+  r = run_command("cd '" + (root / "work").string() + "' && RINFER_MODEL_DIR='" +
+                  (root / "cache").string() + "' " + rinfer() + " info tinytok");
+  EXPECT_EQ(r.exit_code, 1);
 }
 
 TEST(RunCliErrorsTest, ErrorsAreOneLineWithExitCode1) {
