@@ -698,6 +698,41 @@ Result<TorchCheckpoint> TorchCheckpoint::parse(std::shared_ptr<const MappedFile>
   }
 }
 
+Result<TorchCheckpoint> TorchCheckpoint::from_f32_tensors(std::string name,
+                                                          std::vector<F32Tensor> tensors) {
+  TorchCheckpoint c;
+  c.file_ = MappedFile::from_bytes(name, "");
+  c.format_ = TorchFormat::kZip;
+  for (F32Tensor& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) return invalid_argument("{}: tensor '{}' has a negative dimension", name, t.name);
+      numel *= static_cast<uint64_t>(d);
+    }
+    if (numel != t.values.size()) {
+      return invalid_argument("{}: tensor '{}' has {} values for {} elements", name, t.name,
+                              t.values.size(), numel);
+    }
+    if (!c.by_name_.emplace(t.name, c.tensors_.size()).second) {
+      return invalid_argument("{}: two tensors named '{}'", name, t.name);
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(numel * sizeof(float));
+    if (numel > 0) std::memcpy(bytes->data(), t.values.data(), bytes->size());
+    TorchTensor tt;
+    tt.name = std::move(t.name);
+    tt.dtype = DType::kF32;
+    tt.shape = std::move(t.shape);
+    tt.numel = numel;
+    tt.nbytes = bytes->size();
+    tt.data = bytes->data();
+    tt.copied = true;
+    c.copies_.push_back(std::move(bytes));
+    c.tensors_.push_back(std::move(tt));
+    t.values = {};
+  }
+  return c;
+}
+
 bool TorchCheckpoint::sniff(std::span<const uint8_t> head) {
   if (head.size() >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0) return true;
   // PROTO 2..5, an optional FRAME, then LONG1 of 10 bytes: the magic number.

@@ -61,6 +61,15 @@ class TorchCheckpoint {
   // Parses bytes already mapped (or from MappedFile::from_bytes).
   static Result<TorchCheckpoint> parse(std::shared_ptr<const MappedFile> file,
                                        const TorchReadOptions& options = {});
+  // A state dict made in memory (random weights of a network's shape): f32 tensors in the
+  // given order, named `name` where a file's path would be.
+  struct F32Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;  // product of shape
+  };
+  static Result<TorchCheckpoint> from_f32_tensors(std::string name,
+                                                  std::vector<F32Tensor> tensors);
   // True when the bytes start like a PyTorch checkpoint (a zip, or pickle protocol 2 with the
   // legacy magic number): what a registry asks before choosing this reader.
   static bool sniff(std::span<const uint8_t> head);

@@ -6,7 +6,9 @@
 // sections; bad networks and checkpoints give clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "formats/model_cache.h"
 #include "formats/torch_checkpoint.h"
 #include "models/convnet/convnet_graph.h"
+#include "models/convnet/random_state_dict.h"
 #include "models/vision_fixtures.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
@@ -36,12 +39,14 @@ std::string recipe_path(const std::string& net, const std::string& variant = "op
   return test::source_dir() + "/recipes/image-classification/" + net + "/" + variant + ".yaml";
 }
 
-std::unique_ptr<Classifier> make(const std::string& path, const std::string& extra = "") {
+std::unique_ptr<Classifier> make(const std::string& path, const std::string& extra = "",
+                                 const std::string& model = "") {
   auto r = load_recipe(path);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return nullptr;
   RecipeConfig rc = *r;
   if (extra == "reference") rc.strategies.kernels = cpu::Impl::kReference;
+  if (!model.empty()) rc.model = rc.model_ref = model;
   auto c = Classifier::create(rc);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? std::move(c).value() : nullptr;
@@ -126,12 +131,68 @@ TEST(ConvNet, ResNet50MatchesTorchvision) {
       test::floats(test::vision_goldens()["networks"]["resnet-50-random"]["synthetic"]);
   for (const char* variant : {"optimized", "baseline"}) {
     if (kSlow && std::string(variant) == "baseline") continue;
-    auto c = make(recipe_path("resnet-50", variant));
+    // The recipe with torch's seeded weights instead of its own random:resnet-50.
+    auto c = make(recipe_path("resnet-50", variant), "", "resnet-50-random");
     ASSERT_NE(c, nullptr);
     std::vector<float> logits(1000);
     ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
     EXPECT_LE(test::rel_l2(logits, ref), 1e-5) << variant;
   }
+}
+
+// random:resnet-50: torchvision's resnet50 state dict made in memory (no file, no Python): its
+// tensors and shapes (53 convolutions with their batch norms, the 1000-class head, 25,557,032
+// parameters as torchvision counts them), the same weights every time, and logits that are
+// finite and not all alike. Where torch's own file is cached, the names and shapes are its.
+TEST(ConvNet, RandomResNet50HasTorchvisionsStateDict) {
+  auto a = convnet::random_state_dict("resnet-50", "random:resnet-50");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  uint64_t params = 0;
+  int convs = 0;
+  for (const TorchTensor& t : a->tensors()) {
+    params += t.numel;
+    convs += t.shape.size() == 4 ? 1 : 0;
+  }
+  const uint64_t bn_stats = 2 * (64 + 2 * (64 * 3 + 128 * 4 + 256 * 6 + 512 * 3) +
+                                 4 * (64 * 3 + 128 * 4 + 256 * 6 + 512 * 3) + 4 * (64 + 128 + 256 + 512));
+  EXPECT_EQ(params - bn_stats, 25557032u);
+  EXPECT_EQ(convs, 53);
+  const TorchTensor* fc = a->find("fc.weight");
+  ASSERT_NE(fc, nullptr);
+  EXPECT_EQ(fc->shape, (std::vector<int64_t>{1000, 2048}));
+  auto b = convnet::random_state_dict("resnet-50", "random:resnet-50");
+  ASSERT_TRUE(b.ok());
+  const TorchTensor* w = b->find("layer3.2.conv2.weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(std::memcmp(w->data, a->find("layer3.2.conv2.weight")->data, w->nbytes), 0);
+  EXPECT_FALSE(convnet::random_state_dict("resnet-51", "random:resnet-51").ok());
+
+  if (auto torch_file = test::reference_model("resnet-50-random")) {
+    auto t = TorchCheckpoint::open(*torch_file);
+    ASSERT_TRUE(t.ok());
+    size_t matched = 0;
+    for (const TorchTensor& x : t->tensors()) {
+      if (x.name.ends_with("num_batches_tracked")) continue;
+      const TorchTensor* y = a->find(x.name);
+      ASSERT_NE(y, nullptr) << x.name;
+      EXPECT_EQ(y->shape, x.shape) << x.name;
+      ++matched;
+    }
+    EXPECT_EQ(matched, a->tensors().size());
+  }
+
+  if (kSlow) return;  // a ResNet-50 forward pass under the sanitizers takes minutes
+  auto c = make(recipe_path("resnet-50", "optimized"));
+  ASSERT_NE(c, nullptr);
+  std::vector<float> logits(1000);
+  ASSERT_TRUE(c->logits(test::synthetic_image(), 1, logits.data()).ok());
+  float lo = logits[0], hi = logits[0];
+  for (float v : logits) {
+    ASSERT_TRUE(std::isfinite(v));
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_GT(hi - lo, 1e-3f);
 }
 
 TEST(ConvNet, ReferenceKernelsAgreeWithTheFastOnes) {

@@ -61,6 +61,8 @@ TEST(ModelRegistry, EachFamilyClaimsItsMetadataAndNoOther) {
       {meta("random", "smollm2"), "llama"},
       {meta("random", "tiny"), "llama"},
       {meta("random", "gpt-17"), nullptr},
+      {meta("random", "resnet-50"), "convnet"},
+      {meta("random", "resnet-51"), nullptr},
   };
   for (const Case& c : cases) {
     const ModelFamily* f = find_family(c.m);
@@ -152,6 +154,25 @@ TEST(ModelRegistry, LoadsTheBertAndConvnetFamiliesFromTheReferenceModels) {
   auto wrong = load_decoder_model(*test::reference_model(bert), LoadOptions{});
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("cannot generate text"), std::string::npos);
+}
+
+// random:resnet-50 goes through the table to the convnet family (no file, no Python): with the
+// recipe's network it is a 1000-class classifier; a dtype other than f32 is refused.
+TEST(ModelRegistry, RandomResNet50LoadsThroughTheTable) {
+  auto r = load_recipe(test::source_dir() + "/recipes/image-classification/resnet-50/"
+                                            "optimized.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, "random:resnet-50");
+  LoadOptions o;
+  o.network = conv_net_spec(r->classifier.network);
+  auto cls = load_model("random:resnet-50", o);
+  ASSERT_TRUE(cls.ok()) << cls.status().to_string();
+  EXPECT_EQ((*cls)->task(), ModelTask::kClassification);
+  EXPECT_EQ(static_cast<ImageClassifierModel&>(**cls).n_classes(), 1000);
+  EXPECT_TRUE(load_model("random:resnet-50:f32", o).ok());
+  auto q = load_model("random:resnet-50:q8_0", o);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("f32 weights"), std::string::npos) << q.status().message();
 }
 
 TEST(ModelRegistry, UnclaimedSourcesAreNamedErrors) {

@@ -138,11 +138,7 @@ class CpuRunner : public ImageClassifierRunner {
   std::array<int64_t, 3> planned_{0, 0, 0};
 };
 
-}  // namespace
-
-Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path,
-                                                         const ConvNetSpec& spec,
-                                                         const LoadOptions& opts) {
+Status check_device(const std::string& path, const LoadOptions& opts) {
 #if defined(RINFER_WITH_CUDA)
   constexpr bool kCuda = true;
 #else
@@ -152,9 +148,25 @@ Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path
     return unsupported("{}: the image classifiers run on the CPU{} in this build, not {}", path,
                        kCuda ? " and CUDA" : "", opts.device.to_string());
   }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ConvNetModel>> ConvNetModel::load(const std::string& path,
+                                                         const ConvNetSpec& spec,
+                                                         const LoadOptions& opts) {
+  RINFER_RETURN_IF_ERROR(check_device(path, opts));
   RINFER_ASSIGN_OR_RETURN(TorchCheckpoint ckpt, TorchCheckpoint::open(path));
+  return from_checkpoint(ckpt, spec, opts);
+}
+
+Result<std::unique_ptr<ConvNetModel>> ConvNetModel::from_checkpoint(const TorchCheckpoint& ckpt,
+                                                                    const ConvNetSpec& spec,
+                                                                    const LoadOptions& opts) {
+  RINFER_RETURN_IF_ERROR(check_device(ckpt.path(), opts));
   auto m = std::unique_ptr<ConvNetModel>(new ConvNetModel());
-  m->path_ = path;
+  m->path_ = ckpt.path();
   m->opts_ = opts;
   RINFER_ASSIGN_OR_RETURN(m->graph_, build_graph(ckpt, spec));
   if (opts.fusion.batchnorm) fold_batch_norms(m->graph_);

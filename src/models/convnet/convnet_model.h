@@ -22,6 +22,10 @@ class ConvNetModel : public ImageClassifierModel {
   static Result<std::unique_ptr<ConvNetModel>> load(const std::string& path,
                                                     const ConvNetSpec& spec,
                                                     const LoadOptions& opts);
+  // From a state dict already read (or made: random_state_dict.h).
+  static Result<std::unique_ptr<ConvNetModel>> from_checkpoint(const TorchCheckpoint& ckpt,
+                                                               const ConvNetSpec& spec,
+                                                               const LoadOptions& opts);
 
   std::string_view architecture() const override { return graph_.family; }
   std::string describe() const override;
