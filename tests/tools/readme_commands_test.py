@@ -1,0 +1,193 @@
+"""Every CPU command of the README, run as written (small sizes), so that they cannot drift.
+
+The README's ```sh blocks are read and each `./build/default/rinfer` command runs with the binary
+under test, in a scratch folder that holds a copy of `recipes/` (so `--readme` and the benches'
+JSON write there, never into the checkout). Only sizes and placeholders change, through the
+SUBSTITUTIONS table below; each rule must still match the README (a rule that matches nothing
+fails the test: the README changed, and this test must follow it). `rinfer serve` starts in the
+background for the commands after it in its block (curl, loadgen) and stops at the block's end.
+The GPU commands (`./build/cuda/...`), the scripts and the build commands are not run here.
+
+Every command must exit 0, say something (on stdout, or on stderr where its result is a file)
+and print no error; curl's reply must be a chat completion. Needs the reference models of scripts/fetch-models.sh (77, skipped, without them).
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SKIP = 77
+MODELS = ["smollm2-135m-instruct-q4_1.gguf", "gemma3-270m-q4_k_m.gguf", "all-minilm-l6-v2",
+          "mobilenet-v2.pth", "imagenet-classes.json", "photos/chelsea.png", "photos/coffee.png"]
+
+
+def model_dir():
+    d = os.environ.get("RINFER_MODEL_DIR")
+    if d:
+        return d
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache")
+    return os.path.join(base, "recipes-infer", "models")
+
+
+def rinfer_binary():
+    for i, a in enumerate(sys.argv):
+        if a == "--rinfer" and i + 1 < len(sys.argv):
+            return os.path.abspath(sys.argv[i + 1])
+    return os.path.join(SOURCE_DIR, "build/default/rinfer")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sh_blocks(text):
+    """The commands of each ```sh block: continuation lines joined, comments kept (the shell
+    drops them)."""
+    blocks = []
+    for body in re.findall(r"```sh\n(.*?)```", text, re.S):
+        cmds, cur = [], ""
+        for line in body.splitlines():
+            if line.rstrip().endswith("\\"):
+                cur += line.rstrip()[:-1] + " "
+                continue
+            cur += line
+            if cur.strip():
+                cmds.append(cur.strip())
+            cur = ""
+        blocks.append(cmds)
+    return blocks
+
+
+def main():
+    binary = rinfer_binary()
+    if os.environ.get("RINFER_SANITIZE") == "ON":
+        print("SKIP: the README's commands run on the optimized build (under the sanitizers the "
+              "benches take many minutes)")
+        return SKIP
+    missing = [m for m in MODELS if not os.path.exists(os.path.join(model_dir(), m))]
+    if missing:
+        print(f"SKIP: not in {model_dir()}: {', '.join(missing)} (run scripts/fetch-models.sh)")
+        return SKIP
+
+    work = tempfile.mkdtemp(prefix="rinfer-readme-")
+    shutil.copytree(os.path.join(SOURCE_DIR, "recipes"), os.path.join(work, "recipes"))
+    corpus = os.path.join(work, "corpus.jsonl")
+    with open(corpus, "w") as f:
+        for i in range(120):
+            f.write(json.dumps({"id": str(i), "text": f"Sentence {i} is about topic {i % 7}."}) + "\n")
+    cache = model_dir()
+    port = str(free_port())
+    small_llm = "--repeat 1 --warmup 0 --precision-tokens 32"
+    # (what the README says, what runs here): sizes and placeholders only.
+    substitutions = [
+        ("./build/default/rinfer", shlex.quote(binary)),
+        ("--prompt-tokens 128 --gen-tokens 256 --readme",
+         f"--prompt-tokens 16 --gen-tokens 8 {small_llm} --readme"),
+        ("--requests 32 --concurrency 16", "--requests 4 --concurrency 2 --input-len 16 "
+         "--output-len 8"),
+        ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/GPL-3 --ctx 128 "
+         "--max-windows 2"),
+        ("path/to/model.gguf", shlex.quote(os.path.join(cache, "smollm2-135m-instruct-q4_1.gguf"))),
+        ("path/to/hf-model-dir", shlex.quote(os.path.join(cache, "all-minilm-l6-v2"))),
+        ("in.gguf out.gguf", shlex.quote(os.path.join(cache, "smollm2-135m-instruct-q4_1.gguf")) +
+         " " + shlex.quote(os.path.join(work, "out.gguf"))),
+        ("~/.cache/recipes-infer/corpora/news-wiki-sentences.jsonl", shlex.quote(corpus)),
+        ("-o /tmp/news-wiki", "-o " + shlex.quote(os.path.join(work, "news-wiki"))),
+        ("search /tmp/news-wiki", "search " + shlex.quote(os.path.join(work, "news-wiki"))),
+        ("~/.cache/recipes-infer/models", shlex.quote(cache)),
+        (" bench recipes/image-classification/mobilenet-v2",
+         " bench recipes/image-classification/mobilenet-v2 --images 4 --repeat 1 --warmup 0"),
+        ("--requests 64 --concurrency 1,16", "--requests 4 --concurrency 1,2 --input-len 16 "
+         "--output-len 8"),
+        ("--port 8080", "--port " + port),
+        ("localhost:8080", "127.0.0.1:" + port),
+        ("127.0.0.1:8080", "127.0.0.1:" + port),
+    ]
+    used = {old: 0 for old, _ in substitutions}
+
+    env = dict(os.environ, RINFER_MODEL_DIR=cache, RINFER_NO_PROGRESS="1")
+    with open(os.path.join(SOURCE_DIR, "README.md")) as f:
+        blocks = sh_blocks(f.read())
+    failures, ran = [], 0
+    variables = ""  # R=...: a README block's variables hold for the blocks after it
+    for block in blocks:
+        server = None
+        for cmd in block:
+            if re.match(r"^[A-Z_]+=\S+$", cmd):  # R=recipes/...: kept for the block's commands
+                variables += cmd + "; "
+                continue
+            runs_here = cmd.startswith("./build/default/rinfer") or cmd.startswith("curl ")
+            if not runs_here:
+                continue  # scripts, the GPU build, cmake: not this test's
+            line = cmd
+            for old, new in substitutions:
+                if old in line:
+                    used[old] += 1
+                    line = line.replace(old, new)
+            stdin = "Hi\n/exit\n" if " --chat" in cmd else ""
+            if " serve " in cmd:
+                server = subprocess.Popen(["bash", "-c", variables + "exec " + line], cwd=work,
+                                          env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True)
+                deadline = time.time() + 120  # ready: /health answers 200 once models loaded
+                while time.time() < deadline and server.poll() is None:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
+                                                    timeout=2) as h:
+                            if h.status == 200:
+                                break
+                    except (OSError, urllib.error.HTTPError):
+                        pass
+                    time.sleep(0.2)
+                print(f"started: {cmd}", flush=True)
+                continue
+            t0 = time.time()
+            r = subprocess.run(["bash", "-c", variables + line], cwd=work, env=env, input=stdin,
+                               capture_output=True, text=True, timeout=600)
+            ran += 1
+            # Exit 0 and something said (index reports on stderr), no error line.
+            ok = (r.returncode == 0 and (r.stdout.strip() or r.stderr.strip())
+                  and "error" not in r.stderr.lower())
+            if ok and cmd.startswith("curl "):
+                ok = '"chat.completion"' in r.stdout and '"content"' in r.stdout
+            print(f"{'ok  ' if ok else 'FAIL'} {time.time() - t0:6.1f} s  {cmd}", flush=True)
+            if not ok:
+                failures.append(f"{cmd}\n  ran: {line}\n  exit {r.returncode}\n  stdout: "
+                                f"{r.stdout[-800:]}\n  stderr: {r.stderr[-1500:]}")
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                out, err = server.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                out, err = server.communicate()
+            if server.returncode != 0:
+                failures.append(f"rinfer serve exited {server.returncode}: {err[-1500:]}")
+    stale = [old for old, n in used.items() if n == 0]
+    if stale:
+        failures.append("substitutions that match no README command (update this test with "
+                        "the README): " + "; ".join(stale))
+    if ran < 20:
+        failures.append(f"only {ran} README commands ran: did the README's blocks change?")
+    shutil.rmtree(work, ignore_errors=True)
+    for f in failures:
+        print("FAILED:", f)
+    print(f"{ran} README commands run, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
