@@ -58,11 +58,10 @@ int run_classify(const ClassifyArgs& a) {
     }
   }
   write_stdout(out);
-  std::fprintf(stderr,
-               "rinfer classify: %lld images, %lld forward passes; decode %.1f ms, preprocess %.1f "
-               "ms, network %.1f ms\n",
-               static_cast<long long>(st.images), static_cast<long long>(st.batches),
-               st.decode_s * 1e3, st.preprocess_s * 1e3, st.forward_s * 1e3);
+  std::fprintf(stderr, "rinfer classify: %s, %s; decode %.1f ms, preprocess %.1f ms, network %.1f ms\n",
+               count_of(st.images, "image").c_str(),
+               count_of(st.batches, "forward pass", "forward passes").c_str(), st.decode_s * 1e3,
+               st.preprocess_s * 1e3, st.forward_s * 1e3);
   return check_stdout_written(0);
 }
 

@@ -102,9 +102,10 @@ int run_embed(const EmbedArgs& a) {
     }
   }
   write_stdout(out);
-  std::fprintf(stderr,
-               "rinfer embed: %zu inputs, %lld tokens, %lld forward passes, %.1f ms (%lld-dim)\n",
-               texts.size(), static_cast<long long>(st.tokens), static_cast<long long>(st.batches),
+  std::fprintf(stderr, "rinfer embed: %s, %s, %s, %.1f ms (%lld-dim)\n",
+               count_of(static_cast<long long>(texts.size()), "input").c_str(),
+               count_of(st.tokens, "token").c_str(),
+               count_of(st.batches, "forward pass", "forward passes").c_str(),
                (st.tokenize_s + st.forward_s) * 1e3, static_cast<long long>(d));
   return check_stdout_written(0);
 }

@@ -29,6 +29,12 @@ std::string json_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string count_of(long long n, std::string_view noun, std::string_view plural_noun) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) return out.append(noun);
+  return plural_noun.empty() ? out.append(noun).append("s") : out.append(plural_noun);
+}
+
 bool write_stdout(std::string_view s) {
   if (g_stdout_errno != 0) return false;
   errno = 0;

@@ -16,6 +16,9 @@ namespace rinfer {
 std::string json_text(const nlohmann::ordered_json& j, int indent = 2);
 std::string json_text(const nlohmann::json& j, int indent = 2);
 
+// "1 image", "2 images": a count and its noun (`plural_noun` for irregular ones, e.g. "passes").
+std::string count_of(long long n, std::string_view noun, std::string_view plural_noun = "");
+
 // Writes to stdout and flushes; false (and the error remembered) when the write failed.
 bool write_stdout(std::string_view s);
 

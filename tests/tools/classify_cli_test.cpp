@@ -51,6 +51,9 @@ TEST(ClassifyCli, JsonNamesTheClassesOfEachPhoto) {
   EXPECT_NE(r.out.find("espresso", coffee_at), std::string::npos) << r.out;
   EXPECT_NE(r.out.substr(cat_at, coffee_at - cat_at).find("cat"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("2 images, 2 forward passes"), std::string::npos) << r.err;
+  r = rinfer("classify " + b1 + " " + photo("coffee.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 image, 1 forward pass;"), std::string::npos) << r.err;
 }
 
 TEST(ClassifyCli, BadImagesAndRecipesAreOneLineErrors) {
