@@ -65,8 +65,13 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
   RINFER_ASSIGN_OR_RETURN(e->model_, load_encoder_model(e->model_path_, opts));
   const EncoderHParams& hp = e->model_->hparams();
 
-  const fs::path dir = model_dir(e->model_path_);
-  auto tok = WordPieceTokenizer::load((dir / "tokenizer.json").string());
+  // A model that carries its tokenizer (random weights: a synthetic vocabulary), else the
+  // tokenizer.json beside the weights.
+  const std::string builtin = e->model_->builtin_tokenizer_json();
+  const bool random = !builtin.empty();
+  const fs::path dir = random ? fs::path() : model_dir(e->model_path_);
+  auto tok = random ? WordPieceTokenizer::parse(builtin, "the synthetic vocabulary")
+                    : WordPieceTokenizer::load((dir / "tokenizer.json").string());
   if (!tok.ok()) return tok.status().with_context(e->model_path_);
   e->tokenizer_ = std::move(tok).value();
   if (e->tokenizer_->vocab_size() != hp.n_vocab) {
@@ -74,10 +79,10 @@ Result<std::unique_ptr<Embedder>> Embedder::create(const RecipeConfig& recipe) {
                      e->tokenizer_->vocab_size(), hp.n_vocab);
   }
   int64_t max_len = r.embedding.max_length;
-  if (max_len == 0) {
+  if (max_len == 0 && !random) {
     RINFER_ASSIGN_OR_RETURN(max_len, sentence_bert_max_length(dir));
-    if (max_len == 0) max_len = hp.n_positions;
   }
+  if (max_len == 0) max_len = hp.n_positions;
   if (max_len > hp.n_positions) {
     return key_error(
         r.origins(), "embedding.max_length",

@@ -424,6 +424,13 @@ Result<SafetensorsModel> SafetensorsModel::open_single(const std::string& given,
   return m;
 }
 
+SafetensorsModel SafetensorsModel::from_file(std::string path, SafetensorsFile file) {
+  SafetensorsModel m;
+  m.path_ = std::move(path);
+  m.add_shard(std::move(file));
+  return m;
+}
+
 void SafetensorsModel::add_shard(SafetensorsFile shard) {
   const size_t shard_index = shards_.size();
   for (const auto& t : shard.tensors()) {

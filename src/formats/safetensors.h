@@ -88,6 +88,8 @@ class SafetensorsModel {
   // next to it; every shard must exist and parse, every listed tensor must be in its shard, no
   // tensor may be in two shards, and no shard may hold a tensor the index does not list.
   static Result<SafetensorsModel> open(const std::string& path_or_dir);
+  // One file already parsed (a checkpoint made in memory); `path` names it.
+  static SafetensorsModel from_file(std::string path, SafetensorsFile file);
 
   // The path given to open().
   const std::string& path() const { return path_; }

@@ -71,6 +71,9 @@ class EncoderModel : public ModelSample {
  public:
   ModelTask task() const override { return ModelTask::kEmbedding; }
   virtual const EncoderHParams& hparams() const = 0;
+  // The tokenizer.json text of a model that carries its own (random weights: a synthetic
+  // vocabulary), or "" when the tokenizer is the file beside the weights.
+  virtual std::string builtin_tokenizer_json() const { return ""; }
   virtual Result<std::unique_ptr<EncoderRunner>> create_runner(
       const EncoderRunnerOptions& opts) const = 0;
 };

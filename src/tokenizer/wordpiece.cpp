@@ -83,7 +83,12 @@ Result<std::unique_ptr<WordPieceTokenizer>> WordPieceTokenizer::load(const std::
   }
   auto text = read_regular_file(file, kMaxTokenizerJsonBytes);
   if (!text.ok()) return text.status().with_context("tokenizer.json");
-  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return parse(*text, file);
+}
+
+Result<std::unique_ptr<WordPieceTokenizer>> WordPieceTokenizer::parse(const std::string& text,
+                                                                      const std::string& file) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss("{}: not valid JSON", file);
   std::unique_ptr<WordPieceTokenizer> t(new WordPieceTokenizer());
   try {

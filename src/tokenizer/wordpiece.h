@@ -37,6 +37,9 @@ class WordPieceTokenizer {
  public:
   // From a tokenizer.json file, or a directory holding one.
   static Result<std::unique_ptr<WordPieceTokenizer>> load(const std::string& path);
+  // From tokenizer.json's text; `name` stands for the file in errors.
+  static Result<std::unique_ptr<WordPieceTokenizer>> parse(const std::string& text,
+                                                           const std::string& name);
 
   // max_length: tokens at most, [CLS] and [SEP] included (>= 2; pairs >= 3).
   Result<TokenEncoding> encode(std::string_view text, int64_t max_length) const;

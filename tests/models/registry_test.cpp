@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/classifier.h"
+#include "engine/embedder.h"
 #include "engine/engine_core.h"
 #include "engine/llm_engine.h"
 #include "formats/model_info.h"
@@ -21,6 +22,7 @@
 #include "models/llama/shapes.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
+#include "tokenizer/wordpiece.h"
 #include "tiny_hf_model.h"
 
 namespace rinfer {
@@ -62,6 +64,8 @@ TEST(ModelRegistry, EachFamilyClaimsItsMetadataAndNoOther) {
       {meta("random", "tiny"), "llama"},
       {meta("random", "gpt-17"), nullptr},
       {meta("random", "resnet-50"), "convnet"},
+      {meta("random", "minilm-l6"), "bert"},
+      {meta("random", "bert-base"), "bert"},
       {meta("random", "resnet-51"), nullptr},
   };
   for (const Case& c : cases) {
@@ -173,6 +177,61 @@ TEST(ModelRegistry, RandomResNet50LoadsThroughTheTable) {
   auto q = load_model("random:resnet-50:q8_0", o);
   ASSERT_FALSE(q.ok());
   EXPECT_NE(q.status().message().find("f32 weights"), std::string::npos) << q.status().message();
+}
+
+// random:minilm-l6 goes through the table to the bert family: all-MiniLM-L6-v2's shape, a
+// synthetic WordPiece vocabulary of its size (BERT's special ids, characters as pieces), and an
+// embedding recipe that embeds texts into finite unit vectors (the same ones every load).
+TEST(ModelRegistry, RandomMiniLmEmbedsTextsThroughTheTable) {
+  auto enc = load_encoder_model("random:minilm-l6", LoadOptions{});
+  ASSERT_TRUE(enc.ok()) << enc.status().to_string();
+  const EncoderHParams& hp = (*enc)->hparams();
+  EXPECT_EQ(hp.n_layer, 6);
+  EXPECT_EQ(hp.n_embd, 384);
+  EXPECT_EQ(hp.n_ff, 1536);
+  EXPECT_EQ(hp.n_vocab, 30522);
+  auto tok = WordPieceTokenizer::parse((*enc)->builtin_tokenizer_json(), "synthetic");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ((*tok)->vocab_size(), 30522);
+  auto ids = (*tok)->encode("Hi!", 16);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->ids.size(), 5u);  // [CLS] h ##i ! [SEP]
+  EXPECT_EQ(ids->ids.front(), 101);
+  EXPECT_EQ(ids->ids.back(), 102);
+  EXPECT_EQ((*tok)->piece(ids->ids[1]), "h");
+  EXPECT_EQ((*tok)->piece(ids->ids[2]), "##i");
+  auto q = load_model("random:minilm-l6:q8_0", LoadOptions{});
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("drawn in f32"), std::string::npos) << q.status().message();
+
+  const std::string path = test::write_temp_file(
+      "random_minilm.yaml",
+      "model: random:minilm-l6\ndevice: cpu\nscenario: embedding\nstrategies:\n"
+      "  threads: {count: 1}\n");
+  auto recipe = load_recipe(path);
+  ASSERT_TRUE(recipe.ok()) << recipe.status().to_string();
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto e = Embedder::create(*recipe);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    const std::vector<std::string> texts{"A man is eating food.", "The sky is blue."};
+    auto v = (*e)->embed(texts);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    ASSERT_EQ(v->size(), 2u * 384u);
+    for (int k = 0; k < 2; ++k) {
+      double norm = 0;
+      for (int i = 0; i < 384; ++i) {
+        const float x = (*v)[static_cast<size_t>(k * 384 + i)];
+        ASSERT_TRUE(std::isfinite(x));
+        norm += double(x) * x;
+      }
+      EXPECT_NEAR(norm, 1.0, 1e-4);
+    }
+    EXPECT_NE(std::vector<float>(v->begin(), v->begin() + 384),
+              std::vector<float>(v->begin() + 384, v->end()));
+    runs.push_back(std::move(v).value());
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 TEST(ModelRegistry, UnclaimedSourcesAreNamedErrors) {

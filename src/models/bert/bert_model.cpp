@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/quantize.h"
 #include "formats/hf_config.h"
+#include "models/bert/random_bert.h"
 #include "models/bind_util.h"
 
 namespace rinfer::bert {
@@ -238,6 +239,27 @@ Result<std::unique_ptr<BertModel>> BertModel::load(const std::string& path,
   RINFER_RETURN_IF_ERROR(m->convert());
   RINFER_RETURN_IF_ERROR(m->pack_bf16());
   return m;
+}
+
+Result<std::unique_ptr<BertModel>> BertModel::load_random(std::string_view shape,
+                                                          const std::string& source,
+                                                          const LoadOptions& opts) {
+  std::unique_ptr<BertModel> m(new BertModel());
+  m->opts_ = opts;
+  m->random_ = true;
+  RINFER_ASSIGN_OR_RETURN(m->hp_, random_shape(shape));
+  RINFER_ASSIGN_OR_RETURN(SafetensorsFile f,
+                          SafetensorsFile::parse(random_safetensors(m->hp_, source)));
+  m->file_ = std::make_shared<const SafetensorsModel>(
+      SafetensorsModel::from_file(source, std::move(f)));
+  RINFER_RETURN_IF_ERROR(m->bind(*m->file_));
+  RINFER_RETURN_IF_ERROR(m->convert());
+  RINFER_RETURN_IF_ERROR(m->pack_bf16());
+  return m;
+}
+
+std::string BertModel::builtin_tokenizer_json() const {
+  return random_ ? synthetic_tokenizer_json(hp_.n_vocab) : std::string();
 }
 
 std::string BertModel::describe() const {

@@ -50,11 +50,16 @@ class BertModel : public EncoderModel {
   // `path`: a directory with config.json + model.safetensors, or a .safetensors file with
   // config.json beside it.
   static Result<std::unique_ptr<BertModel>> load(const std::string& path, const LoadOptions& opts);
+  // Random weights of a named shape (random_bert.h), made in memory; `source` names it.
+  static Result<std::unique_ptr<BertModel>> load_random(std::string_view shape,
+                                                        const std::string& source,
+                                                        const LoadOptions& opts);
 
   std::string_view architecture() const override { return hp_.architecture; }
   std::string describe() const override;
   uint64_t weight_bytes_per_token() const override { return weight_bytes_; }
   const EncoderHParams& hparams() const override { return hp_; }
+  std::string builtin_tokenizer_json() const override;
   Result<std::unique_ptr<EncoderRunner>> create_runner(
       const EncoderRunnerOptions& opts) const override;
 
@@ -72,6 +77,7 @@ class BertModel : public EncoderModel {
   LoadOptions opts_;
   std::shared_ptr<const SafetensorsModel> file_;  // keeps the mapping alive
   uint64_t weight_bytes_ = 0;
+  bool random_ = false;  // load_random: the tokenizer is the synthetic vocabulary
 };
 
 // The CPU runner (models/bert/bert_runner.cpp).
