@@ -31,27 +31,16 @@ import urllib.error
 import urllib.request
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SKIP = 77
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "server"))
+import harness  # noqa: E402  (the model cache, the binary from --rinfer, the skip code)
+
+SKIP = harness.SKIP
+model_dir = harness.model_dir
 # A usage line, not a command: an upper-case placeholder (RECIPE, MODEL, CORPUS.jsonl), an
 # optional [--flag] or alternatives a|b.
 PLACEHOLDER = re.compile(r"(?:^|\s)[A-Z][A-Z_]{2,}(?:\s|$|\.)|\[-|\w\|\w")
 MODELS = ["smollm2-135m-instruct-q4_1.gguf", "gemma3-270m-q4_k_m.gguf", "all-minilm-l6-v2",
           "mobilenet-v2.pth", "imagenet-classes.json", "photos/chelsea.png", "photos/coffee.png"]
-
-
-def model_dir():
-    d = os.environ.get("RINFER_MODEL_DIR")
-    if d:
-        return d
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache")
-    return os.path.join(base, "recipes-infer", "models")
-
-
-def rinfer_binary():
-    for i, a in enumerate(sys.argv):
-        if a == "--rinfer" and i + 1 < len(sys.argv):
-            return os.path.abspath(sys.argv[i + 1])
-    return os.path.join(SOURCE_DIR, "build/default/rinfer")
 
 
 def free_port():
@@ -79,7 +68,7 @@ def sh_blocks(text):
 
 
 def main():
-    binary = rinfer_binary()
+    binary = os.path.abspath(harness.RINFER)
     if os.environ.get("RINFER_SANITIZE") == "ON":
         print("SKIP: the README's commands run on the optimized build (under the sanitizers the "
               "benches take many minutes)")
