@@ -267,30 +267,8 @@ struct SampleArgs {
 inline constexpr int kMaxTopK = 1024;
 cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const float* uniform,
                                 int32_t* out_id, cudaStream_t stream);
-// A decode step's token chosen on the device, with the bookkeeping of a device-driven decode
-// loop (ops_cuda.h, DecodeSampler). Penalties over the last last_n (<= kMaxDecodeHistory) ids
-// of the history ring, then argmax (temperature <= 0) or the top-k draw.
+// The penalty window of a sampled row: at most kMaxDecodeHistory ids of its history.
 inline constexpr int kMaxDecodeHistory = 1024;
-struct DecodeSampleArgs {
-  int n_vocab;
-  int top_k;  // 1..kMaxTopK when temperature > 0
-  float temperature, top_p, min_p;
-  float repeat_penalty, presence_penalty;
-  int last_n;    // penalty window, 0..hist_cap
-  int hist_cap;  // slots of the history ring
-  int ring;      // slots of the host rings
-};
-struct DecodeSampleIo {
-  const DecodeSampleArgs* args;  // device
-  int32_t* state;                // device [2]: ids in the history ring so far, steps so far
-  int32_t* hist;                 // device [hist_cap]: id i at i % hist_cap
-  const float* uniforms;         // host-mapped [ring]: step s draws uniforms[s % ring]
-  int32_t* host_out;             // host-mapped [ring]: step s writes its id at s % ring
-  int32_t* token;                // device: the next step's input token ...
-  int32_t* pos;                  // ... its position (+1) ...
-  int32_t* n_kv;                 // ... and the KV length (+1)
-};
-cudaError_t launch_decode_sample(float* logits, const DecodeSampleIo& io, cudaStream_t stream);
 
 // Many rows sampled at once, one block per row, each with its own settings (device
 // RowSampleArgs [n_rows]): penalties over hist[hist_off, hist_off + hist_len) (each distinct id

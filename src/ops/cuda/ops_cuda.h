@@ -362,14 +362,10 @@ inline constexpr int32_t kMaxDeviceTopK = 1024;
 Status sample(const float* logits, int64_t n_vocab, const DeviceSampling& s, const float* uniform,
               int32_t* out_id, cudaStream_t stream);
 
-// A decode loop that stays on the device: after each step's logits, one kernel applies the
-// penalties of ops/cpu/sampler.h (repetition and presence, over the last last_n ids of the
-// history, each distinct id once), picks the token (argmax, or the top-k chain with that step's
-// uniform draw) and feeds it to the next step: it writes the step's input token, advances its
-// position and KV length by one, appends the id to the history and writes it to a pinned host
-// ring, where the host reads it once the step is done. So a step needs no host round trip, and
-// the host can queue the next step (or replay the next graph) before reading this one's token.
-// The uniforms come from the host (the same draws as the host Sampler's, in the same order).
+// A decode row's sampling on the device: the penalties of ops/cpu/sampler.h (repetition and
+// presence, over the last last_n ids of its history, each distinct id once), then argmax or the
+// top-k chain with the row's uniform draw (the same draws as the host Sampler's, in the same
+// order).
 struct DecodeSampling {
   DeviceSampling chain;  // temperature <= 0: argmax
   float repeat_penalty = 1.0f;
@@ -394,43 +390,6 @@ Result<RowSample> row_sample(const DecodeSampling& s, int64_t n_vocab, int32_t h
                              int32_t hist_len, float uniform);
 Status sample_rows(float* logits, int64_t n_rows, int64_t n_vocab, const RowSample* args,
                    const int32_t* hist, int32_t* out, cudaStream_t stream);
-
-class DecodeSampler {
- public:
-  static constexpr int kRing = 8;  // slots of the host rings: steps in flight at most
-  // Device state and pinned rings on the current device.
-  static Result<DecodeSampler> create(int device, cudaStream_t stream);
-  DecodeSampler() = default;
-  DecodeSampler(DecodeSampler&& o) noexcept;
-  DecodeSampler& operator=(DecodeSampler&& o) noexcept;
-  DecodeSampler(const DecodeSampler&) = delete;
-  DecodeSampler& operator=(const DecodeSampler&) = delete;
-  ~DecodeSampler();
-
-  // Sets the settings and the history (its last last_n ids are kept; ids outside [0, n_vocab)
-  // are never penalized) and restarts the step count at 0. Queued on `stream`, then waits for
-  // it (the host buffers are reused).
-  Status start(const DecodeSampling& s, int64_t n_vocab, std::span<const int32_t> history,
-               cudaStream_t stream);
-  // Step `step`'s uniform [0, 1) draw: written before the step is queued, while at most kRing - 1
-  // earlier steps are still in flight.
-  void set_uniform(int64_t step, float u);
-  // Queues the kernel of the next step (steps are counted on the device): logits [n_vocab]
-  // (penalized in place) -> the token at `token`, `pos` and `n_kv` advanced. Graph-capturable.
-  Status launch(float* logits, int32_t* token, int32_t* pos, int32_t* n_kv,
-                cudaStream_t stream) const;
-  // The id that step `step` chose; valid once the step has completed. -1 when the step's logits
-  // held NaN or +inf, or no finite value (the kernel then fed id 0 to the next step).
-  int32_t result(int64_t step) const;
-
- private:
-  DeviceBuffer dev_;        // DecodeSampleArgs, state [2], history [kMaxDecodeHistory]
-  void* pinned_ = nullptr;  // args staging, history staging, uniforms [kRing], ids [kRing]
-  float* uniforms_ = nullptr;
-  int32_t* ids_ = nullptr;
-  float* uniforms_dev_ = nullptr;  // the same rings as the device addresses them
-  int32_t* ids_dev_ = nullptr;
-};
 
 // Programmatic dependent launch (sm_90+): the decode-path kernels (matvec, norms, rope, KV
 // store, attention decode, quantization, GLU, get_rows) are launched so that each one's launch

@@ -11,8 +11,8 @@
 //      cum_i >= top_p * cum_k; min-p keeps p_i >= min_p * p_max; at least one token stays;
 //   4. the first candidate with u * mass < cum_i, u read from device memory (a uniform [0, 1)
 //      draw the host or a device RNG wrote there).
-// Both also tell the decode loop when the row holds NaN or +inf, or no finite value (a model
-// whose numbers broke): then decode_sample_kernel hands the host id -1 (DecodeSampler::result).
+// Both also tell when the row holds NaN or +inf, or no finite value (a model whose numbers
+// broke): then sample_rows_kernel writes id -1 for that row.
 #include <cfloat>
 #include <climits>
 
@@ -305,59 +305,9 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) *out = id;
 }
 
-// One decode step's token, chosen on the device (DecodeSampleIo in launch.h): the penalties
-// over the last `last_n` ids of the history ring (each distinct id once, in the logits, in
-// place), then argmax or the top-k draw with this step's uniform, then the bookkeeping of a
-// device-driven decode loop: the id becomes the next step's input token, position and KV length
-// advance by one, the id joins the history ring and is written to the host ring's slot. Logits
-// with NaN or +inf (or no finite value) write -1 to the host ring (the host stops with an error)
-// and feed id 0, so a step queued behind stays in bounds.
-__global__ void __launch_bounds__(kThreads)
-    decode_sample_kernel(float* __restrict__ x, DecodeSampleIo io) {
-  __shared__ int s_win[kMaxDecodeHistory];
-  const DecodeSampleArgs a = *io.args;  // written by the host before the loop
-  pdl_begin();
-  const int count = io.state[0], step = io.state[1];
-  const int tid = threadIdx.x;
-  const bool pen = a.last_n > 0 && (a.repeat_penalty != 1.0f || a.presence_penalty != 0.0f);
-  if (pen) {
-    const int w = min(count, a.last_n);
-    if (tid < w) s_win[tid] = io.hist[(count - 1 - tid) % a.hist_cap];
-    __syncthreads();
-    if (tid < w) {
-      const int id = s_win[tid];
-      bool first = id >= 0 && id < a.n_vocab;
-      for (int j = 0; j < tid && first; ++j) first = s_win[j] != id;
-      if (first && isfinite(x[id])) {  // as the host: -inf stays masked, NaN/+inf are reported
-        float l = x[id];
-        if (a.repeat_penalty != 1.0f) l = l > 0.0f ? l / a.repeat_penalty : l * a.repeat_penalty;
-        x[id] = fminf(fmaxf(l - a.presence_penalty, -FLT_MAX), FLT_MAX);  // stays finite
-      }
-    }
-    __syncthreads();  // the penalized logits are visible to the whole block
-  }
-  int id;
-  bool non_finite;
-  if (a.temperature <= 0.0f) {
-    id = block_argmax(x, a.n_vocab, &non_finite);
-  } else {
-    const SampleArgs sa{a.n_vocab, a.top_k, a.temperature, a.top_p, a.min_p};
-    id = block_sample(x, sa, io.uniforms[step % a.ring], &non_finite);
-  }
-  if (tid == 0) {
-    id = id < 0 || id >= a.n_vocab || non_finite ? 0 : id;
-    *io.token = id;
-    *io.pos += 1;
-    *io.n_kv += 1;
-    io.hist[count % a.hist_cap] = id;
-    io.state[0] = count + 1;
-    io.state[1] = step + 1;
-    io.host_out[step % a.ring] = non_finite ? -1 : id;
-  }
-}
-
-// Row blockIdx.x of a batch: the penalties over its history window (each distinct id once,
-// as decode_sample_kernel), then argmax or the top-k draw with its uniform.
+// Row blockIdx.x of a batch: the penalties over its history window (each distinct id once, in
+// the logits, in place; -inf stays masked, NaN and +inf are reported), then argmax or the top-k
+// draw with its uniform.
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* __restrict__ logits, int64_t n_vocab,
                        const RowSampleArgs* __restrict__ args, const int32_t* __restrict__ hist,
@@ -400,10 +350,6 @@ __global__ void __launch_bounds__(kThreads)
 cudaError_t launch_argmax(const float* logits, int64_t n, int32_t* out_id, cudaStream_t stream) {
   argmax_kernel<<<1, kThreads, 0, stream>>>(logits, n, out_id);
   return cudaGetLastError();
-}
-
-cudaError_t launch_decode_sample(float* logits, const DecodeSampleIo& io, cudaStream_t stream) {
-  return launch_pdl(decode_sample_kernel, dim3(1), dim3(kThreads), 0, stream, logits, io);
 }
 
 cudaError_t launch_sample_top_k(const float* logits, const SampleArgs& a, const float* uniform,
