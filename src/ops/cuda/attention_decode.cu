@@ -22,8 +22,7 @@
 // shared memory (and, past one cluster, the last cluster to finish each slice of the output
 // merges the clusters from the workspace: an atomic counter per slice, reset by that cluster),
 // and the output is written with its int16 blocks when the next matvec wants them: one kernel
-// instead of RoPE + KV store, attention, merge and quantization (H200, Llama-3-8B shape at 200
-// positions, before the clusters: 11.2 us against 4.0 + 8.6 + 4.6 + 2.1). For a bf16 cache of
+// instead of RoPE + KV store, attention, merge and quantization (measured: docs/strategies/kernels.md, "Measured choices"). For a bf16 cache of
 // head_dim 64 or 128 its split runs on the tensor cores (mma_attend below; the scalar split
 // stays for head_dim 256 and behind RINFER_ATTN_MMA=0).
 #include <cooperative_groups.h>
@@ -67,9 +66,7 @@ constexpr int kCluster = 8;
 
 // AttnArgs' sizes as 32-bit integers (checked by ops_cuda.cpp: check_decode_sizes): the kernels are
 // latency-bound, and 64-bit divisions and products cost each thread hundreds of instructions.
-// ncu (scripts/device/ncu_sass.sh), fused kernel, Llama-3-8B shape: 679k -> 486k warp
-// instructions a launch (150 of 64-bit split arithmetic in every warp, the 360 idle blocks
-// included); H200 decode step q4_0 1.775 -> 1.760 ms, SmolLM2 q4_1 0.542 -> 0.508.
+// Measured with ncu (scripts/device/ncu_sass.sh) and in decode steps: docs/strategies/kernels.md, "Measured choices".
 struct DecArgs {
   int n_kv;  // positions, or their upper bound when n_kv_dev is set
   int n_head, n_head_kv, ratio;
@@ -99,8 +96,7 @@ struct DecRange {
 };
 // fused (the fused step, whose clusters of kCluster blocks merge through shared memory): up to
 // kCluster * kFusedChunk positions stay in one cluster (two steps of rows a block rather than a
-// second cluster, whose merge goes through the workspace: H200, Llama-3-8B decode at 320-384
-// positions, q8_0 2.354 ms with the pre-cluster merge, 2.373 with two clusters).
+// second cluster, whose merge goes through the workspace; measured: docs/strategies/kernels.md, "Measured choices").
 constexpr int kFusedChunk = 64;
 __device__ __forceinline__ DecRange dec_range(const DecArgs& a, int n_splits, bool fused = false) {
   int n_kv = a.n_kv;
@@ -120,11 +116,8 @@ __device__ __forceinline__ DecRange dec_range(const DecArgs& a, int n_splits, bo
 // The fused step of head_dim 128 with up to 4 query heads a block (Llama-3-8B) takes six KV rows
 // a sub-group and step instead of four: 48 rows a step, so that the chunks of up to 384
 // positions (one cluster of 8 blocks) take one step, not two whose second waits on the first's
-// math. It needs 241 registers (2 blocks an SM rather than 3; the grid follows). H200, decode
-// step, A-B-B-A: q4_0 at positions 320-384 1.639 / 1.656 -> 1.585 / 1.582 ms, q8_0 2.343 /
-// 2.344 -> 2.303 / 2.304; at 128-192 within noise (1.593 / 1.584 -> 1.590 / 1.575); at
-// 3928-3992 (fewer warps an SM) 2.084 / 2.089 -> 2.106 / 2.108. Not for head_dim 64, whose 16
-// sub-groups already take 64 rows a step (SmolLM2 q4_1 0.463 / 0.460 -> 0.470 / 0.472 ms).
+// math. It needs 241 registers (2 blocks an SM rather than 3; the grid follows). Not for
+// head_dim 64, whose 16 sub-groups already take 64 rows a step (measured: docs/strategies/kernels.md, "Measured choices").
 __host__ __device__ constexpr bool six_row_step(int kD, int kG, bool kRope) {
   return kRope && kD == 128 && kG <= 4;
 }
@@ -203,11 +196,9 @@ __device__ __forceinline__ void load_kv_step(const DecArgs& a, const void* k, co
 
 // Requests into L2 the K and V rows [from, to) of kv head hk (their kD elements, 128-byte lines),
 // a line per thread and pass: the rows of a block's later steps, whose loads otherwise wait for
-// the earlier steps' math and go to memory one round trip at a time. H200, Llama-3-8B q4_0 decode
-// step at positions 3928-3992 (with the one-wave grid below): 2.124 / 2.139 -> 2.105 / 2.097 ms;
-// within noise at 128-384 positions. Little more: the kernel is bound by its instructions there
-// (ncu, alone: 24-26 us with 16.6 MB read from memory or with 8.7 MB, half of it in L2; 5.4M
-// warp instructions a launch).
+// the earlier steps' math and go to memory one round trip at a time: a small gain at long
+// contexts, none at short ones, as the kernel is bound by its instructions there (measured:
+// docs/strategies/kernels.md, "Measured choices").
 template <bool kBf16, int kD>
 __device__ __forceinline__ void prefetch_kv_rows(const DecArgs& a, const void* k, const void* v,
                                                  int from, int to, int hk) {
@@ -288,8 +279,8 @@ __device__ __forceinline__ float4 merge_splits(const float* ws_o, const float* w
 // ---- The tensor-core split (kMma: the fused step, bf16 cache, head_dim 64 / 128) ----
 //
 // The scalar split above spends about 200 warp instructions on each KV row (bf16 unpacking,
-// FMAs, shuffle trees, one exp2 per head and row): at 4k positions the Llama-3-8B fused step
-// took 24-26 us a layer under ncu whether 16.6 or 8.7 MB came from memory. Here each warp takes
+// FMAs, shuffle trees, one exp2 per head and row): at long contexts the fused step was bound by
+// those instructions whatever came from memory (docs/strategies/kernels.md, "Measured choices"). Here each warp takes
 // 16 rows of a 64-row tile that cp.async brings into shared memory (double-buffered; the first
 // tile before the PDL wait), and the scores S = Q K^T and the output O += P V are mma.sync tiles
 // (m16n8k16, bf16, f32 accumulation), A operand rows = query heads. The group's kG <= 8 heads
@@ -498,9 +489,9 @@ __global__ void __launch_bounds__(
 
   // kRope: everything up to the raw qkv loads reads only what the host and earlier decode steps
   // wrote (n_kv, the cached K/V rows of older positions) or nothing (the angles), so it runs
-  // before the PDL wait, overlapping the QKV matvec's tail where the SM has room (measured about
-  // neutral on the Llama-3-8B shape: the matvec's blocks fill the SMs to the end); the other
-  // path waits first.
+  // before the PDL wait, overlapping the QKV matvec's tail where the SM has room (about neutral
+  // on the Llama-3-8B shape, whose matvec blocks fill the SMs to the end); the other path waits
+  // first.
   if constexpr (kRope) {
     pdl_trigger();
   } else {
@@ -750,8 +741,7 @@ __global__ void __launch_bounds__(
     // partial for it and writes it, normalized, with its int16 blocks. With more than one
     // cluster of positions, the cluster's merged slices (unnormalized) go to the workspace and
     // the last cluster to finish a slice merges them (threadfence reduction, one counter a
-    // slice). H200, Llama-3-8B shape at 180 positions: the last block of the global merge spent
-    // about 1,400 cycles on its fence and atomic and 3,000 on the merge.
+    // slice; its cost: docs/strategies/kernels.md, "Measured choices").
     namespace cg = cooperative_groups;
     const cg::cluster_group cl = cg::this_cluster();
     cl.sync();  // every block's partial is in its shared memory
@@ -1047,8 +1037,7 @@ cudaError_t launch_attn_decode_rope(const AttnArgs& a, const AttnRopeArgs& r, co
   int g = 0;
   // Whole clusters of splits, rounded down so that the grid fits the SMs in one wave (3 blocks
   // an SM, 2 with six rows a step): rounded up (Llama-3-8B with 3 an SM: 56 splits, 448 blocks
-  // for 396 places), a long context's last blocks ran as a second wave. H200, q4_0 decode step
-  // at positions 3928-3992 (3 an SM): 2.142 / 2.160 -> 2.124 / 2.139 ms.
+  // for 396 places), a long context's last blocks ran as a second wave (docs/strategies/kernels.md, "Measured choices").
   const int n_splits = decode_splits(
       a, use_mma(a) || six_row_step(static_cast<int>(a.head_dim), group_heads(a), true) ? 2 : 3);
   DecLaunch l =

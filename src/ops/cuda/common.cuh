@@ -45,10 +45,8 @@ __device__ __forceinline__ void pdl_begin() {
 // allow. Safe: every kernel still waits (griddepcontrol.wait) for its predecessor's completion,
 // which in turn waited for its own; and a dependent is launched only once every block of this
 // grid has started, so the waiting blocks never keep this grid's from being scheduled.
-// Measured on the H200 (decode step, Llama-3-8B shape, 2 runs each): q4_0 1.975/1.968 ->
-// 1.924/1.914 ms, q8_0 2.574/2.576 -> 2.536/2.537, bf16 4.007/4.021 -> 3.978/3.981. The matvecs
-// keep pdl_begin (trigger after their first loads): triggering first in every kernel gained
-// nothing more on the 8B shape and lost 3-5% on SmolLM2.
+// The matvecs keep pdl_begin (trigger after their first loads): triggering first in every
+// kernel gained nothing more on the 8B shape and lost on SmolLM2 (docs/strategies/kernels.md, "Measured choices").
 __device__ __forceinline__ void pdl_trigger_then_wait() {
   pdl_trigger();
   pdl_wait();

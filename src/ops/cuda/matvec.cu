@@ -7,8 +7,7 @@
 // (lane l takes chunks l, l + 32, ...), kUnroll chunks in flight per row; matrices with few rows
 // split each row over S warps (split-K, matvec_split: warp k of S takes chunks 32 k + l,
 // 32 (k + S) + l, ...; their sums are added through shared memory), so attn_out and ffn_down
-// keep enough warps and loads in flight (Llama-3-8B decode on the H200, split on / forced off:
-// q8_0 325 / 307 tok/s, bf16 228 / 223, q4_0 449 / 440, q4_K 379 / 380); x is loaded once per
+// keep enough warps and loads in flight (docs/strategies/kernels.md, "Measured choices"); x is loaded once per
 // chunk and used for all kRows rows (Q4 formats read 8 bytes of x per byte of weight, so sharing
 // x keeps the L1 traffic under the DRAM traffic). Per-row sums are reduced with shuffles.
 //
@@ -68,19 +67,18 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps
 
-// Rows per warp and chunks in flight per lane and row, as measured on the H200: for the 16-bit
-// formats four rows and 2 chunks beat two rows and 4 (Llama-3-8B shape bf16 decode step 4.22 ->
-// 4.05 ms: each x load serves more rows), which beat one row and 8; Q4 rows share the larger x
-// loads (four rows and 4 chunks was slower: q4_0 1.97 -> 2.04 ms). kWide (16-bit formats, rows
-// of 2048 elements or more): eight rows and one chunk, so each x load serves eight rows.
+// Rows per warp and chunks in flight per lane and row (docs/strategies/kernels.md, "Measured choices"): for the 16-bit formats four
+// rows and 2 chunks beat two rows and 4 (each x load serves more rows), which beat one row and
+// 8; Q4 rows share the larger x loads (four rows and 4 chunks was slower). kWide (16-bit
+// formats, rows of 2048 elements or more): eight rows and one chunk, so each x load serves eight
+// rows.
 template <int F, bool kWide = false>
 struct MvCfg {
   static constexpr int kRows = F == kWF32 ? 1 : (kWide ? 8 : 4);
   static constexpr int kUnroll = F == kWF32 || kWide ? (F == kWF32 ? 4 : 1) : 2;
   // Blocks per SM the registers must allow (more resident warps, more loads in flight): the
-  // 16-bit formats fit 8 (64 registers), 6 wide (80), without spilling. H200 decode step,
-  // Llama-3-8B bf16: uncapped 4.06 ms, capped 3.89, wide 3.78 (SmolLM2 bf16: 0.568, 0.577, and
-  // 0.63 wide, so its 576-wide rows keep four). The others keep the occupancy they had uncapped
+  // 16-bit formats fit 8 (64 registers), 6 wide (80), without spilling; SmolLM2's 576-wide rows
+  // keep four (docs/strategies/kernels.md, "Measured choices"). The others keep the occupancy they had uncapped
   // (f32 48 registers, Q8_0 96, Q4 125, Q4_K 168): an explicit minimum of 1 lets the compiler
   // take up to 239.
   static constexpr int kMinBlocks =

@@ -15,18 +15,15 @@
 // over S warps (split-K, matvec_split_q16: 2 where rows have 128 chunks or more). Q4_K's packed
 // 6-bit scales are decoded two at a time with 16-bit masks (llama.cpp's trick).
 //
-// Measured on the H200 (bench/cuda_ops_bench.cpp): staging the chunks through shared memory with
-// cp.async, double-buffered, was slower than these register loads for every format (Q4_0
-// lm_head 88 us against 70 us, Q8_0 155 against 124), and two Q4 rows per warp with four chunks
-// in flight was slower than four rows with two (ffn_up 15.4 us against 12.2).
+// Staging the chunks through shared memory with cp.async, double-buffered, was slower than these
+// register loads for every format, and two Q4 rows per warp with four chunks in flight was
+// slower than four rows with two (bench/cuda_ops_bench.cpp; docs/strategies/kernels.md, "Measured choices").
 //
 // The split norm (launch.h: RmsIn, ResNormOut) replaces the decode step's RMSNorm kernels: the
 // producer variant (kNorm, 32 rows a block) adds its rows to the residual and leaves the next
-// norm's int16 blocks and sums of squares, the consumer multiplies its sums by 1 / rms. H200,
-// Llama-3-8B decode step against the norm kernels (RINFER_SPLIT_NORM=0), two runs: q4_0 1.772 /
-// 1.794 -> 1.726 / 1.743 ms, q8_0 2.432 / 2.431 -> 2.349 / 2.354, q4_k 2.078 / 2.093 -> 2.096 /
-// 2.080. Less than removing the norm kernels outright would give (q4_0 -0.15 ms): the
-// consumer's blocks find the SMs full of the producer's 512-thread blocks and start cold.
+// norm's int16 blocks and sums of squares, the consumer multiplies its sums by 1 / rms. It gains
+// less than removing the norm kernels outright would (docs/strategies/kernels.md, "Measured choices"): the consumer's blocks find
+// the SMs full of the producer's 512-thread blocks and start cold.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -41,19 +38,17 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// Four rows a warp share each x load, two chunks in flight per row (H200, Llama-3-8B shape: Q8_0
-// with two rows and four chunks took 2.76 ms a decode step, with four and two 2.59 ms; Q4 with
-// four chunks in flight was slower, 1.97 -> 2.04 ms).
+// Four rows a warp share each x load, two chunks in flight per row (faster than two rows and
+// four chunks for Q8_0, and than four chunks for Q4: docs/strategies/kernels.md, "Measured choices").
 template <int F>
 struct Q16Cfg {
   static constexpr int kRows = 4;
   static constexpr int kUnroll = 2;
   // Blocks per SM the registers must allow: occupancy is register-bound, and more resident warps
   // keep more loads in flight. Q8_0 and Q4_0 fit 5 (88 and 96 registers) and Q4_K 4 (124)
-  // without spilling; Q4_1 would spill a few bytes and is left free (SmolLM2 q4_1 step 0.548 ->
-  // 0.559 ms capped). H200, Llama-3-8B decode step, with the 32-bit chunk indices and row
-  // offsets (MvRows): q4_0 1.94 -> 1.89 ms, q8_0 2.56 -> 2.50, q4_k 2.39 -> 2.14. Capping Q4_0
-  // at 5 before those (24 bytes of spills) was slower, 1.92 -> 2.10.
+  // without spilling (with the 32-bit chunk indices and row offsets of MvRows; before those,
+  // capping Q4_0 at 5 spilled and was slower); Q4_1 would spill a few bytes and is left free
+  // (docs/strategies/kernels.md, "Measured choices").
   static constexpr int kMinBlocks = F == kWQ4_K ? 4 : (F == kWQ4_1 ? 1 : 5);
   // Q8_0 consumers also come at 6 (80 registers, 16 bytes of spills), for grids that fit one wave
   // only so (consumer_plan).
@@ -139,12 +134,7 @@ __device__ __forceinline__ int dot8(const int* x, uint32_t q0, uint32_t q1, int 
 
 // The norm's parts (RmsIn: n_parts a multiple of 4, at most 128), a float4 a lane, requested
 // once the previous kernels are done and added up only after the loop (4 registers held across
-// it; added at once, they would stall the warp's first x loads behind an L2 round trip). H200,
-// Llama-3-8B decode step, two runs, at once / deferred: q8_0 2.364 / 2.377 against 2.345 /
-// 2.338 ms, SmolLM2 q4_1 0.712 / 0.727 against 0.702 / 0.708; Q4_0, which spilled when deferred
-// before its chunks took one x scale and one sum (84a77d1), 1.687 / 1.689 / 1.681 against
-// 1.670 / 1.668 / 1.667 after (an A-then-B sweep, which favors B by about 0.5%: q4_k, unchanged,
-// moved 0.1-0.9%).
+// it; added at once, they would stall the warp's first x loads behind an L2 round trip: docs/strategies/kernels.md, "Measured choices").
 struct PartsAcc {
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __device__ __forceinline__ void load(const RmsIn& rin, int lane) {
@@ -203,9 +193,8 @@ __device__ __forceinline__ void matvec_store_res_norm(float (&acc)[R], int lane,
 // kNT threads a block; kNorm: the ResNormOut producer (kNT = 256 S: 32 rows a block).
 // The producer's register cap: a 512-thread block at 104 leaves room on its SM for one
 // 128-thread block of the next matvec (Q8_0 / Q4_0: 96 registers), whose first weight loads then
-// start before the producer ends (H200, Llama-3-8B decode step with the split norm: q4_0 1.742
-// -> 1.726 ms at 104 against 118 registers uncapped; 96 spills). Q4_1 (107) and Q4_K (127)
-// consumers would not fit anyway, and their producers spill at 104: uncapped.
+// start before the producer ends (docs/strategies/kernels.md, "Measured choices"; 96 spills). Q4_1 (107) and Q4_K (127) consumers
+// would not fit anyway, and their producers spill at 104: uncapped.
 // nvcc 13 honors both this and the launch bounds (ptxas -v: the Q4_0 consumer 96 registers from
 // its minimum of 5 blocks, its producer 104, the Q4_K producer 128 from its 512 threads).
 template <int F, bool kNorm>
@@ -365,13 +354,9 @@ __global__ void __launch_bounds__(kNT, kNT == kThreads ? (MB > 0 ? MB : Q16Cfg<F
 // memory: one copy for the quants, one for the scales); thread t of a row group keeps the int16
 // x of chunk column t in registers for the whole kernel and adds four rows of each stage; the
 // block adds the rows' partial sums through shared memory, and one thread refills the slot once
-// every thread is past it. H200, Llama-3-8B decode step (A-B-B-A), for gate|up and the output
-// matrix: q4_0 1.661 / 1.674 -> 1.589 / 1.587 ms; q8_0 (whose gate|up already streamed at the
-// copy limit) within noise. Ring sizes of 48 / 64 / 96 KB with every consumer streaming: q4_0
-// 1.627 / 1.630 / 1.602 ms. Measured and dropped: streaming the producers too (Wo, ffn_down: 32
-// rows a block for the norm's epilogue, so one block an SM with few stages): their increments in
-// the step grew from 8.2 to 10.4 us a matrix (64 KB rings), and with 192 KB rings the step was
-// 1.725 against 1.662 ms.
+// every thread is past it. Measured and dropped: streaming the producers too (Wo, ffn_down: 32
+// rows a block for the norm's epilogue, so one block an SM with few stages). The figures, ring
+// sizes included: docs/strategies/kernels.md, "Measured choices".
 namespace st {
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
@@ -546,9 +531,7 @@ uint32_t stream_budget() { return g_stream_kb.load(std::memory_order_relaxed) * 
 // 32, 64, 128 or 256 chunks, a whole number of stages, and (kAuto) at least kMinStagesPerBlock
 // stages a resident block. Where each block has only a few stages, the register kernel is
 // faster: its small blocks start during the previous kernel, while the streaming blocks wait for
-// room for their shared memory (H200, Llama-3-8B decode step, q4_0: streaming every consumer
-// 1.601 / 1.610 ms, only the QKV matrix 1.729 / 1.725, only gate|up and the output 1.589 /
-// 1.587, none 1.661 / 1.674; q8_0 2.286-2.310 in all four).
+// room for their shared memory (docs/strategies/kernels.md, "Measured choices").
 constexpr int64_t kMinStagesPerBlock = 8;
 
 template <int F>

@@ -20,7 +20,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n_rows
 
 // Four elements a thread with 32-bit index math (n % 4 == 0, in_stride % 4 == 0, 16-byte aligned
 // rows, n_rows * n < 2^31): the 64-bit division per element held the scalar kernel near half the
-// memory bandwidth (2048-token Llama-3-8B prefill on the H200: 158 us a layer).
+// memory bandwidth (docs/strategies/kernels.md, "Measured choices").
 __global__ void swiglu_v4_kernel(const float* gate, const float* up, uint32_t n_rows, uint32_t n4,
                                  uint32_t stride4, bool out_bf16, void* out) {
   pdl_begin();
