@@ -1,6 +1,6 @@
-// tiny_llama.gguf (tests/data/llama) with a 96-token SentencePiece vocabulary (<unk>, <s>, </s>,
-// "▁" and 92 ASCII characters), so that the engine can tokenize: for CLI tests that run whole
-// recipes.
+// tiny_llama.gguf (tests/data/llama), or another GGUF, with a 96-token SentencePiece vocabulary
+// (<unk>, <s>, </s>, "▁" and 92 ASCII characters), so that the engine can tokenize: for CLI tests
+// that run whole recipes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,10 +14,12 @@
 
 namespace rinfer::test {
 
-// Writes the model to dir/tiny_tok.gguf and returns its path.
-inline std::string tiny_model_with_tokenizer(const std::string& dir) {
-  auto in = GgufFile::open(test_data_path("llama/tiny_llama.gguf"));
+// Writes a copy of the GGUF model `in_path` with the 96-token vocabulary to `out_path` (its
+// vocab_size must be 96 or more) and returns out_path.
+inline std::string with_tiny_tokenizer(const std::string& in_path, const std::string& out_path) {
+  auto in = GgufFile::open(in_path);
   EXPECT_TRUE(in.ok());
+  if (!in.ok()) return out_path;
   GgufWriter w;
   for (const auto& [k, v] : in->metadata()) w.set(std::string(k), GgufWriter::Value::copy_of(v));
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81"};
@@ -38,9 +40,13 @@ inline std::string tiny_model_with_tokenizer(const std::string& dir) {
                              std::string(reinterpret_cast<const char*>(t.data), t.nbytes))
                     .ok());
   }
-  const std::string path = dir + "/tiny_tok.gguf";
-  EXPECT_TRUE(w.write(path).ok());
-  return path;
+  EXPECT_TRUE(w.write(out_path).ok());
+  return out_path;
+}
+
+// Writes the model to dir/tiny_tok.gguf and returns its path.
+inline std::string tiny_model_with_tokenizer(const std::string& dir) {
+  return with_tiny_tokenizer(test_data_path("llama/tiny_llama.gguf"), dir + "/tiny_tok.gguf");
 }
 
 }  // namespace rinfer::test

@@ -124,10 +124,12 @@ class EngineCore {
   // order (n is at most the runner's max_logit_rows()). On the calling thread, between steps:
   // nothing may step the core meanwhile. interrupt() stops it (kCancelled). Errors: an empty
   // sequence, one longer than the context, a token outside the vocabulary, a pool the running
-  // requests leave too small (kOutOfMemory), a failed pass, the callback's error.
+  // requests leave too small (kOutOfMemory), a failed pass, the callback's error. `taps` (may be
+  // null) gets every pass's activations (models/taps.h; the passes' rows are the positions in
+  // order), or the runner's kUnsupported when it cannot tap.
   using ScoreCallback = std::function<Status(int64_t row, std::span<const float> logits)>;
   Status score(std::span<const int32_t> tokens, int64_t first_row, int64_t chunk,
-               const ScoreCallback& on_rows);
+               const ScoreCallback& on_rows, TapSink* taps = nullptr);
   // Thread-safe: whether a request is queued, running or about to be aborted.
   bool has_work() const;
   // Blocks until has_work() or the timeout (a serving loop between requests).

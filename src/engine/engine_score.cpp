@@ -23,7 +23,7 @@ int32_t EngineCore::one_sequence_tables(RequestId seq, int64_t len) {
 }
 
 Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int64_t chunk,
-                         const ScoreCallback& on_rows) {
+                         const ScoreCallback& on_rows, TapSink* taps) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t n_vocab = model_.hparams().n_vocab;
   if (n == 0) return invalid_argument("score: the token sequence is empty");
@@ -89,6 +89,7 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
     b.table_stride = stride;
     b.logit_rows = rows;
     b.cancel = &interrupt_;
+    b.taps = taps;
     logits.resize(rows.size() * static_cast<size_t>(n_vocab));
     Status fwd = runner_->forward(b, *arena_, logits.data());
     interrupt_.store(false);

@@ -14,8 +14,7 @@ std::string PrecisionThresholds::to_string() const {
   std::vector<std::string> parts;
   if (min_top1) parts.push_back(fmt::format("top-1 >= {:g}", *min_top1));
   if (max_mean_kl) parts.push_back(fmt::format("mean KL <= {:g}", *max_mean_kl));
-  if (max_ppl_change)
-    parts.push_back(fmt::format("|ppl change| <= {:g}%", 100.0 * *max_ppl_change));
+  if (max_ppl_change) parts.push_back(fmt::format("ppl change <= +{:g}%", 100.0 * *max_ppl_change));
   if (parts.empty()) return "none";
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
@@ -69,8 +68,9 @@ void apply_gate(PrecisionReport& r, const PrecisionThresholds& gate) {
   if (gate.max_mean_kl && !(r.logits.mean_kl <= *gate.max_mean_kl)) {
     f.push_back(fmt::format("mean KL {:.4g} > {:g}", r.logits.mean_kl, *gate.max_mean_kl));
   }
-  if (gate.max_ppl_change && !(std::fabs(r.ppl_change) <= *gate.max_ppl_change)) {
-    f.push_back(fmt::format("ppl change {:+.2f}% beyond {:g}%", 100.0 * r.ppl_change,
+  // One-sided: a perplexity drop is no loss of precision.
+  if (gate.max_ppl_change && !(r.ppl_change <= *gate.max_ppl_change)) {
+    f.push_back(fmt::format("ppl change {:+.2f}% above +{:g}%", 100.0 * r.ppl_change,
                             100.0 * *gate.max_ppl_change));
   }
   r.passed = f.empty();

@@ -8,7 +8,8 @@
 //
 // The gate (the defaults below, each replaced by the recipe's `precision:` setting of that bound
 // where it has one) passes when top-1 >=
-// min_top1, mean KL <= max_mean_kl and |ppl change| <= max_ppl_change. `rinfer bench` marks a
+// min_top1, mean KL <= max_mean_kl and ppl change <= max_ppl_change (one-sided: a perplexity
+// drop passes). `rinfer bench` marks a
 // failing variant and never picks it as the best (the rollback rule).
 #pragma once
 
@@ -30,8 +31,8 @@ namespace rinfer {
 struct PrecisionThresholds {
   std::optional<double> min_top1 = 0.95;
   std::optional<double> max_mean_kl = 0.05;
-  std::optional<double> max_ppl_change = 0.02;  // |ppl_variant / ppl_baseline - 1|
-  // "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%"
+  std::optional<double> max_ppl_change = 0.02;  // ppl_variant / ppl_baseline - 1 (a rise)
+  // "top-1 >= 0.95, mean KL <= 0.05, ppl change <= +2%"
   std::string to_string() const;
 };
 

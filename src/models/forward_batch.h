@@ -17,6 +17,7 @@
 #include <span>
 
 #include "kv/kv_spec.h"
+#include "models/taps.h"
 #include "rinfer/status.h"
 
 namespace rinfer {
@@ -40,6 +41,8 @@ struct ForwardBatch {
   MaskKind mask = MaskKind::kCausal;
   // When it reads true the runner stops early (between layers) with kCancelled.
   const std::atomic<bool>* cancel = nullptr;
+  // Named activations to hand out during this pass (models/taps.h); null: none, at no cost.
+  TapSink* taps = nullptr;
 
   int32_t n_seq() const { return static_cast<int32_t>(kv_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }

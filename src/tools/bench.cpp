@@ -47,6 +47,7 @@
 #include "tools/bench_classify.h"
 #include "tools/bench_embed.h"
 #include "tools/bench_report.h"
+#include "tools/bench_text.h"
 #include "tools/input.h"
 #include "tools/tools.h"
 
@@ -207,59 +208,6 @@ std::string strategy_change(const RecipeConfig& base, const RecipeConfig& v) {
   return out.empty() ? "same as baseline" : out;
 }
 
-// Tokens of the benchmark text (repeated when short), BOS first when the model wants one.
-// The benchmark text: the file --text or bench.prompts names (`named` says which), else GPL-3,
-// else (only when that default is missing) a built-in paragraph. A named file that cannot be
-// read, is empty or is not UTF-8 is an error: the numbers and the precision gate must be
-// measured on the text asked for. Never blocks on a FIFO (read_regular_file).
-struct BenchText {
-  std::string file;
-  std::string named;  // "--text", "<recipe>: bench.prompts"; empty for the default
-};
-
-BenchText bench_text(const BenchArgs& a, const RecipeConfig& base) {
-  if (!a.text_file.empty()) return {a.text_file, "--text"};
-  if (base.bench.prompts) return {*base.bench.prompts, base.path + ": bench.prompts"};
-  return {"/usr/share/common-licenses/GPL-3", ""};
-}
-
-Result<std::string> read_bench_text(const BenchText& t) {
-  auto read = read_regular_file(t.file);
-  if (!read.ok()) {
-    if (t.named.empty() && read.status().code() == StatusCode::kNotFound) return std::string();
-    return read.status().with_context(t.named.empty() ? "the benchmark text" : t.named);
-  }
-  const std::string what = t.named.empty() ? t.file : t.named + " " + t.file;
-  if (read->empty()) return invalid_argument("{}: the file is empty", what);
-  RINFER_RETURN_IF_ERROR(check_utf8(*read, what, /*allow_invalid=*/false));
-  return read;
-}
-
-Result<std::vector<int32_t>> text_tokens(const Tokenizer& tok, const BenchText& file, int64_t n,
-                                         std::string* source) {
-  RINFER_ASSIGN_OR_RETURN(std::string text, read_bench_text(file));
-  *source = file.file;
-  if (text.empty()) {
-    text =
-        "The quick brown fox jumps over the lazy dog. A recipe says which model to run, on which "
-        "device, with which optimization strategies, and how to sample; the benchmark measures "
-        "each variant against the baseline on the same prompt. ";
-    *source = "built-in text";
-  }
-  auto ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = false});
-  if (!ids.ok()) return ids.status().with_context("tokenizing " + *source);
-  if (ids->empty()) return invalid_argument("{}: no tokens", *source);
-  std::vector<int32_t> out;
-  if (tok.add_bos() && tok.bos() >= 0) out.push_back(tok.bos());
-  while (static_cast<int64_t>(out.size()) < n) {
-    for (int32_t id : *ids) {
-      if (static_cast<int64_t>(out.size()) >= n) break;
-      out.push_back(id);
-    }
-  }
-  return out;
-}
-
 // Greedy, no penalties: every variant decodes the same tokens.
 SamplingParams bench_sampling() {
   SamplingParams sp;
@@ -398,7 +346,7 @@ int run_bench(const BenchArgs& a) {
 
   // The text too, before any model loads: a named file that is missing, empty or not UTF-8 is
   // an error now, never a silent switch to other text.
-  if (auto text = read_bench_text(bench_text(a, base_recipe)); !text.ok()) {
+  if (auto text = read_bench_text(bench_text(a.text_file, base_recipe)); !text.ok()) {
     return report_error(text.status().message());
   }
 
@@ -428,7 +376,7 @@ int run_bench(const BenchArgs& a) {
       const int64_t need = std::max(st.prompt_tokens, a.no_precision ? 0 : a.precision_tokens);
       auto tokenizer = e.sample().require_tokenizer("rinfer bench's text prompt");
       if (!tokenizer.ok()) return report_error(tokenizer.status().message());
-      auto toks = text_tokens(**tokenizer, bench_text(a, v.recipe), need, &text_source);
+      auto toks = text_tokens(**tokenizer, bench_text(a.text_file, v.recipe), need, &text_source);
       if (!toks.ok()) return report_error(toks.status().message());
       prompt.assign(toks->begin(), toks->begin() + st.prompt_tokens);
       ptokens.assign(toks->begin(), toks->begin() + std::min<int64_t>(need, a.precision_tokens));

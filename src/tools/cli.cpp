@@ -84,6 +84,8 @@ int run_cli(int argc, char** argv) {
   add_run_command(app, exit_code);
   add_perplexity_command(app, exit_code);
   add_parity_command(app, exit_code);
+  add_diff_command(app, exit_code);
+  add_eval_command(app, exit_code);
   add_strategies_command(app, exit_code);
   add_quantize_command(app, exit_code);
   add_bench_command(app, exit_code);

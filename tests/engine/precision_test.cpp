@@ -96,7 +96,12 @@ TEST(Precision, PerplexityAndGateByHand) {
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.failures.find("top-1 0.0000 < 0.95"), std::string::npos) << r.failures;
   EXPECT_NE(r.failures.find("mean KL"), std::string::npos) << r.failures;
-  EXPECT_NE(r.failures.find("ppl change -33.33%"), std::string::npos) << r.failures;
+  // The perplexity bound is one-sided: this variant's drop of a third passes it.
+  EXPECT_EQ(r.failures.find("ppl change"), std::string::npos) << r.failures;
+  // The other way round (the baseline as the variant) it is a rise of half: it fails.
+  PrecisionReport up = compare_precision(var, base, toks, 2, gate);
+  EXPECT_NEAR(up.ppl_change, 0.5, 1e-6);
+  EXPECT_NE(up.failures.find("ppl change +50.00% above +2%"), std::string::npos) << up.failures;
 
   // Only the checks a recipe sets are applied.
   PrecisionThresholds loose;
@@ -105,9 +110,9 @@ TEST(Precision, PerplexityAndGateByHand) {
   loose.max_ppl_change = 0.5;
   apply_gate(r, loose);
   EXPECT_TRUE(r.passed) << r.failures;
-  EXPECT_EQ(loose.to_string(), "top-1 >= 0, |ppl change| <= 50%");
+  EXPECT_EQ(loose.to_string(), "top-1 >= 0, ppl change <= +50%");
   EXPECT_EQ(PrecisionThresholds{}.to_string(),
-            "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%");
+            "top-1 >= 0.95, mean KL <= 0.05, ppl change <= +2%");
 
   // NaN fails every check.
   PrecisionReport nan;
@@ -129,14 +134,14 @@ TEST(Precision, RecipeGateRuleCaseByCase) {
     return r.ok() ? gate_of_recipe(r->precision) : PrecisionThresholds{};
   };
   const PrecisionThresholds none = gate("");
-  EXPECT_EQ(none.to_string(), "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 2%");
+  EXPECT_EQ(none.to_string(), "top-1 >= 0.95, mean KL <= 0.05, ppl change <= +2%");
   EXPECT_EQ(gate("precision: {min_top1: 0.5}\n").to_string(),
-            "top-1 >= 0.5, mean KL <= 0.05, |ppl change| <= 2%");
+            "top-1 >= 0.5, mean KL <= 0.05, ppl change <= +2%");
   EXPECT_EQ(gate("precision: {max_ppl_change: 0.1}\n").to_string(),
-            "top-1 >= 0.95, mean KL <= 0.05, |ppl change| <= 10%");
+            "top-1 >= 0.95, mean KL <= 0.05, ppl change <= +10%");
   EXPECT_EQ(gate("precision: {min_top1: 0.9, max_mean_kl: 0.01, max_ppl_change: 0.005}\n")
                 .to_string(),
-            "top-1 >= 0.9, mean KL <= 0.01, |ppl change| <= 0.5%");
+            "top-1 >= 0.9, mean KL <= 0.01, ppl change <= +0.5%");
   const std::string base = test::write_temp_file(
       "gate_base.yaml", head + "precision: {min_top1: 0.8, max_mean_kl: 0.2}\n");
   auto variant = parse_recipe(
@@ -144,7 +149,7 @@ TEST(Precision, RecipeGateRuleCaseByCase) {
       (std::filesystem::path(base).parent_path() / "variant.yaml").string());
   ASSERT_TRUE(variant.ok()) << variant.status().message();
   EXPECT_EQ(gate_of_recipe(variant->precision).to_string(),
-            "top-1 >= 0.8, mean KL <= 0.3, |ppl change| <= 2%");
+            "top-1 >= 0.8, mean KL <= 0.3, ppl change <= +2%");
   // A bound's loosest value lets every variant pass it.
   PrecisionReport r;
   r.logits.top1_agreement = 0.0;

@@ -11,6 +11,14 @@ namespace rinfer::llama {
 
 namespace {
 
+// Hands rows [n_rows, width] to the sink when it wants this kind.
+void tap(TapSink* taps, TapKind kind, int64_t layer, const float* rows, int64_t n_rows,
+         int64_t width) {
+  if (taps != nullptr && taps->wants(kind)) {
+    taps->record(kind, static_cast<int32_t>(layer), rows, n_rows, width);
+  }
+}
+
 // x[r, :] += b for n rows of width n.
 void add_bias(const cpu::OpContext& ctx, float* x, const Tensor& bias, int64_t n_rows, int64_t n) {
   if (!bias.defined()) return;
@@ -27,7 +35,7 @@ float LlamaModel::attention_scale() const {
 Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
                               std::span<const int32_t> tokens, std::span<const float> embeddings,
                               std::span<const int32_t> positions, KvAccess& kv, int64_t pos0,
-                              const std::atomic<bool>* cancel) const {
+                              const std::atomic<bool>* cancel, TapSink* taps) const {
   const auto nt = static_cast<int64_t>(tokens.size());
   const int64_t e = hp_.n_embd, hd = hp_.head_dim, kv_dim = hp_.kv_dim();
   const int64_t q_dim = hp_.n_head * hd, n_ff = hp_.n_ff;
@@ -51,6 +59,7 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     std::memcpy(x, embeddings.data(), static_cast<size_t>(nt * e) * sizeof(float));
   }
   if (observer_) observer_(-1, pos0, x, nt, e);
+  tap(taps, TapKind::kEmbed, -1, x, nt, e);
 
   cpu::RopeParams rope = hp_.rope;
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -64,6 +73,7 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     kv.new_kv(il, &k_new, &v_new);
 
     cpu::rms_norm(ctx, x, l.attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    tap(taps, TapKind::kAttnNorm, il, h, nt, e);
     if (opts_.fusion.qkv) {
       // One pass: h quantized once, the rows of all three matrices split over the pool together.
       const Tensor* ws[] = {&l.wq, &l.wk, &l.wv};
@@ -94,9 +104,11 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     if (hp_.post_norms) {
       cpu::rms_norm(ctx, h, l.post_attn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     }
+    tap(taps, TapKind::kAttnOut, il, h, nt, e);
     cpu::add(ctx, x, h, nt * e, x);
 
     cpu::rms_norm(ctx, x, l.ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
+    tap(taps, TapKind::kMlpNorm, il, h, nt, e);
     if (opts_.fusion.swiglu) {
       const Tensor* ws[] = {&l.w_gate, &l.w_up};
       float* ys[] = {gate, up};
@@ -114,14 +126,17 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     if (hp_.post_norms) {
       cpu::rms_norm(ctx, h, l.post_ffn_norm.data_as<float>(), nt, e, hp_.norm_eps, h);
     }
+    tap(taps, TapKind::kMlpOut, il, h, nt, e);
     cpu::add(ctx, x, h, nt * e, x);
     if (observer_) observer_(il, pos0, x, nt, e);
+    tap(taps, TapKind::kBlockOut, il, x, nt, e);
   }
   return ok_status();
 }
 
 Status LlamaModel::compute_logits(const cpu::OpContext& ctx, ForwardScratch& s,
-                                  std::span<const int32_t> rows, float* logits) const {
+                                  std::span<const int32_t> rows, float* logits,
+                                  TapSink* taps) const {
   const int64_t e = hp_.n_embd;
   float* x = s.x.mutable_data_as<float>();
   float* h = s.h.mutable_data_as<float>();
@@ -132,7 +147,9 @@ Status LlamaModel::compute_logits(const cpu::OpContext& ctx, ForwardScratch& s,
     if (src != r) std::memcpy(x + r * e, x + src * e, static_cast<size_t>(e) * sizeof(float));
   }
   cpu::rms_norm(ctx, x, output_norm_.data_as<float>(), n_out, e, hp_.norm_eps, h);
-  return cpu::matmul(ctx, output_, h, n_out, logits);  // [n_out, n_vocab]
+  RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, output_, h, n_out, logits));  // [n_out, n_vocab]
+  tap(taps, TapKind::kLogits, hp_.n_layer, logits, n_out, hp_.n_vocab);
+  return ok_status();
 }
 
 }  // namespace rinfer::llama

@@ -30,6 +30,7 @@
 #include "core/tensor.h"
 #include "formats/gguf.h"
 #include "models/model.h"
+#include "models/taps.h"
 
 namespace rinfer {
 class SafetensorsModel;
@@ -114,13 +115,16 @@ class LlamaModel final : public DecoderModel {
   // residual stream in s.x. `embeddings` ([nt, n_embd], optional) replaces the token
   // embeddings. pos0 names the first position for the observer and for errors. kCancelled
   // before a layer when `cancel` (may be null) reads true.
-  // `ctx`: the model's kernels with per-call settings (OpContext::single_rows).
+  // `ctx`: the model's kernels with per-call settings (OpContext::single_rows). `taps` (may be
+  // null): the activations it wants (models/taps.h), every kind but logits.
   Status run_layers(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> tokens,
                     std::span<const float> embeddings, std::span<const int32_t> positions,
-                    KvAccess& kv, int64_t pos0, const std::atomic<bool>* cancel) const;
-  // The output norm and projection of rows `rows` (ascending) of s.x: logits [rows, n_vocab].
+                    KvAccess& kv, int64_t pos0, const std::atomic<bool>* cancel,
+                    TapSink* taps = nullptr) const;
+  // The output norm and projection of rows `rows` (ascending) of s.x: logits [rows, n_vocab],
+  // handed to `taps` (may be null) as the logits tap.
   Status compute_logits(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> rows,
-                        float* logits) const;
+                        float* logits, TapSink* taps = nullptr) const;
   float attention_scale() const;
   const cpu::OpContext& ops() const { return opts_.cpu.ops; }
   const LoadOptions& load_options() const { return opts_; }

@@ -107,10 +107,10 @@ class LlamaRunner final : public DecoderRunner {
     while (s1 < b.n_seq() && b.query_start[static_cast<size_t>(s1) + 1] == s1 + 1) ++s1;
     ctx.single_rows = s1;
     RINFER_RETURN_IF_ERROR(m_.run_layers(ctx, scratch_, b.tokens, b.embeddings, b.positions, kv,
-                                         b.positions[0], b.cancel));
+                                         b.positions[0], b.cancel, b.taps));
     if (b.logit_rows.empty()) return ok_status();
     ctx.single_rows = static_cast<int64_t>(b.logit_rows.size());
-    return m_.compute_logits(ctx, scratch_, b.logit_rows, logits);
+    return m_.compute_logits(ctx, scratch_, b.logit_rows, logits, b.taps);
   }
 
  private:

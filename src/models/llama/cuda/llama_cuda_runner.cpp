@@ -33,6 +33,7 @@
 #include "models/llama/cuda/llama_cuda_arena.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
 #include "models/llama/cuda/llama_cuda_graphs.h"
+#include "models/llama/cuda/llama_cuda_taps.h"
 #include "ops/cpu/sampler.h"
 
 namespace rinfer::llama {
@@ -404,14 +405,18 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
-    if (one_row(b) && one_row_graphs(spec.dtype)) return run_one_row_graph(b, arena, samples);
+    // A pass with taps runs the multi-row pass eagerly (llama_cuda_taps.h).
+    const bool plain = b.taps == nullptr;
+    if (plain && one_row(b) && one_row_graphs(spec.dtype)) {
+      return run_one_row_graph(b, arena, samples);
+    }
     int64_t max_len = 0;
     for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
-    const int32_t bucket = batch_graph_bucket(b, samples);
+    const int32_t bucket = plain ? batch_graph_bucket(b, samples) : 0;
     if (bucket > 0) return run_batch_graph(b, arena, samples, bucket, max_len);
     RINFER_RETURN_IF_ERROR(stage(b, arena, samples, b.n_seq()));
     RINFER_RETURN_IF_ERROR(upload(dev_in_.as<int32_t>()));
-    if (one_row(b)) {
+    if (plain && one_row(b)) {
       return run_one_row(b, arena, attention_params(b, spec, max_len), samples);
     }
     return encode(b, arena, max_len, !samples.empty());
@@ -468,9 +473,13 @@ class LlamaCudaRunner final : public DecoderRunner {
     auto* gu = gu_.as<float>();
     auto* actb = actb_.as<uint16_t>();
     cuda::PagedAttentionParams ap = attention_params(b, spec, max_len);
+    auto tap = [&](TapKind kind, int64_t il, const void* p, DType t, int64_t rows, int64_t w) {
+      return tap_device_rows(b.taps, kind, il, p, t, rows, w, st, tap_host_);
+    };
 
     RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
     if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
+    RINFER_RETURN_IF_ERROR(tap(TapKind::kEmbed, -1, x, DType::kF32, nt, e));
 
     for (int64_t il = 0; il < hp.n_layer; ++il) {
       if (b.cancel != nullptr && b.cancel->load()) {
@@ -483,7 +492,9 @@ class LlamaCudaRunner final : public DecoderRunner {
       } else {
         RINFER_RETURN_IF_ERROR(
             cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+        RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, il - 1, x, DType::kF32, nt, e));
       }
+      RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnNorm, il, hb, DType::kBF16, nt, e));
       if (d.merged_qkv()) {
         RINFER_RETURN_IF_ERROR(gemm(d.wqkv, hb, nt, qkv));
       } else {
@@ -527,8 +538,10 @@ class LlamaCudaRunner final : public DecoderRunner {
         RINFER_RETURN_IF_ERROR(
             cuda::rms_norm(o, d.post_attn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
       }
+      RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnOut, il, o, DType::kF32, nt, e));
       RINFER_RETURN_IF_ERROR(
           cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+      RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpNorm, il, hb, DType::kBF16, nt, e));
       const float* gate = gu;
       const float* up = gu + ff;
       int64_t in_stride = 2 * ff;
@@ -551,8 +564,10 @@ class LlamaCudaRunner final : public DecoderRunner {
         RINFER_RETURN_IF_ERROR(
             cuda::rms_norm(o, d.post_ffn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
       }
+      RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpOut, il, o, DType::kF32, nt, e));
     }
     RINFER_RETURN_IF_ERROR(cuda::add(x, o, nt * e, x, st));
+    RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, hp.n_layer - 1, x, DType::kF32, nt, e));
     const auto n_out = static_cast<int64_t>(b.logit_rows.size());
     if (n_out == 0) return cuda_status(cudaStreamSynchronize(st), "forward");
     // The logit rows: gathered into o, normed to bf16, projected.
@@ -560,6 +575,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_RETURN_IF_ERROR(cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps,
                                           DType::kBF16, hb, st));
     RINFER_RETURN_IF_ERROR(gemm(m_.output_weight(), hb, n_out, logits_.as<float>()));
+    RINFER_RETURN_IF_ERROR(
+        tap(TapKind::kLogits, hp.n_layer, logits_.as<float>(), DType::kF32, n_out, hp.n_vocab));
     if (!sampled) return ok_status();
     return cuda::sample_rows(logits_.as<float>(), n_out, hp.n_vocab,
                              reinterpret_cast<const cuda::RowSample*>(dev(L.samples)), dev(L.hist),
@@ -767,6 +784,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   const int32_t* in_ = nullptr;  // the pass's inputs on the device: dev_in_, or a graph's
   Layout layout_{};
   std::vector<int32_t> work_, hist_;
+  std::vector<float> tap_host_;  // a tap's rows on the host
   int32_t attn_rows_ = 64;  // the pass's paged attention rows a block (paged_attention_rows)
   std::vector<cuda::RowSample> rows_;
 };

@@ -1,0 +1,247 @@
+// `rinfer eval RECIPE --vs REFERENCE [--text FILE] [--tokens N] [--window W] [--json FILE]`:
+// the precision of a recipe against a reference recipe of the same model, teacher-forced on the
+// same text (the --text file, else the reference's bench.prompts, else GPL-3: tools/bench_text.h)
+// in windows of W tokens, each a fresh sequence: top-1 agreement, mean and max KL(reference ||
+// recipe) and both perplexities. The recipe's `precision:` gate decides (engine/precision.h: the
+// defaults, each bound the recipe sets replacing that bound; the perplexity bound is one-sided,
+// a drop passes): exit 0 when it passes, 1 when it fails or on an error, so CI can use it. Both
+// models stay loaded; each window's logits are compared and dropped.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "engine/llm_engine.h"
+#include "engine/logit_metrics.h"
+#include "engine/precision.h"
+#include "recipe/recipe.h"
+#include "tools/bench_report.h"
+#include "tools/bench_text.h"
+#include "tools/output.h"
+#include "tools/tools.h"
+
+namespace rinfer {
+
+namespace {
+
+struct EvalArgs {
+  std::string recipe;
+  std::string reference;
+  std::string text_file;
+  int64_t tokens = 512;
+  int64_t window = 256;
+  std::string json;
+};
+
+struct Loaded {
+  RecipeConfig recipe;
+  std::unique_ptr<LlmEngine> engine;
+  EngineCore* core = nullptr;
+};
+
+Result<Loaded> load(const std::string& path) {
+  Loaded l;
+  RINFER_ASSIGN_OR_RETURN(l.recipe, load_recipe(path));
+  LlmEngineOptions eo;
+  eo.model_only = true;
+  auto engine = LlmEngine::create(l.recipe, eo);
+  if (!engine.ok()) return engine.status().with_context(path);
+  l.engine = std::move(engine).value();
+  auto core = l.engine->scoring_core();
+  if (!core.ok()) return core.status().with_context(path);
+  l.core = *core;
+  return l;
+}
+
+// The report over every window: rows weighted alike; perplexities from the summed NLL.
+struct Totals {
+  int64_t rows = 0, nll_rows = 0;
+  double top1 = 0, kl = 0, max_kl = 0, nll_ref = 0, nll_var = 0;
+
+  void add(const LogitComparison& c, double ppl_ref, double ppl_var, int64_t n) {
+    rows += c.rows;
+    top1 += c.top1_agreement * static_cast<double>(c.rows);
+    kl += c.mean_kl * static_cast<double>(c.rows);
+    if (!(c.max_kl <= max_kl)) max_kl = c.max_kl;  // NaN sticks
+    if (n >= 2) {
+      nll_ref += std::log(ppl_ref) * static_cast<double>(n - 1);
+      nll_var += std::log(ppl_var) * static_cast<double>(n - 1);
+      nll_rows += n - 1;
+    }
+  }
+
+  PrecisionReport report(const PrecisionThresholds& gate) const {
+    PrecisionReport r;
+    const auto n = static_cast<double>(std::max<int64_t>(rows, 1));
+    r.positions = rows;
+    r.logits.rows = rows;
+    r.logits.top1_agreement = top1 / n;
+    r.logits.mean_kl = kl / n;
+    r.logits.max_kl = max_kl;
+    const auto m = static_cast<double>(std::max<int64_t>(nll_rows, 1));
+    r.ppl_baseline = std::exp(nll_ref / m);
+    r.ppl_variant = std::exp(nll_var / m);
+    r.ppl_change = r.ppl_baseline > 0 ? r.ppl_variant / r.ppl_baseline - 1.0 : 0.0;
+    apply_gate(r, gate);
+    return r;
+  }
+};
+
+nlohmann::ordered_json opt_json(const std::optional<double>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+
+nlohmann::ordered_json num_json(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+int run_eval(const EvalArgs& a) {
+  if (!a.json.empty()) {
+    if (Status st = bench::prepare_json_output(a.json, {a.recipe, a.reference, a.text_file});
+        !st.ok()) {
+      return report_error(st.message());
+    }
+  }
+  auto ref = load(a.reference);
+  if (!ref.ok()) return report_error(ref.status().with_context("eval: --vs").message());
+  auto var = load(a.recipe);
+  if (!var.ok()) return report_error(var.status().with_context("eval").message());
+  const DecoderHParams& hr = ref->engine->decoder().hparams();
+  const DecoderHParams& hv = var->engine->decoder().hparams();
+  const int64_t n_vocab = hr.n_vocab;
+  if (hv.n_vocab != hr.n_vocab || hv.n_layer != hr.n_layer || hv.n_embd != hr.n_embd) {
+    return report_error(fmt::format(
+        "eval: {} has {} layers of {} and a vocabulary of {}, the reference {} {} of {} and {}: "
+        "not the same model",
+        a.recipe, hv.n_layer, hv.n_embd, hv.n_vocab, a.reference, hr.n_layer, hr.n_embd,
+        hr.n_vocab));
+  }
+  auto tok = ref->engine->sample().require_tokenizer("rinfer eval's text");
+  if (!tok.ok()) return report_error(tok.status().with_context(a.reference).message());
+  std::string source;
+  auto tokens = text_tokens(**tok, bench_text(a.text_file, ref->recipe), a.tokens, &source);
+  if (!tokens.ok()) return report_error(tokens.status().message());
+  if (const Tokenizer* vt = var->engine->sample().tokenizer(); vt != nullptr) {
+    std::string vsource;
+    auto vtokens = text_tokens(*vt, bench_text(a.text_file, ref->recipe), a.tokens, &vsource);
+    if (!vtokens.ok() || *vtokens != *tokens) {
+      return report_error(fmt::format(
+          "eval: {} tokenizes the text into other ids than the reference {}: not the same model",
+          a.recipe, a.reference));
+    }
+  }
+  const int64_t window = std::min({a.window, ref->engine->context_length(),
+                                   var->engine->context_length()});
+  const auto n = static_cast<int64_t>(tokens->size());
+  const int64_t n_windows = (n + window - 1) / window;
+  const PrecisionThresholds gate = gate_of_recipe(var->recipe.precision);
+  std::fprintf(stderr, "rinfer eval: %s against %s: %s of %s, %s of %lld, teacher-forced\n",
+               a.recipe.c_str(), a.reference.c_str(), count_of(n, "token").c_str(),
+               source.c_str(), count_of(n_windows, "window").c_str(),
+               static_cast<long long>(window));
+
+  Totals t;
+  Progress bar("eval", n_windows, "window");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t w = 0; w < n_windows; ++w) {
+    const int64_t begin = w * window, len = std::min(window, n - begin);
+    const std::span<const int32_t> win(tokens->data() + begin, static_cast<size_t>(len));
+    auto lr = teacher_forced_logits(*ref->core, win);
+    if (!lr.ok()) return report_error(lr.status().with_context(a.reference).message());
+    auto lv = teacher_forced_logits(*var->core, win);
+    if (!lv.ok()) return report_error(lv.status().with_context(a.recipe).message());
+    t.add(compare_logits(lr->data(), lv->data(), len, n_vocab),
+          perplexity_of_logits(*lr, win, n_vocab), perplexity_of_logits(*lv, win, n_vocab), len);
+    bar.update(w + 1);
+  }
+  bar.finish();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const PrecisionReport r = t.report(gate);
+
+  const auto bound = [](const std::optional<double>& b, const char* op, double scale,
+                        const char* unit) {
+    return b ? fmt::format("{} {:g}{}", op, *b * scale, unit) : std::string("-");
+  };
+  const auto verdict = [](const std::optional<double>& b, bool ok) {
+    return b ? (ok ? "ok" : "FAIL") : "";
+  };
+  std::string out = fmt::format("rinfer eval: {} against {}\n{} of {}, {} of {}, {:.1f} s\n\n",
+                                a.recipe, a.reference, count_of(n, "token"), source,
+                                count_of(n_windows, "window"), window, seconds);
+  out += fmt::format("  {:<18} {:>12}  {:<12} {}\n", "metric", "value", "gate", "");
+  out += fmt::format("  {:<18} {:>12.4f}  {:<12} {}\n", "top-1 agreement",
+                     r.logits.top1_agreement, bound(gate.min_top1, ">=", 1, ""),
+                     verdict(gate.min_top1, r.logits.top1_agreement >= gate.min_top1.value_or(0)));
+  out += fmt::format("  {:<18} {:>12.4g}  {:<12} {}\n", "mean KL (nats)", r.logits.mean_kl,
+                     bound(gate.max_mean_kl, "<=", 1, ""),
+                     verdict(gate.max_mean_kl, r.logits.mean_kl <= gate.max_mean_kl.value_or(0)));
+  out += fmt::format("  {:<18} {:>12.4g}\n", "max KL (nats)", r.logits.max_kl);
+  out += fmt::format("  {:<18} {:>12.4f}  (reference {:.4f})\n", "perplexity", r.ppl_variant,
+                     r.ppl_baseline);
+  out += fmt::format(
+      "  {:<18} {:>+11.2f}%  {:<12} {}\n", "ppl change", 100.0 * r.ppl_change,
+      gate.max_ppl_change ? fmt::format("<= +{:g}%", 100.0 * *gate.max_ppl_change) : "-",
+      verdict(gate.max_ppl_change, r.ppl_change <= gate.max_ppl_change.value_or(0)));
+  out += fmt::format("gate: {} ({})\n{}\n", gate.to_string(),
+                     var->recipe.precision.empty() ? "the defaults" : "the recipe's and defaults",
+                     r.passed ? "PASS" : "FAIL: " + r.failures);
+  if (!write_stdout(out)) return 1;
+
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["recipe"] = a.recipe;
+    j["reference"] = a.reference;
+    j["text"] = source;
+    j["tokens"] = n;
+    j["window"] = window;
+    j["windows"] = n_windows;
+    j["seconds"] = seconds;
+    j["metrics"] = {{"top1_agreement", num_json(r.logits.top1_agreement)},
+                    {"mean_kl", num_json(r.logits.mean_kl)},
+                    {"max_kl", num_json(r.logits.max_kl)},
+                    {"ppl", num_json(r.ppl_variant)},
+                    {"ppl_reference", num_json(r.ppl_baseline)},
+                    {"ppl_change", num_json(r.ppl_change)}};
+    j["gate"] = {{"min_top1", opt_json(gate.min_top1)},
+                 {"max_mean_kl", opt_json(gate.max_mean_kl)},
+                 {"max_ppl_change", opt_json(gate.max_ppl_change)},
+                 {"text", gate.to_string()}};
+    j["passed"] = r.passed;
+    j["failures"] = r.failures;
+    j["git_sha"] = bench::git_sha(".");
+    j["date"] = bench::utc_date();
+    if (bench::write_json(a.json, j) != 0) return 1;
+  }
+  return r.passed ? 0 : 1;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "eval", "Precision of a recipe against a reference recipe; exit 1 when its gate fails");
+  auto a = std::make_shared<EvalArgs>();
+  cmd->add_option("recipe", a->recipe, "The recipe evaluated (its precision: gate applies)")
+      ->required();
+  cmd->add_option("--vs", a->reference, "The reference recipe (the baseline)")->required();
+  cmd->add_option("--text", a->text_file,
+                  "Text to evaluate on (default: the reference's bench.prompts, else GPL-3)");
+  cmd->add_option("--tokens", a->tokens, "Tokens of the text to score (default 512)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  cmd->add_option("--window", a->window,
+                  "Tokens per teacher-forced sequence (default 256, at most the contexts)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  cmd->add_option("--json", a->json, "Write the metrics and the verdict as JSON");
+  cmd->callback([&exit_code, a] { exit_code = run_eval(*a); });
+}
+
+}  // namespace rinfer
