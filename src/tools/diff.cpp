@@ -312,20 +312,14 @@ int run_diff(const DiffArgs& a) {
                    {"top1_agreement", json_num(lc.top1_agreement)},
                    {"mean_kl", json_num(lc.mean_kl)},
                    {"max_kl", json_num(lc.max_kl)}};
-    if (first) {
-      const TapDiff& d = (*diffs)[*first];
-      j["first_past_threshold"] = {
+    const auto at = [&](const std::optional<size_t>& i) {
+      if (!i) return nlohmann::ordered_json(nullptr);
+      const TapDiff& d = (*diffs)[*i];
+      return nlohmann::ordered_json{
           {"layer", d.layer}, {"op", tap_name(d.kind)}, {"rel_l2", json_num(d.rel_l2)}};
-    } else {
-      j["first_past_threshold"] = nullptr;
-    }
-    if (differ) {
-      const TapDiff& d = (*diffs)[*differ];
-      j["first_difference"] = {
-          {"layer", d.layer}, {"op", tap_name(d.kind)}, {"rel_l2", json_num(d.rel_l2)}};
-    } else {
-      j["first_difference"] = nullptr;
-    }
+    };
+    j["first_past_threshold"] = at(first);
+    j["first_difference"] = at(differ);
     if (growth) {
       j["largest_growth"] = {{"layer", (*diffs)[growth->first].layer},
                              {"ratio", json_num(growth->second)}};
