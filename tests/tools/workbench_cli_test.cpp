@@ -35,6 +35,10 @@ class WorkbenchCli : public ::testing::Test {
 
   void SetUp() override {
     spec_.n_layer = 6;
+    spec_.n_embd = 128;  // head_dim 64, which the CUDA attention takes
+    spec_.n_head = 2;
+    spec_.n_head_kv = 1;
+    spec_.n_ff = 192;
     spec_.n_vocab = 96;  // the test tokenizer's (tiny_model.h)
     spec_.seed = 7;
     const test::TinyWeights w = test::make_tiny_weights(spec_, /*round_to_bf16=*/true);
@@ -158,7 +162,7 @@ TEST_F(WorkbenchCli, DiffErrorsNameWhatIsWrong) {
   auto r = rinfer("diff '" + a + "' '" + recipe("s", small, "cpu") + "' --tokens '" + dir_ +
                   "/tokens.txt'");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("the recipes run different models (A: 6 layers of 64, vocabulary 96; B: 2"),
+  EXPECT_NE(r.err.find("the recipes run different models (A: 6 layers of 128, vocabulary 96; B: 2"),
             std::string::npos)
       << r.err;
 
