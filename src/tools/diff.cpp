@@ -188,6 +188,11 @@ std::string svg_plot(const std::vector<TapDiff>& diffs, int64_t n_layer, double 
       "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#c00\" "
       "stroke-dasharray=\"4 3\"/>\n<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">layer</text>\n",
       left, left + pw, y_of(threshold), h - 12);
+  const int64_t step = std::max<int64_t>(1, (n_layer + 9) / 10);
+  for (int64_t l = 0; l < n_layer; l += step) {
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                     x_of(static_cast<double>(l)), top + ph + 16, l);
+  }
   const char* colors[] = {"#555", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#000", "#9467bd"};
   int legend = 0;
   for (int k = 0; k < kTapKindCount; ++k) {
