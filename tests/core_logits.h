@@ -82,7 +82,7 @@ struct OneSequence {
   // Tokens at positions `pos` (continuing the sequence), logits of `rows` into `logits`.
   Status forward(std::span<const int32_t> ids, std::span<const int32_t> pos,
                  std::span<const int32_t> rows, float* logits,
-                 const std::atomic<bool>* cancel = nullptr) {
+                 const std::atomic<bool>* cancel = nullptr, TapSink* taps = nullptr) {
     const std::vector<int32_t> qs = {0, static_cast<int32_t>(ids.size())};
     const std::vector<int32_t> len = {pos.empty() ? 0 : pos.back() + 1};
     ForwardBatch b;
@@ -94,6 +94,7 @@ struct OneSequence {
     b.table_stride = static_cast<int32_t>(table.size() / arena->spec().n_groups());
     b.logit_rows = rows;
     b.cancel = cancel;
+    b.taps = taps;
     return runner->forward(b, *arena, logits);
   }
 };
