@@ -39,6 +39,7 @@
 #include "models/model.h"
 #include "ops/cpu/ops.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/ceilings.h"
 
 namespace {
 
@@ -53,42 +54,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Read bandwidth in GB/s: every thread of the pool sums its part of a 1 GiB buffer with 64-byte
-// vector loads (GCC vector extensions, so the loop is not compute bound); best of 5.
-double measure_read_bandwidth(ThreadPool& pool) {
-  using V = uint64_t __attribute__((vector_size(64)));  // [8] lanes
-  const size_t bytes = size_t{1} << 30;
-  const size_t n = bytes / sizeof(V);
-  auto t = Tensor::empty({static_cast<int64_t>(bytes / 8)}, DType::kI64);
-  if (!t.ok()) return 0;
-  auto* data = static_cast<V*>(t->mutable_data());  // 64-byte aligned
-  auto* words = t->mutable_data_as<uint64_t>();
-  pool.parallel_for(0, static_cast<int64_t>(bytes / 8), 1 << 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) words[i] = static_cast<uint64_t>(i) * 2654435761u;
-  });
-  std::atomic<uint64_t> sink{0};
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    pool.run(pool.size(), [&](int64_t task, int) {
-      const size_t per = n / static_cast<size_t>(pool.size());
-      const V* p = data + static_cast<size_t>(task) * per;
-      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
-      for (size_t i = 0; i + 4 <= per; i += 4) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-      }
-      const V a = a0 ^ a1 ^ a2 ^ a3;
-      uint64_t x = 0;
-      for (int l = 0; l < 8; ++l) x ^= a[l];
-      sink += x;
-    });
-    best = std::max(best, static_cast<double>(bytes) / seconds_since(t0) / 1e9);
-  }
-  return sink.load() == 42 ? best + 1e-12 : best;
-}
 
 struct Config {
   std::string name;
@@ -229,7 +194,7 @@ int main(int argc, char** argv) {
 
   ThreadPool bw_pool(threads);
   const int n_threads = bw_pool.size();
-  const double bandwidth = measure_read_bandwidth(bw_pool);
+  const double bandwidth = measure_cpu_read_bandwidth(bw_pool);
 
   std::vector<Config> configs;
   if (baseline) configs.push_back({"baseline", false, cpu::Impl::kReference, 1, baseline_tg, 1});

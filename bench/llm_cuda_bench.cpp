@@ -51,6 +51,7 @@
 #include "models/llama/shapes.h"
 #include "ops/cuda/ops_cuda.h"
 #include "strategies/registry.h"
+#include "tools/ceilings.h"
 
 namespace rinfer {
 namespace {
@@ -92,43 +93,10 @@ struct Limits {
 
 Limits measure_limits(int reps) {
   Limits l;
-  auto stream = cuda::Stream::create(0);
-  if (!stream.ok()) return l;
-  cudaStream_t st = stream->get();
-  const size_t bytes = size_t{2} << 30;
-  auto a = cuda::DeviceBuffer::create(bytes, 0, st);
-  auto b = cuda::DeviceBuffer::create(bytes, 0, st);
-  auto e0 = cuda::Event::create(0);
-  auto e1 = cuda::Event::create(0);
-  if (!a.ok() || !b.ok() || !e0.ok() || !e1.ok()) return l;
-  std::vector<double> t;
-  for (int r = 0; r < reps + 1; ++r) {
-    (void)e0->record(st);
-    cudaMemcpyAsync(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice, st);
-    (void)e1->record(st);
-    (void)e1->synchronize();
-    if (r > 0) t.push_back(*cuda::elapsed_ms(*e0, *e1));
-  }
-  l.copy_gbs = 2.0 * static_cast<double>(bytes) / (bench::median(t) * 1e-3) / 1e9;
-  // bf16 GEMM 8192^3 through cuBLASLt.
-  auto lt = cuda::CublasLt::create(0);
-  const int64_t n = 8192;
-  auto x = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
-  auto w = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
-  auto y = cuda::DeviceBuffer::create(static_cast<size_t>(n * n * 2), 0, st);
-  if (!lt.ok() || !x.ok() || !w.ok() || !y.ok()) return l;
-  (void)cuda::fill_random(x->data(), DType::kBF16, n * n, -1, 1, 1, st);
-  (void)cuda::fill_random(w->data(), DType::kBF16, n * n, -1, 1, 2, st);
-  t.clear();
-  for (int r = 0; r < reps + 1; ++r) {
-    (void)e0->record(st);
-    (void)cuda::gemm_lowp(*lt, DType::kBF16, w->data(), n, x->data(), n, n, n, n, DType::kBF16,
-                          y->data(), 0.0f, st);
-    (void)e1->record(st);
-    (void)e1->synchronize();
-    if (r > 0) t.push_back(*cuda::elapsed_ms(*e0, *e1));
-  }
-  l.gemm_tflops = 2.0 * std::pow(static_cast<double>(n), 3) / (bench::median(t) * 1e-3) / 1e12;
+  auto c = measure_cuda_ceilings(0, reps);
+  if (!c.ok()) return l;
+  l.copy_gbs = c->bandwidth_gbs;
+  l.gemm_tflops = c->peak_tflops;
   return l;
 }
 

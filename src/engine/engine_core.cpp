@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/memory_plan.h"
+#include "models/op_profile.h"
 
 namespace rinfer {
 
@@ -414,6 +415,7 @@ Result<StepStats> EngineCore::step() {
   b.table_stride = table_stride_;
   b.logit_rows = logit_rows_;
   b.cancel = &interrupt_;
+  b.profile = profile_;
   st.n_seqs = static_cast<int64_t>(s.seqs.size());
   st.n_tokens = b.n_tokens();
   const auto t0 = Clock::now();
@@ -433,6 +435,7 @@ Result<StepStats> EngineCore::step() {
         on_device && !r.params.want_logits && runner_->samples_on_device(r.sampler->params());
   }
   Status fwd;
+  const int64_t pass_begin = profile_ != nullptr ? now_ns() : 0;
   if (on_device) {
     row_sampling_.clear();
     rng_saved_.clear();
@@ -461,6 +464,10 @@ Result<StepStats> EngineCore::step() {
     fwd = runner_->forward(b, *arena_, logits_.data());
   }
   st.forward_ms = ms_between(t0, Clock::now());
+  if (profile_ != nullptr && fwd.ok()) {
+    profile_->record_pass({pass_begin, now_ns(), b.n_tokens(), b.n_seq(),
+                           static_cast<int64_t>(b.logit_rows.size())});
+  }
   if (on_device && !fwd.ok()) {
     // The draws go back: the step runs again (cancelled) or its requests fail.
     for (auto& [r, rng] : rng_saved_) r->sampler->set_rng(rng);

@@ -130,6 +130,9 @@ class EngineCore {
   using ScoreCallback = std::function<Status(int64_t row, std::span<const float> logits)>;
   Status score(std::span<const int32_t> tokens, int64_t first_row, int64_t chunk,
                const ScoreCallback& on_rows, TapSink* taps = nullptr);
+  // Per-op times of every pass from now on (null: off), and each pass's wall time
+  // (models/op_profile.h): the runner times its ops, steps are not queued ahead. Between steps.
+  void set_profile(OpProfileSink* sink) { profile_ = sink; }
   // Thread-safe: whether a request is queued, running or about to be aborted.
   bool has_work() const;
   // Blocks until has_work() or the timeout (a serving loop between requests).
@@ -192,6 +195,7 @@ class EngineCore {
   RequestId next_id_ = 1;
   std::atomic<int64_t> live_{0};  // submitted and not finished
   std::atomic<bool> interrupt_{false};
+  OpProfileSink* profile_ = nullptr;
 
   // The forward batch, reused every step.
   std::vector<int32_t> tokens_, positions_, query_start_, kv_len_, tables_, logit_rows_;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/engine_core.h"
+#include "models/op_profile.h"
 
 namespace rinfer {
 
@@ -90,8 +91,13 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
     b.logit_rows = rows;
     b.cancel = &interrupt_;
     b.taps = taps;
+    b.profile = profile_;
     logits.resize(rows.size() * static_cast<size_t>(n_vocab));
+    const int64_t pass_begin = profile_ != nullptr ? now_ns() : 0;
     Status fwd = runner_->forward(b, *arena_, logits.data());
+    if (profile_ != nullptr && fwd.ok()) {
+      profile_->record_pass({pass_begin, now_ns(), b.n_tokens(), 1, static_cast<int64_t>(rows.size())});
+    }
     interrupt_.store(false);
     RINFER_RETURN_IF_ERROR(fwd.with_context(fmt::format("score: positions [{}, {})", done, end)));
     ++stats_.steps;

@@ -22,6 +22,8 @@
 
 namespace rinfer {
 
+class OpProfileSink;  // models/op_profile.h
+
 enum class MaskKind : uint8_t {
   kCausal,         // a token sees the positions up to its own (decoders)
   kBidirectional,  // every token of a sequence sees all of it (encoders)
@@ -43,6 +45,8 @@ struct ForwardBatch {
   const std::atomic<bool>* cancel = nullptr;
   // Named activations to hand out during this pass (models/taps.h); null: none, at no cost.
   TapSink* taps = nullptr;
+  // Per-op times of this pass (models/op_profile.h); null: none, at no cost.
+  OpProfileSink* profile = nullptr;
 
   int32_t n_seq() const { return static_cast<int32_t>(kv_len.size()); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }

@@ -30,6 +30,7 @@
 #include "core/tensor.h"
 #include "formats/gguf.h"
 #include "models/model.h"
+#include "models/op_profile.h"
 #include "models/taps.h"
 
 namespace rinfer {
@@ -84,6 +85,8 @@ class KvAccess {
   // After RoPE of q and of the new keys: stores them where they belong and writes the
   // attention of q [nt, n_head, head_dim] to attn (same shape).
   virtual Status attend(int64_t il, const float* q, float* attn) = 0;
+  // What layer il's attend() moves and computes (the profile's roofline).
+  virtual OpCost attend_cost(int64_t il) const = 0;
 };
 
 // The load options both loaders (GGUF, Hugging Face) accept: max_batch in range, no bf16
@@ -116,15 +119,16 @@ class LlamaModel final : public DecoderModel {
   // embeddings. pos0 names the first position for the observer and for errors. kCancelled
   // before a layer when `cancel` (may be null) reads true.
   // `ctx`: the model's kernels with per-call settings (OpContext::single_rows). `taps` (may be
-  // null): the activations it wants (models/taps.h), every kind but logits.
+  // null): the activations it wants (models/taps.h), every kind but logits. `timer` (may be
+  // null) times each op (models/op_profile.h).
   Status run_layers(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> tokens,
                     std::span<const float> embeddings, std::span<const int32_t> positions,
                     KvAccess& kv, int64_t pos0, const std::atomic<bool>* cancel,
-                    TapSink* taps = nullptr) const;
+                    TapSink* taps = nullptr, OpTimer* timer = nullptr) const;
   // The output norm and projection of rows `rows` (ascending) of s.x: logits [rows, n_vocab],
-  // handed to `taps` (may be null) as the logits tap.
+  // handed to `taps` (may be null) as the logits tap; `timer` as run_layers'.
   Status compute_logits(const cpu::OpContext& ctx, ForwardScratch& s, std::span<const int32_t> rows,
-                        float* logits, TapSink* taps = nullptr) const;
+                        float* logits, TapSink* taps = nullptr, OpTimer* timer = nullptr) const;
   float attention_scale() const;
   const cpu::OpContext& ops() const { return opts_.cpu.ops; }
   const LoadOptions& load_options() const { return opts_; }

@@ -3,6 +3,7 @@
 // sequence share each weight read); only the attention is per sequence, through
 // cpu::paged_attention over each sequence's block table.
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -54,6 +55,20 @@ class PagedAccess final : public KvAccess {
                                 q, k, v, attn);
   }
 
+  OpCost attend_cost(int64_t il) const override {
+    const DecoderHParams& hp = m_.hparams();
+    const kv::KvSpec& spec = arena_.spec();
+    const int32_t g = spec.group_of_layer[static_cast<size_t>(il)];
+    const auto n_seq = static_cast<size_t>(b_.n_seq());
+    shapes_.clear();
+    for (const cpu::AttentionSeq& a : seqs_.subspan(static_cast<size_t>(g) * n_seq, n_seq)) {
+      shapes_.push_back({a.n_tokens, a.n_kv});
+    }
+    return attention_cost(shapes_, hp.n_head, hp.n_head_kv, hp.head_dim,
+                          b_.mask == MaskKind::kCausal, spec.groups[static_cast<size_t>(g)].window,
+                          4, 4);
+  }
+
  private:
   const LlamaModel& m_;
   ForwardScratch& s_;
@@ -61,6 +76,7 @@ class PagedAccess final : public KvAccess {
   kv::KvArena& arena_;
   std::span<const int64_t> slots_;           // [n_groups, nt]
   std::span<const cpu::AttentionSeq> seqs_;  // [n_groups, n_seq]
+  mutable std::vector<AttentionSeqShape> shapes_;
 };
 
 class LlamaRunner final : public DecoderRunner {
@@ -106,11 +122,14 @@ class LlamaRunner final : public DecoderRunner {
     int32_t s1 = 0;
     while (s1 < b.n_seq() && b.query_start[static_cast<size_t>(s1) + 1] == s1 + 1) ++s1;
     ctx.single_rows = s1;
+    std::optional<HostOpTimer> timer;
+    if (b.profile != nullptr) timer.emplace(b.profile);
+    OpTimer* t = timer ? &*timer : nullptr;
     RINFER_RETURN_IF_ERROR(m_.run_layers(ctx, scratch_, b.tokens, b.embeddings, b.positions, kv,
-                                         b.positions[0], b.cancel, b.taps));
+                                         b.positions[0], b.cancel, b.taps, t));
     if (b.logit_rows.empty()) return ok_status();
     ctx.single_rows = static_cast<int64_t>(b.logit_rows.size());
-    return m_.compute_logits(ctx, scratch_, b.logit_rows, logits, b.taps);
+    return m_.compute_logits(ctx, scratch_, b.logit_rows, logits, b.taps, t);
   }
 
  private:

@@ -366,41 +366,64 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
 
   // Q, K, V: one qkv row (q | k | v).
   const bool xq = h_quantized;
+  const PassCosts& pc = op_costs();
   if (d.merged_qkv()) {
+    OpScope op(op_timer_, "qkv", il, weight_cost(d.wqkv, 1));
     RINFER_RETURN_IF_ERROR(project(d.wqkv, s.h, xq, s, s.qkv, norm_in));
   } else {
+    OpScope op(op_timer_, "qkv", il, weights_cost({&d.wq, &d.wk, &d.wv}, 1));
     RINFER_RETURN_IF_ERROR(project(d.wq, s.h, xq, s, s.qkv, norm_in));
     RINFER_RETURN_IF_ERROR(project(d.wk, s.h, xq, s, s.qkv + q_dim_, norm_in));
     RINFER_RETURN_IF_ERROR(project(d.wv, s.h, xq, s, s.qkv + q_dim_ + kv_dim_, norm_in));
   }
   if (d.bqkv != nullptr) {
+    OpScope op(op_timer_, "qkv", il, pc.heads);
     RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(s.qkv, d.bqkv, 1, qkv_dim_, qkv_dim_, st));
   }
   if (hp_.qk_norm) {
+    OpScope op(op_timer_, "qk_norm", il, pc.heads);
     RINFER_RETURN_IF_ERROR(
         cuda::rms_norm_heads(s.qkv, d.q_norm, 1, hp_.n_head, hd, qkv_dim_, hp_.norm_eps, st));
     RINFER_RETURN_IF_ERROR(cuda::rms_norm_heads(s.qkv + q_dim_, d.k_norm, 1, hp_.n_head_kv, hd,
                                                 qkv_dim_, hp_.norm_eps, st));
   }
   bool aq = false;  // the attention output's int16 form is in s.q16
-  RINFER_RETURN_IF_ERROR(attention(il, s, aq));
+  {
+    // RoPE and the K/V store are in this op (one kernel when fused).
+    OpCost c = pc.heads;
+    const auto grp = static_cast<size_t>(
+        paged_ != nullptr ? paged_->arena->spec().group_of_layer[static_cast<size_t>(il)] : 0);
+    if (grp < pc.attention.size()) {
+      c.bytes += pc.attention[grp].bytes + pc.kv_store.bytes;
+      c.flops += pc.attention[grp].flops;
+    }
+    OpScope op(op_timer_, "attention", il, c);
+    RINFER_RETURN_IF_ERROR(attention(il, s, aq));
+  }
 
   // o = attn Wo^T; x += o (post-norm first for Gemma); h = rms_norm(x) * ffn_norm.
-  if (!aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
   bool hq = false;
   NormIn ffn_in;
-  if (d.post_attn_norm == nullptr) {
-    ffn_in.mode = norm_mode(&d.wo, aq, {&d.wgu, &d.w_gate, &d.w_up});
-    ffn_in.w = d.ffn_norm;
+  {
+    OpScope op(op_timer_, "wo", il, weight_cost(d.wo, 1));
+    if (!aq) RINFER_RETURN_IF_ERROR(quantize_for({&d.wo}, s.attn, q_dim_, s, aq));
+    if (d.post_attn_norm == nullptr) {
+      ffn_in.mode = norm_mode(&d.wo, aq, {&d.wgu, &d.w_gate, &d.w_up});
+      ffn_in.w = d.ffn_norm;
+    }
+    if (ffn_in.mode != NormMode::kKernel) {
+      RINFER_RETURN_IF_ERROR(norm_produce(ffn_in.mode, d.wo, s.attn, aq, d.ffn_norm, s));
+    } else {
+      RINFER_RETURN_IF_ERROR(project(d.wo, s.attn, aq, s, s.o));
+    }
   }
-  if (ffn_in.mode != NormMode::kKernel) {
-    RINFER_RETURN_IF_ERROR(norm_produce(ffn_in.mode, d.wo, s.attn, aq, d.ffn_norm, s));
-  } else {
-    RINFER_RETURN_IF_ERROR(project(d.wo, s.attn, aq, s, s.o));
+  if (ffn_in.mode == NormMode::kKernel) {
     if (d.post_attn_norm != nullptr) {
+      OpScope op(op_timer_, "post_norm", il, pc.row);
       RINFER_RETURN_IF_ERROR(
           cuda::rms_norm(s.o, d.post_attn_norm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
     }
+    OpScope op(op_timer_, "norm", il, pc.norm);
     RINFER_ASSIGN_OR_RETURN(
         hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up})));
   }
@@ -409,11 +432,14 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
   const float* gate = s.gu;
   const float* upp = s.gu + ff;
   if (d.merged_gu()) {
+    OpScope op(op_timer_, "gate_up", il, weight_cost(d.wgu, 1));
     RINFER_RETURN_IF_ERROR(project(d.wgu, s.h, hq, s, s.gu, ffn_in));
   } else {
+    OpScope op(op_timer_, "gate_up", il, weights_cost({&d.w_gate, &d.w_up}, 1));
     RINFER_RETURN_IF_ERROR(project(d.w_gate, s.h, hq, s, s.gu, ffn_in));
     RINFER_RETURN_IF_ERROR(project(d.w_up, s.h, hq, s, s.gu + ff, ffn_in));
   }
+  std::optional<OpScope> act_op(std::in_place, op_timer_, "act", il, pc.act);
   bool fq = false;
   if (opts_.fusion.swiglu && any_q16({&d.w_down}) && ff % 32 == 0) {
     // Activation and int16 quantization of its output in one kernel.
@@ -429,6 +455,8 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
     }
     RINFER_RETURN_IF_ERROR(quantize_for({&d.w_down}, s.act, ff, s, fq));
   }
+  act_op.reset();
+  OpScope down_op(op_timer_, "down", il, weight_cost(d.w_down, 1));
   // The next norm: the next layer's attention norm, or the output norm after the last layer.
   const bool last = il + 1 == hp_.n_layer;
   const DeviceLayer* nx = last ? nullptr : &layers_[static_cast<size_t>(il + 1)];
@@ -444,6 +472,7 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
   }
   RINFER_RETURN_IF_ERROR(project(d.w_down, s.act, fq, s, s.o));
   if (d.post_ffn_norm != nullptr) {
+    // Inside the "down" op: the scope ends at the return.
     RINFER_RETURN_IF_ERROR(
         cuda::rms_norm(s.o, d.post_ffn_norm, 1, e, hp_.norm_eps, DType::kF32, s.o, st));
   }
@@ -465,6 +494,8 @@ Status LlamaCudaModel::forward(const Scratch& s) {
   const bool embed_norm = norm.mode == NormMode::kKernel && opts_.fusion.residual_norm &&
                           e % 32 == 0 && e <= cuda::kMaxEmbedNorm &&
                           any_q16({&d0.wqkv, &d0.wq, &d0.wk, &d0.wv});
+  const PassCosts& pc = op_costs();
+  std::optional<OpScope> embed_op(std::in_place, op_timer_, "embed", -1, pc.row);
   if (embed_norm) {
     RINFER_ASSIGN_OR_RETURN(cuda::QuantizedActivation qa,
                             cuda::quantized_activation_in(s.q16, s.q16_bytes, e));
@@ -476,10 +507,12 @@ Status LlamaCudaModel::forward(const Scratch& s) {
       RINFER_RETURN_IF_ERROR(cuda::scale(s.x, nt * e, hp_.embd_scale, st));
     }
   }
+  embed_op.reset();
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const DeviceLayer& d = layers_[static_cast<size_t>(il)];
     bool hq = il == 0 && embed_norm;
     if (norm.mode == NormMode::kKernel && !hq) {
+      OpScope op(op_timer_, "norm", il, pc.norm);
       RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, s,
                                                 any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     }
@@ -490,11 +523,21 @@ Status LlamaCudaModel::forward(const Scratch& s) {
   // x += o of the last block; the output norm and projection into s.logits.
   const DeviceWeight& out_w = output_weight();
   bool q = false;
+  OpCost lc = weight_cost(out_w, 1);
+  lc.bytes += pc.norm.bytes;
+  lc.flops += pc.norm.flops;
+  OpScope logits_op(op_timer_, "logits", hp_.n_layer, lc);
   if (norm.mode == NormMode::kKernel) {
     RINFER_ASSIGN_OR_RETURN(q, residual_norm(s.x, s.o, output_norm_.as<float>(), s,
                                              any_q16({&out_w})));
   }
   return project(out_w, s.h, q, s, s.logits, norm);
+}
+
+const PassCosts& LlamaCudaModel::op_costs() const {
+  static const PassCosts kNone;
+  return op_timer_ != nullptr && paged_ != nullptr && paged_->costs != nullptr ? *paged_->costs
+                                                                               : kNone;
 }
 
 Result<std::unique_ptr<DecoderModel>> make_cuda_model(std::unique_ptr<LlamaModel> host,

@@ -22,6 +22,7 @@
 #include "kv/kv_arena.h"
 #include "models/cuda_weight_pack.h"
 #include "models/llama/cuda/llama_cuda_model.h"
+#include "models/llama/cuda/llama_cuda_profile.h"
 #include "ops/cpu/sampler.h"
 #include "ops/cuda/model_ops.h"
 #include "ops/cuda/ops_cuda.h"
@@ -222,8 +223,12 @@ class LlamaCudaModel final : public DecoderModel {
     uint16_t* out = nullptr;         // [q_dim] bf16, widened into s.attn
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+    const PassCosts* costs = nullptr;  // what the ops move, when profiled (op_timer_)
   };
   const PagedPass* paged_ = nullptr;
+  OpTimer* op_timer_ = nullptr;  // the pass being profiled (set by the runner), or null
+  // The profiled pass's costs (PagedPass::costs), or none.
+  const PassCosts& op_costs() const;
 
   DType kv_dtype_ = DType::kBF16;  // the KV cache's elements (LoadOptions::kv_dtype)
 

@@ -33,6 +33,7 @@
 #include "models/llama/cuda/llama_cuda_arena.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
 #include "models/llama/cuda/llama_cuda_graphs.h"
+#include "models/llama/cuda/llama_cuda_profile.h"
 #include "models/llama/cuda/llama_cuda_taps.h"
 #include "ops/cpu/sampler.h"
 
@@ -405,8 +406,9 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
     }
     RINFER_ASSIGN_OR_RETURN(cuda::DeviceGuard g, cuda::DeviceGuard::set(m_.device_));
-    // A pass with taps runs the multi-row pass eagerly (llama_cuda_taps.h).
-    const bool plain = b.taps == nullptr;
+    // A pass with taps runs the multi-row pass eagerly (llama_cuda_taps.h); a profiled one runs
+    // eagerly, kernel by kernel (llama_cuda_profile.h).
+    const bool plain = b.taps == nullptr && b.profile == nullptr;
     if (plain && one_row(b) && one_row_graphs(spec.dtype)) {
       return run_one_row_graph(b, arena, samples);
     }
@@ -416,11 +418,29 @@ class LlamaCudaRunner final : public DecoderRunner {
     if (bucket > 0) return run_batch_graph(b, arena, samples, bucket, max_len);
     RINFER_RETURN_IF_ERROR(stage(b, arena, samples, b.n_seq()));
     RINFER_RETURN_IF_ERROR(upload(dev_in_.as<int32_t>()));
-    if (plain && one_row(b)) {
-      return run_one_row(b, arena, attention_params(b, spec, max_len), samples);
+    if (b.profile != nullptr) {
+      if (!op_timer_) op_timer_ = std::make_unique<CudaOpTimer>();
+      RINFER_RETURN_IF_ERROR(op_timer_->start(b.profile, stream_, b.n_tokens()));
+      timer_ = op_timer_.get();
     }
-    return encode(b, arena, max_len, !samples.empty());
+    Status ran = b.taps == nullptr && one_row(b)
+                     ? run_one_row(b, arena, attention_params(b, spec, max_len), samples)
+                     : encode(b, arena, max_len, !samples.empty());
+    if (timer_ != nullptr) {
+      timer_ = nullptr;
+      const Status f = op_timer_->finish();
+      if (ran.ok()) ran = f;
+    }
+    return ran;
   }
+
+  // Runs `f` (a Status) as op `name` of layer `il` of the pass being profiled (timer_).
+  template <typename F>
+  Status timed(std::string_view name, int64_t il, const OpCost& cost, F&& f) {
+    OpScope s(timer_, name, il, cost);
+    return f();
+  }
+
 
   // The attention's settings of a staged pass whose longest sequence is at most max_len.
   cuda::PagedAttentionParams attention_params(const ForwardBatch& b, const kv::KvSpec& spec,
@@ -476,9 +496,14 @@ class LlamaCudaRunner final : public DecoderRunner {
     auto tap = [&](TapKind kind, int64_t il, const void* p, DType t, int64_t rows, int64_t w) {
       return tap_device_rows(b.taps, kind, il, p, t, rows, w, st, tap_host_);
     };
+    // What the ops move (only when profiled: pass_costs()).
+    const PassCosts pc = timer_ != nullptr ? pass_costs(hp, b, spec) : PassCosts{};
 
-    RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
-    if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
+    {
+      OpScope op(timer_, "embed", -1, pc.row);
+      RINFER_RETURN_IF_ERROR(cuda::get_rows(m_.tok_embd_, dev(L.tokens), nt, DType::kF32, x, st));
+      if (hp.embd_scale != 1.0f) RINFER_RETURN_IF_ERROR(cuda::scale(x, nt * e, hp.embd_scale, st));
+    }
     RINFER_RETURN_IF_ERROR(tap(TapKind::kEmbed, -1, x, DType::kF32, nt, e));
 
     for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -486,15 +511,16 @@ class LlamaCudaRunner final : public DecoderRunner {
         return Status(StatusCode::kCancelled, "forward: interrupted");
       }
       const DeviceLayer& d = m_.layers_[static_cast<size_t>(il)];
-      if (il == 0) {
-        RINFER_RETURN_IF_ERROR(
-            cuda::rms_norm(x, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
-      } else {
-        RINFER_RETURN_IF_ERROR(
-            cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
-        RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, il - 1, x, DType::kF32, nt, e));
-      }
+      RINFER_RETURN_IF_ERROR(timed("norm", il, pc.norm, [&] {
+        return il == 0
+                   ? cuda::rms_norm(x, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st)
+                   : cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st);
+      }));
+      if (il > 0) RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, il - 1, x, DType::kF32, nt, e));
       RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnNorm, il, hb, DType::kBF16, nt, e));
+      std::optional<OpScope> qkv_op(std::in_place, timer_, "qkv", il,
+                                    d.merged_qkv() ? weight_cost(d.wqkv, nt)
+                                                    : weights_cost({&d.wq, &d.wk, &d.wv}, nt));
       if (d.merged_qkv()) {
         RINFER_RETURN_IF_ERROR(gemm(d.wqkv, hb, nt, qkv));
       } else {
@@ -509,9 +535,11 @@ class LlamaCudaRunner final : public DecoderRunner {
       if (d.bqkv != nullptr) {
         RINFER_RETURN_IF_ERROR(cuda::add_bias_rows(qkv, d.bqkv, nt, qkv_dim, qkv_dim, st));
       }
+      qkv_op.reset();
       float* k = qkv + q_dim;
       float* v = qkv + q_dim + kv_dim;
       if (hp.qk_norm) {
+        OpScope op(timer_, "qk_norm", il, pc.heads);
         RINFER_RETURN_IF_ERROR(
             cuda::rms_norm_heads(qkv, d.q_norm, nt, hp.n_head, hd, qkv_dim, hp.norm_eps, st));
         RINFER_RETURN_IF_ERROR(
@@ -523,25 +551,35 @@ class LlamaCudaRunner final : public DecoderRunner {
         rope.freq_base = la.rope_base;
         rope.freq_scale = la.rope_scale;
       }
-      RINFER_RETURN_IF_ERROR(
-          cuda::rope(qkv, nt, hp.n_head + hp.n_head_kv, hd, qkv_dim, dev(L.positions), rope, st));
+      RINFER_RETURN_IF_ERROR(timed("rope", il, pc.heads, [&] {
+        return cuda::rope(qkv, nt, hp.n_head + hp.n_head_kv, hd, qkv_dim, dev(L.positions), rope,
+                          st);
+      }));
       const int32_t grp = spec.group_of_layer[static_cast<size_t>(il)];
-      RINFER_RETURN_IF_ERROR(
-          cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype, arena.k(il), arena.v(il),
-                               dev(L.slots + static_cast<size_t>(grp) * nt), st));
+      RINFER_RETURN_IF_ERROR(timed("kv_store", il, pc.kv_store, [&] {
+        return cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype, arena.k(il),
+                                    arena.v(il), dev(L.slots + static_cast<size_t>(grp) * nt), st);
+      }));
       ap.window = spec.groups[static_cast<size_t>(grp)].window;
       ap.tables = dev(L.tables + static_cast<size_t>(grp) * b.n_seq() * b.table_stride);
-      RINFER_RETURN_IF_ERROR(cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb,
-                                                   attn_ws_.data(), attn_ws_bytes_, st));
-      RINFER_RETURN_IF_ERROR(gemm(d.wo, attnb, nt, o));
+      RINFER_RETURN_IF_ERROR(timed("attention", il, pc.attention[static_cast<size_t>(grp)], [&] {
+        return cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb, attn_ws_.data(),
+                                     attn_ws_bytes_, st);
+      }));
+      RINFER_RETURN_IF_ERROR(timed("wo", il, weight_cost(d.wo, nt), [&] { return gemm(d.wo, attnb, nt, o); }));
       if (d.post_attn_norm != nullptr) {
+        OpScope op(timer_, "post_norm", il, pc.row);
         RINFER_RETURN_IF_ERROR(
             cuda::rms_norm(o, d.post_attn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
       }
       RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnOut, il, o, DType::kF32, nt, e));
-      RINFER_RETURN_IF_ERROR(
-          cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st));
+      RINFER_RETURN_IF_ERROR(timed("norm", il, pc.norm, [&] {
+        return cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st);
+      }));
       RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpNorm, il, hb, DType::kBF16, nt, e));
+      std::optional<OpScope> gu_op(std::in_place, timer_, "gate_up", il,
+                                   d.merged_gu() ? weight_cost(d.wgu, nt)
+                                                  : weights_cost({&d.w_gate, &d.w_up}, nt));
       const float* gate = gu;
       const float* up = gu + ff;
       int64_t in_stride = 2 * ff;
@@ -553,31 +591,41 @@ class LlamaCudaRunner final : public DecoderRunner {
         up = gu + nt * ff;
         in_stride = ff;
       }
+      gu_op.reset();
+      std::optional<OpScope> act_op(std::in_place, timer_, "act", il, pc.act);
       if (hp.gelu_ffn) {
         RINFER_RETURN_IF_ERROR(
             cuda::geglu_tanh(gate, up, nt, ff, in_stride, DType::kBF16, actb, st));
       } else {
         RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, up, nt, ff, in_stride, DType::kBF16, actb, st));
       }
-      RINFER_RETURN_IF_ERROR(gemm(d.w_down, actb, nt, o));
+      act_op.reset();
+      RINFER_RETURN_IF_ERROR(
+          timed("down", il, weight_cost(d.w_down, nt), [&] { return gemm(d.w_down, actb, nt, o); }));
       if (d.post_ffn_norm != nullptr) {
+        OpScope op(timer_, "post_norm", il, pc.row);
         RINFER_RETURN_IF_ERROR(
             cuda::rms_norm(o, d.post_ffn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
       }
       RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpOut, il, o, DType::kF32, nt, e));
     }
-    RINFER_RETURN_IF_ERROR(cuda::add(x, o, nt * e, x, st));
+    RINFER_RETURN_IF_ERROR(
+        timed("add", hp.n_layer, pc.norm, [&] { return cuda::add(x, o, nt * e, x, st); }));
     RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, hp.n_layer - 1, x, DType::kF32, nt, e));
     const auto n_out = static_cast<int64_t>(b.logit_rows.size());
     if (n_out == 0) return cuda_status(cudaStreamSynchronize(st), "forward");
     // The logit rows: gathered into o, normed to bf16, projected.
+    std::optional<OpScope> logits_op(std::in_place, timer_, "logits", hp.n_layer,
+                                     weight_cost(m_.output_weight(), n_out));
     RINFER_RETURN_IF_ERROR(cuda::gather_rows(x, e, dev(L.rows), n_out, e, o, st));
     RINFER_RETURN_IF_ERROR(cuda::rms_norm(o, m_.output_norm_.as<float>(), n_out, e, hp.norm_eps,
                                           DType::kBF16, hb, st));
     RINFER_RETURN_IF_ERROR(gemm(m_.output_weight(), hb, n_out, logits_.as<float>()));
+    logits_op.reset();
     RINFER_RETURN_IF_ERROR(
         tap(TapKind::kLogits, hp.n_layer, logits_.as<float>(), DType::kF32, n_out, hp.n_vocab));
     if (!sampled) return ok_status();
+    OpScope op(timer_, "sample", hp.n_layer, stream_cost(n_out * hp.n_vocab, n_out, 4, 1));
     return cuda::sample_rows(logits_.as<float>(), n_out, hp.n_vocab,
                              reinterpret_cast<const cuda::RowSample*>(dev(L.samples)), dev(L.hist),
                              ids_dev_, st);
@@ -746,12 +794,20 @@ class LlamaCudaRunner final : public DecoderRunner {
     pp.out = attnb_.as<uint16_t>();
     pp.workspace = attn_ws_.data();
     pp.workspace_bytes = attn_ws_bytes_;
+    PassCosts costs;
+    if (timer_ != nullptr) {
+      costs = pass_costs(m_.hp_, b, arena.spec());
+      pp.costs = &costs;
+    }
     m_.paged_ = &pp;
+    m_.op_timer_ = timer_;
     const Status fs = m_.forward(s);
     m_.paged_ = nullptr;
+    m_.op_timer_ = nullptr;
     RINFER_RETURN_IF_ERROR(fs);
     out_logits_ = s.logits;
     if (samples.empty()) return ok_status();
+    OpScope op(timer_, "sample", m_.hp_.n_layer, stream_cost(m_.hp_.n_vocab, 1, 4, 1));
     return cuda::sample_rows(s.logits, 1, m_.hp_.n_vocab,
                              reinterpret_cast<const cuda::RowSample*>(dev(layout_.samples)),
                              dev(layout_.hist), ids_dev_, stream_);
@@ -785,6 +841,8 @@ class LlamaCudaRunner final : public DecoderRunner {
   Layout layout_{};
   std::vector<int32_t> work_, hist_;
   std::vector<float> tap_host_;  // a tap's rows on the host
+  std::unique_ptr<CudaOpTimer> op_timer_;
+  OpTimer* timer_ = nullptr;  // op_timer_ while a profiled pass runs
   int32_t attn_rows_ = 64;  // the pass's paged attention rows a block (paged_attention_rows)
   std::vector<cuda::RowSample> rows_;
 };
