@@ -62,6 +62,9 @@ class OpProfileSink {
   virtual ~OpProfileSink() = default;
   virtual void record_op(const OpRecord& r) = 0;
   virtual void record_pass(const PassRecord& r) = 0;
+  // Time the profiler itself spent inside the next pass recorded (reading its events back after
+  // the pass's work), which that pass's wall time is taken without.
+  virtual void record_overhead(int64_t ns) { (void)ns; }
 };
 
 inline int64_t now_ns() {

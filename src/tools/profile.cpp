@@ -1,4 +1,5 @@
-// `rinfer profile RECIPE [-p PROMPT] [-n TOKENS] [--batch B] [--trace FILE] [--json FILE]`:
+// `rinfer profile RECIPE [-p PROMPT | --prompt-tokens N] [-n TOKENS] [--batch B] [--trace FILE]
+// [--json FILE]`:
 // where a recipe's time goes, op by op. B sequences of the prompt (each its own sequence: the
 // prefix cache is cleared and the n-th starts with its own token) generate n tokens greedily
 // through the engine core twice: first as the recipe runs them (the unprofiled step times),
@@ -40,6 +41,8 @@ constexpr const char* kDefaultPrompt =
 struct ProfileArgs {
   std::string recipe;
   std::string prompt = kDefaultPrompt;
+  bool prompt_given = false;
+  int64_t prompt_tokens = 0;  // > 0: a prompt of this many token ids instead of the text
   int64_t tokens = 32;
   int64_t batch = 1;
   std::string trace;
@@ -101,8 +104,11 @@ void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {
               p.phase == "prefill" ? (batch > 1 ? "time to first token" : "prefill")
                                    : "decode step",
               unprofiled);
-  std::printf("  ops add up to %.3f ms per pass: %.1f%% of the passes' wall time\n", p.ops_ms,
+  std::printf("  ops add up to %.3f ms per pass: %.1f%% of the passes' wall time", p.ops_ms,
               100.0 * p.coverage);
+  if (p.profiler_ms > 0) std::printf(" (less the profiler's own %.3f ms)", p.profiler_ms);
+  if (unprofiled > 0) std::printf(", %.1f%% of the unprofiled time", 100.0 * p.ops_ms / unprofiled);
+  std::printf("\n");
   const auto per = static_cast<double>(std::max<int64_t>(p.passes, 1));
   std::printf("  %-10s %7s %10s %7s %9s %9s %8s %10s\n", "op", "calls", "ms/pass", "share",
               "GB/s", "TFLOP/s", "bound", "% of bound");
@@ -132,6 +138,9 @@ void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {
 
 int run_profile(const ProfileArgs& a) {
   if (a.prompt.empty()) return report_error("profile: the prompt (-p) is empty");
+  if (a.prompt_given && a.prompt_tokens > 0) {
+    return report_error("profile: give a prompt (-p) or --prompt-tokens, not both");
+  }
   auto recipe = load_recipe(a.recipe);
   if (!recipe.ok()) return report_error(recipe.status().to_string());
   LlmEngineOptions eo;
@@ -140,10 +149,22 @@ int run_profile(const ProfileArgs& a) {
   if (!engine.ok()) return report_error(engine.status().with_context(a.recipe).to_string());
   EngineCore* core = (*engine)->core();
   if (core == nullptr) return report_error("profile: the recipe's engine has no engine core");
-  auto prompt = (*engine)->sample().preprocess_raw(a.prompt);
-  if (!prompt.ok()) return report_error(prompt.status().to_string());
-  if (prompt->empty()) return report_error("profile: the prompt (-p) makes no tokens");
   const DecoderModel& model = (*engine)->decoder();
+  Result<std::vector<int32_t>> prompt = std::vector<int32_t>();
+  if (a.prompt_tokens > 0) {
+    // Token ids spread over the vocabulary (the same every run).
+    const int64_t nv = model.hparams().n_vocab;
+    for (int64_t i = 0; i < a.prompt_tokens; ++i) {
+      prompt->push_back(static_cast<int32_t>((i * 7919 + 11) % nv));
+    }
+  } else {
+    prompt = (*engine)->sample().preprocess_raw(a.prompt);
+    if (!prompt.ok()) {
+      return report_error(
+          prompt.status().with_context("profile -p (--prompt-tokens N takes token ids)").to_string());
+    }
+  }
+  if (prompt->empty()) return report_error("profile: the prompt (-p) makes no tokens");
   const Device dev = recipe->device;
 
   Result<Ceilings> ceilings = Status(StatusCode::kInternal, "unset");
@@ -204,7 +225,11 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       "profile", "Per-op time of a recipe's prefill and decode, against the measured roofline");
   auto a = std::make_shared<ProfileArgs>();
   cmd->add_option("recipe", a->recipe, "The recipe profiled (an LLM recipe)")->required();
-  cmd->add_option("-p,--prompt", a->prompt, "The prompt (raw text, no chat template)");
+  cmd->add_option("-p,--prompt", a->prompt, "The prompt (raw text, no chat template)")
+      ->each([a](const std::string&) { a->prompt_given = true; });
+  cmd->add_option("--prompt-tokens", a->prompt_tokens,
+                  "A prompt of N token ids instead of text (models without a tokenizer)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("-n,--tokens", a->tokens, "Tokens generated per sequence (default 32)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--batch", a->batch, "Sequences at once (default 1)")

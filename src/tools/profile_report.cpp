@@ -60,13 +60,13 @@ std::vector<PhaseProfile> summarize_profile(const ProfileRecorder& rec, int64_t 
     PhaseProfile p;
     p.phase = phase;
     std::map<std::pair<std::string, int32_t>, OpTotal> by_op, by_pair;
-    std::vector<double> pass_ms, ops_ms, rows;
+    std::vector<double> pass_ms, ops_ms, rows, profiler_ms;
     double wall_sum = 0, ops_sum = 0;
     p.layer_ms.assign(static_cast<size_t>(std::max<int64_t>(n_layer, 0)), 0.0);
     for (const ProfileRecorder::Pass& pass : rec.passes()) {
       if (pass_phase(pass.rec) != phase) continue;
       ++p.passes;
-      const double wall = ms_of(pass.rec.end_ns - pass.rec.begin_ns);
+      const double wall = ms_of(pass.wall_ns());
       double sum = 0;
       for (size_t i = pass.op_begin; i < pass.op_end; ++i) {
         const OpRecord& r = rec.ops()[i];
@@ -84,6 +84,7 @@ std::vector<PhaseProfile> summarize_profile(const ProfileRecorder& rec, int64_t 
         if (r.layer >= 0 && r.layer < n_layer) p.layer_ms[static_cast<size_t>(r.layer)] += ms;
       }
       pass_ms.push_back(wall);
+      profiler_ms.push_back(ms_of(pass.overhead_ns));
       ops_ms.push_back(sum);
       rows.push_back(static_cast<double>(pass.rec.n_tokens));
       wall_sum += wall;
@@ -92,6 +93,7 @@ std::vector<PhaseProfile> summarize_profile(const ProfileRecorder& rec, int64_t 
     if (p.passes == 0) continue;
     p.pass_ms = median_of(pass_ms);
     p.ops_ms = median_of(ops_ms);
+    p.profiler_ms = median_of(profiler_ms);
     p.rows = static_cast<int64_t>(median_of(rows));
     p.coverage = wall_sum > 0 ? ops_sum / wall_sum : 0;
     for (double& l : p.layer_ms) l /= static_cast<double>(p.passes);
@@ -134,6 +136,7 @@ nlohmann::json chrome_trace(const ProfileRecorder& rec, const std::string& proce
                   {"args",
                    {{"tokens", p.rec.n_tokens},
                     {"sequences", p.rec.n_seq},
+                    {"profiler_us", static_cast<double>(p.overhead_ns) * 1e-3},
                     {"logit_rows", p.rec.n_logits}}}});
   }
   // Ops never overlap on their thread: an op that starts before the previous one ends (events
@@ -171,7 +174,7 @@ nlohmann::json profile_json(const std::vector<PhaseProfile>& phases, const Ceili
   j["phases"] = json::array();
   for (const PhaseProfile& p : phases) {
     json jp{{"phase", p.phase},     {"passes", p.passes},     {"rows", p.rows},
-            {"pass_ms", p.pass_ms}, {"ops_ms", p.ops_ms},     {"coverage", p.coverage},
+            {"pass_ms", p.pass_ms}, {"ops_ms", p.ops_ms}, {"profiler_ms", p.profiler_ms},     {"coverage", p.coverage},
             {"layer_ms", p.layer_ms}};
     jp["by_op"] = json::array();
     for (const OpTotal& t : p.by_op) jp["by_op"].push_back(row(t));

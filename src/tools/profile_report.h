@@ -21,11 +21,16 @@ class ProfileRecorder final : public OpProfileSink {
   struct Pass {
     PassRecord rec;
     size_t op_begin = 0, op_end = 0;  // its ops: ops()[op_begin, op_end)
+    int64_t overhead_ns = 0;          // the profiler's own time inside it
+    // The pass's wall time without the profiler's own.
+    int64_t wall_ns() const { return rec.end_ns - rec.begin_ns - overhead_ns; }
   };
   void record_op(const OpRecord& r) override { ops_.push_back(r); }
+  void record_overhead(int64_t ns) override { overhead_ns_ += ns; }
   void record_pass(const PassRecord& r) override {
-    passes_.push_back({r, first_unowned_, ops_.size()});
+    passes_.push_back({r, first_unowned_, ops_.size(), overhead_ns_});
     first_unowned_ = ops_.size();
+    overhead_ns_ = 0;
   }
   const std::vector<OpRecord>& ops() const { return ops_; }
   const std::vector<Pass>& passes() const { return passes_; }
@@ -33,12 +38,14 @@ class ProfileRecorder final : public OpProfileSink {
     ops_.clear();
     passes_.clear();
     first_unowned_ = 0;
+    overhead_ns_ = 0;
   }
 
  private:
   std::vector<OpRecord> ops_;
   std::vector<Pass> passes_;
   size_t first_unowned_ = 0;
+  int64_t overhead_ns_ = 0;
 };
 
 // "prefill" (a sequence of several rows in the pass), "decode" (one sequence, one row) or
@@ -68,8 +75,9 @@ struct PhaseProfile {
   std::string phase;
   int64_t passes = 0;
   int64_t rows = 0;               // tokens of one pass (the median pass)
-  double pass_ms = 0;             // the passes' wall times, median
+  double pass_ms = 0;             // the passes' wall times (less the profiler's own), median
   double ops_ms = 0;              // the sum of one pass's op times, median
+  double profiler_ms = 0;         // the profiler's own time in a pass, median
   double coverage = 0;            // sum of every pass's op times / sum of their wall times
   std::vector<OpTotal> by_op;     // by time, largest first
   std::vector<double> layer_ms;   // [n_layer] per pass, mean

@@ -120,6 +120,14 @@ TEST_F(ProfileCli, ProfilesPrefillDecodeAndBatchesOnTheCpu) {
   }
   const auto three = profile(recipe("cpu"), 3, kCommonOps);
   EXPECT_TRUE(phases_of(three).count("batch decode")) << three.dump();
+  // Token ids instead of text (models without a tokenizer): the prefill has exactly that many.
+  const std::string json = dir_ + "/out/ids.json";
+  auto r = rinfer("profile '" + recipe("cpu") + "' --prompt-tokens 41 -n 2 --json '" + json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = read_json(json);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["prompt_tokens"], 41);
+  EXPECT_EQ(j["phases"][0]["rows"], 41);
 }
 
 TEST_F(ProfileCli, ProfilesThroughCudaEvents) {
@@ -142,6 +150,12 @@ TEST_F(ProfileCli, ErrorsNameWhatIsWrong) {
   r = rinfer("profile '" + recipe("cpu") + "' -p ''");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("prompt"), std::string::npos) << r.err;
+  r = rinfer("profile '" + recipe("cpu") + "' -p abc --prompt-tokens 5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
+  r = rinfer("profile '" + recipe("cpu") + "' --prompt-tokens 500");  // past the context
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
   // A trace that cannot be written.
   r = rinfer("profile '" + recipe("cpu") + "' -p abc -n 2 --trace /proc/no/such/trace.json");
   EXPECT_NE(r.exit_code, 0);

@@ -121,13 +121,20 @@ TEST(ProfileReport, PhasesOpsLayersAndTheRoofline) {
 TEST(ProfileReport, BatchedDecodeIsItsOwnPhase) {
   ProfileRecorder rec;
   add_pass(rec, kMs, 4, 4, {{"qkv", 0, 1.0, 1, 1}}, 0.5);  // four sequences, a row each
-  add_pass(rec, 10 * kMs, 6, 2, {{"qkv", 0, 1.0, 1, 1}}, 0.5);  // two sequences, 3 rows each
+  // Two sequences, 3 rows each; the profiler spent 0.25 ms of the pass's 1.5 on itself.
+  rec.record_overhead(kMs / 4);
+  add_pass(rec, 10 * kMs, 6, 2, {{"qkv", 0, 1.0, 1, 1}}, 0.5);
   EXPECT_EQ(pass_phase(rec.passes()[0].rec), "batch decode");
   EXPECT_EQ(pass_phase(rec.passes()[1].rec), "prefill");
   const auto phases = summarize_profile(rec, 1, Ceilings{});
   ASSERT_EQ(phases.size(), 2u);
   EXPECT_EQ(phases[0].phase, "prefill");
   EXPECT_EQ(phases[1].phase, "batch decode");
+  EXPECT_NEAR(phases[0].pass_ms, 1.25, 1e-9);
+  EXPECT_NEAR(phases[0].profiler_ms, 0.25, 1e-9);
+  EXPECT_NEAR(phases[0].coverage, 1.0 / 1.25, 1e-9);
+  EXPECT_NEAR(phases[1].pass_ms, 1.5, 1e-9);  // its own overhead is none
+  EXPECT_EQ(phases[1].profiler_ms, 0.0);
   // Without ceilings the rates are still measured, the bound is not.
   EXPECT_NEAR(phases[1].by_op[0].gbs, 1e-6, 1e-12);
   EXPECT_EQ(phases[1].by_op[0].pct_of_bound, 0.0);

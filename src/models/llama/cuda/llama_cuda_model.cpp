@@ -391,12 +391,10 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
   {
     // RoPE and the K/V store are in this op (one kernel when fused).
     OpCost c = pc.heads;
-    const auto grp = static_cast<size_t>(
-        paged_ != nullptr ? paged_->arena->spec().group_of_layer[static_cast<size_t>(il)] : 0);
-    if (grp < pc.attention.size()) {
-      c.bytes += pc.attention[grp].bytes + pc.kv_store.bytes;
-      c.flops += pc.attention[grp].flops;
-    }
+    const OpCost a = pc.attention_of(
+        paged_ != nullptr ? paged_->arena->spec().group_of_layer[static_cast<size_t>(il)] : -1);
+    c.bytes += a.bytes + pc.kv_store.bytes;
+    c.flops += a.flops;
     OpScope op(op_timer_, "attention", il, c);
     RINFER_RETURN_IF_ERROR(attention(il, s, aq));
   }

@@ -1,8 +1,9 @@
 // Per-op times of a CUDA pass (models/op_profile.h): an event recorded on the stream before and
 // after each op, and an NVTX range around each op and around the pass (Nsight Systems shows
 // them on the CPU's timeline beside the kernels). start() waits for the stream and maps its
-// first event onto the host clock; finish() waits again and hands each op to the sink at that
-// host time plus its events' elapsed time.
+// first event onto the host clock; finish() waits again, hands each op to the sink at that
+// host time plus its events' elapsed time, and tells the sink how long that took (the pass's
+// wall time is taken without it: OpProfileSink::record_overhead).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -60,7 +61,12 @@ struct PassCosts {
   OpCost heads;    // per-head work on the q|k rows (qk norms, RoPE)
   OpCost kv_store;
   OpCost act;
-  std::vector<OpCost> attention;  // per KV group
+  std::vector<OpCost> attention;  // per KV group (empty when not profiled)
+  OpCost attention_of(int64_t group) const {
+    return group >= 0 && static_cast<size_t>(group) < attention.size()
+               ? attention[static_cast<size_t>(group)]
+               : OpCost{};
+  }
 };
 PassCosts pass_costs(const DecoderHParams& hp, const ForwardBatch& b, const kv::KvSpec& spec);
 

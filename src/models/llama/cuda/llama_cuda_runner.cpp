@@ -562,7 +562,7 @@ class LlamaCudaRunner final : public DecoderRunner {
       }));
       ap.window = spec.groups[static_cast<size_t>(grp)].window;
       ap.tables = dev(L.tables + static_cast<size_t>(grp) * b.n_seq() * b.table_stride);
-      RINFER_RETURN_IF_ERROR(timed("attention", il, pc.attention[static_cast<size_t>(grp)], [&] {
+      RINFER_RETURN_IF_ERROR(timed("attention", il, pc.attention_of(grp), [&] {
         return cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb, attn_ws_.data(),
                                      attn_ws_bytes_, st);
       }));
