@@ -4,7 +4,8 @@
 # Llama-3-8B shape (random weights, no model file) for each format in FORMATS (default "bf16
 # q4_0"): one sequence (prefill of PROMPT token ids, default 1024; decode) and BATCH sequences
 # (default 32; batched decode). Other bundled test binaries (engine_tests, models_tests) run
-# their CUDA tests first. Files under $OUT: profile_<format>_b<batch>.{txt,json} and trace_<format>_b1.json.
+# their CUDA tests first. Files under $OUT: gpu.txt, tests.txt and profile.tgz
+# (profile_<format>_b<batch>.{txt,json}, trace_<format>_b1.json).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
@@ -29,3 +30,5 @@ for fmt in ${FORMATS:-bf16 q4_0}; do
   timeout 200 "$b/bin/rinfer" profile "$dir/$fmt.yaml" --prompt-tokens 128 -n "${TOKENS:-32}" --batch "${BATCH:-32}" \
     --json "$out/profile_${fmt}_b${BATCH:-32}.json" 2>&1 | tee "$out/profile_${fmt}_b${BATCH:-32}.txt"
 done
+# One archive (the device tool brings back a few files a call).
+(cd "$out" && tar -czf profile.tgz profile_* trace_* && rm -f profile_*.json profile_*.txt trace_*)

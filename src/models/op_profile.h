@@ -7,6 +7,7 @@
 // runs eagerly (no CUDA graphs), kernel by kernel as the un-graphed path runs it.
 //
 // The op names (one per kind of work; a runner that fuses two names the op after the first):
+//   upload     the pass's inputs staged on the host and copied to the device (CUDA)
 //   embed      the token rows gathered (and scaled)
 //   norm       an RMSNorm of the residual stream (a fused residual add + norm included)
 //   qkv        the Q, K, V projections (their bias, a norm fused into the product included)
@@ -112,6 +113,8 @@ class OpScope {
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
+  // The op's cost when it is known only once the op has run.
+  void set_cost(const OpCost& c) { cost_ = c; }
 
  private:
   OpTimer* t_;

@@ -47,6 +47,7 @@
 #include "tools/bench_classify.h"
 #include "tools/bench_embed.h"
 #include "tools/bench_report.h"
+#include "tools/bench_run.h"
 #include "tools/bench_text.h"
 #include "tools/input.h"
 #include "tools/tools.h"
@@ -206,32 +207,6 @@ std::string strategy_change(const RecipeConfig& base, const RecipeConfig& v) {
   }
   if (v.model_ref != base.model_ref) out += (out.empty() ? "" : ", ") + ("model " + v.model);
   return out.empty() ? "same as baseline" : out;
-}
-
-// Greedy, no penalties: every variant decodes the same tokens.
-SamplingParams bench_sampling() {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.repeat_penalty = 1;
-  sp.repeat_last_n = 0;
-  return sp;
-}
-
-// One bench run through the engine core: an empty prefix cache, the prompt, max_tokens greedy
-// tokens with end-of-generation ignored; `on_token` after each sampled token.
-Result<RequestStats> bench_core_run(EngineCore& core, const std::vector<int32_t>& prompt,
-                                    int64_t max_tokens, const std::function<void()>& on_token) {
-  core.clear_prefix_cache();
-  RequestParams p;
-  p.prompt = prompt;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.sampling = bench_sampling();
-  p.on_event = [&](const RequestEvent& ev) {
-    for (size_t i = 0; i < ev.tokens.size(); ++i) on_token();
-  };
-  RINFER_ASSIGN_OR_RETURN(const RequestOutcome out, run_request(core, std::move(p)));
-  return out.stats;
 }
 
 struct RunSample {

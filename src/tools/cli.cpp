@@ -87,6 +87,7 @@ int run_cli(int argc, char** argv) {
   add_diff_command(app, exit_code);
   add_eval_command(app, exit_code);
   add_profile_command(app, exit_code);
+  add_tune_command(app, exit_code);
   add_strategies_command(app, exit_code);
   add_quantize_command(app, exit_code);
   add_bench_command(app, exit_code);

@@ -30,11 +30,14 @@ Status CudaOpTimer::start(OpProfileSink* sink, cudaStream_t stream, int64_t n_to
   stream_ = stream;
   used_ = 0;
   ops_.clear();
+  open_.clear();
   error_ = cudaSuccess;
   RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
   e0_ = event();
   t0_ns_ = now_ns();
   if (e0_ != nullptr) error_ = cudaEventRecord(e0_, stream);
+  last_ = e0_;
+  depth_ = 0;
   nvtxRangePushA(("pass " + std::to_string(n_tokens)).c_str());
   return cuda_status(error_, "profile: an event");
 }
@@ -43,25 +46,34 @@ void CudaOpTimer::begin(std::string_view op, int32_t layer) {
   Pending p;
   p.rec.op = op;
   p.rec.layer = layer;
-  p.b = event();
-  if (p.b != nullptr) {
-    const cudaError_t err = cudaEventRecord(p.b, stream_);
-    if (err != cudaSuccess && error_ == cudaSuccess) error_ = err;
+  if (depth_ == 0 && last_ != nullptr) {
+    p.b = last_;  // the previous op's end: the time between them counts to this op
+  } else {
+    p.b = event();
+    if (p.b != nullptr) {
+      const cudaError_t err = cudaEventRecord(p.b, stream_);
+      if (err != cudaSuccess && error_ == cudaSuccess) error_ = err;
+    }
   }
+  ++depth_;
+  open_.push_back(ops_.size());
   ops_.push_back(p);
   nvtxRangePushA(std::string(op).c_str());
 }
 
 void CudaOpTimer::end(const OpCost& cost) {
   nvtxRangePop();
-  if (ops_.empty()) return;
-  Pending& p = ops_.back();
+  if (open_.empty()) return;
+  Pending& p = ops_[open_.back()];
+  open_.pop_back();
+  --depth_;
   p.rec.cost = cost;
   p.e = event();
   if (p.e != nullptr) {
     const cudaError_t err = cudaEventRecord(p.e, stream_);
     if (err != cudaSuccess && error_ == cudaSuccess) error_ = err;
   }
+  last_ = p.e;
 }
 
 Status CudaOpTimer::finish() {

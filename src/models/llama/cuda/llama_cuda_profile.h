@@ -1,6 +1,8 @@
-// Per-op times of a CUDA pass (models/op_profile.h): an event recorded on the stream before and
-// after each op, and an NVTX range around each op and around the pass (Nsight Systems shows
-// them on the CPU's timeline beside the kernels). start() waits for the stream and maps its
+// Per-op times of a CUDA pass (models/op_profile.h): an event recorded on the stream after each
+// op, each op timed from the previous op's event to its own (so the time the GPU waits for the
+// host to queue an op counts to that op, and the ops tile the pass), and an NVTX range around
+// each op and around the pass (Nsight Systems shows them on the CPU's timeline beside the
+// kernels). start() waits for the stream and maps its
 // first event onto the host clock; finish() waits again, hands each op to the sink at that
 // host time plus its events' elapsed time, and tells the sink how long that took (the pass's
 // wall time is taken without it: OpProfileSink::record_overhead).
@@ -47,6 +49,9 @@ class CudaOpTimer final : public OpTimer {
     cudaEvent_t b = nullptr, e = nullptr;
   };
   std::vector<Pending> ops_;
+  std::vector<size_t> open_;     // the ops begun and not yet ended (indices into ops_)
+  int depth_ = 0;
+  cudaEvent_t last_ = nullptr;  // the last op's end event (the next op's start)
   cudaError_t error_ = cudaSuccess;
 };
 

@@ -416,16 +416,22 @@ class LlamaCudaRunner final : public DecoderRunner {
     for (int32_t l : b.kv_len) max_len = std::max<int64_t>(max_len, l);
     const int32_t bucket = plain ? batch_graph_bucket(b, samples) : 0;
     if (bucket > 0) return run_batch_graph(b, arena, samples, bucket, max_len);
-    RINFER_RETURN_IF_ERROR(stage(b, arena, samples, b.n_seq()));
-    RINFER_RETURN_IF_ERROR(upload(dev_in_.as<int32_t>()));
     if (b.profile != nullptr) {
       if (!op_timer_) op_timer_ = std::make_unique<CudaOpTimer>();
       RINFER_RETURN_IF_ERROR(op_timer_->start(b.profile, stream_, b.n_tokens()));
       timer_ = op_timer_.get();
     }
-    Status ran = b.taps == nullptr && one_row(b)
-                     ? run_one_row(b, arena, attention_params(b, spec, max_len), samples)
-                     : encode(b, arena, max_len, !samples.empty());
+    Status ran = [&] {
+      {
+        OpScope op(timer_, "upload", -1, {});
+        RINFER_RETURN_IF_ERROR(stage(b, arena, samples, b.n_seq()));
+        RINFER_RETURN_IF_ERROR(upload(dev_in_.as<int32_t>()));
+        op.set_cost({static_cast<double>(layout_.total * sizeof(int32_t)), 0});
+      }
+      return b.taps == nullptr && one_row(b)
+                 ? run_one_row(b, arena, attention_params(b, spec, max_len), samples)
+                 : encode(b, arena, max_len, !samples.empty());
+    }();
     if (timer_ != nullptr) {
       timer_ = nullptr;
       const Status f = op_timer_->finish();

@@ -1,0 +1,156 @@
+// rinfer tune end to end on a folder of recipes of a tiny random llama on the CPU: the start is
+// slow on purpose (no KV cache), a planted hand-written variant is fast but wrong (every weight
+// in Q4_0, outside the folder's tight precision gate) and must be rejected; the search finds a
+// faster recipe inside the gate and writes it (it loads as a recipe) with its report (Markdown,
+// JSON, SVG); a second run takes every trial from the cache and picks the same recipe.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "../models/tiny_hf_model.h"
+#include "recipe/recipe.h"
+#include "test_util.h"
+#include "tiny_model.h"
+
+namespace rinfer {
+namespace {
+
+test::CommandResult rinfer(const std::string& args) {
+  return test::run_command(std::string("'") + RINFER_BINARY + "' " + args);
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class TuneCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_.n_layer = 3;
+    spec_.n_embd = 256;
+    spec_.n_head = 4;
+    spec_.n_head_kv = 2;
+    spec_.n_ff = 512;
+    spec_.n_vocab = 96;  // the test tokenizer's (tiny_model.h)
+    spec_.seed = 5;
+    dir_ = test::fresh_dir("tune_io");
+    folder_ = dir_ + "/tiny";
+    std::filesystem::create_directories(folder_);
+    test::with_tiny_tokenizer(
+        test::write_gguf_model("tune_model", spec_, test::make_tiny_weights(spec_, true)),
+        folder_ + "/model.gguf");
+    const std::string common =
+        "model: ./model.gguf\ndevice: cpu\nscenario: llm-chat\ncontext_length: 128\n";
+    test::write_file(folder_ + "/baseline.yaml",
+                     common + "strategies:\n  kernels: {impl: reference}\n  threads: {count: 1}\n");
+    // f32 activations: within 1e-5 nats of the reference; int8 activations or 4-bit weights are
+    // not.
+    test::write_file(folder_ + "/optimized.yaml",
+                     common +
+                         "strategies:\n  kv_cache: {enabled: false}\n  threads: {count: 1}\n"
+                         "  quantization: {activations: float}\nprecision: {max_mean_kl: 0.00001}\n");
+    test::write_file(folder_ + "/planted.yaml",
+                     "base: optimized.yaml\nstrategies:\n  kv_cache: {enabled: true}\n"
+                     "  quantization: {weights: q4_0, keep_layers: [], embeddings: true}\n");
+  }
+
+  // Runs the tune and returns its report.
+  nlohmann::json tune(std::string* out = nullptr) {
+    auto r = rinfer("tune '" + folder_ + "' --budget 3 --prompt-tokens 24 --gen-tokens 12 "
+                    "--repeat 2 --precision-tokens 40 --cache '" + dir_ + "/cache.json' "
+                    "--out-dir '" + dir_ + "/out'");
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (out != nullptr) *out = r.out;
+    auto j = nlohmann::json::parse(slurp(dir_ + "/out/report.json"), nullptr, false);
+    EXPECT_TRUE(j.is_object());
+    return j.is_object() ? j : nlohmann::json();
+  }
+
+  static const nlohmann::json* trial_of(const nlohmann::json& j, const std::string& base_name) {
+    for (const auto& t : j["trials"]) {
+      const std::string b = t["base"];
+      if (b.size() >= base_name.size() &&
+          b.compare(b.size() - base_name.size(), base_name.size(), base_name) == 0 &&
+          t["settings"].empty()) {
+        return &t;
+      }
+    }
+    return nullptr;
+  }
+
+  test::TinySpec spec_;
+  std::string dir_, folder_;
+};
+
+TEST_F(TuneCli, FindsAFasterRecipeInsideTheGateRejectsThePlantedOneAndCaches) {
+  std::string out;
+  const nlohmann::json j = tune(&out);
+  ASSERT_TRUE(j.is_object());
+  const nlohmann::json* start = trial_of(j, "/optimized.yaml");
+  const nlohmann::json* planted = trial_of(j, "/planted.yaml");
+  ASSERT_NE(start, nullptr) << j.dump(1);
+  ASSERT_NE(planted, nullptr) << j.dump(1);
+  // The planted variant: measured, fast, and outside the gate.
+  EXPECT_EQ((*planted)["verdict"].get<std::string>().rfind("gate failed", 0), 0u)
+      << planted->dump();
+  EXPECT_FALSE((*planted)["precision"]["passed"].get<bool>());
+  EXPECT_LT((*planted)["speed"]["total_ms"].get<double>(), (*start)["speed"]["total_ms"].get<double>());
+  // The start passes its own gate; the best is another trial, faster and inside the gate.
+  EXPECT_TRUE((*start)["precision"]["passed"].get<bool>()) << start->dump();
+  const int best = j["best"];
+  ASSERT_GE(best, 0);
+  const auto& b = j["trials"][static_cast<size_t>(best)];
+  EXPECT_NE(best, (*planted)["id"].get<int>());
+  EXPECT_TRUE(b["precision"]["passed"].get<bool>()) << b.dump();
+  EXPECT_LT(b["speed"]["total_ms"].get<double>(), (*start)["speed"]["total_ms"].get<double>());
+  for (const auto& t : j["trials"]) {
+    if (t["accepted"].get<bool>()) EXPECT_TRUE(t["precision"]["passed"].get<bool>()) << t.dump();
+    EXPECT_FALSE(t["cached"].get<bool>()) << t.dump();
+  }
+  EXPECT_NE(out.find("best: #"), std::string::npos) << out;
+  // The outputs: the tuned recipe loads (its comment names the figures), the SVG and Markdown.
+  const std::string yaml = slurp(dir_ + "/out/tuned.yaml");
+  EXPECT_NE(yaml.find("# rinfer tune"), std::string::npos) << yaml;
+  auto tuned = load_recipe(dir_ + "/out/tuned.yaml");
+  ASSERT_TRUE(tuned.ok()) << tuned.status().to_string() << "\n" << yaml;
+  EXPECT_EQ(tuned->device.to_string(), "cpu");
+  EXPECT_EQ(slurp(dir_ + "/out/report.svg").rfind("<svg", 0), 0u);
+  EXPECT_NE(slurp(dir_ + "/out/report.md").find("| # |"), std::string::npos);
+
+  // The second run: every trial from the cache, the same best.
+  const nlohmann::json again = tune();
+  ASSERT_TRUE(again.is_object());
+  EXPECT_EQ(again["trials"].size(), j["trials"].size());
+  for (const auto& t : again["trials"]) {
+    if (t["speed"].is_object()) EXPECT_TRUE(t["cached"].get<bool>()) << t.dump();
+  }
+  EXPECT_EQ(again["best"], j["best"]);
+  EXPECT_EQ(again["trials"][static_cast<size_t>(best)]["settings"], b["settings"]);
+}
+
+TEST_F(TuneCli, ErrorsNameWhatIsWrong) {
+  auto r = rinfer("tune '" + dir_ + "/nowhere'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("nowhere"), std::string::npos) << r.err;
+  // A folder without an optimized recipe.
+  std::filesystem::create_directories(dir_ + "/empty");
+  r = rinfer("tune '" + dir_ + "/empty'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("optimized.yaml"), std::string::npos) << r.err;
+  // A broken cache file is named, not overwritten.
+  test::write_file(dir_ + "/bad.json", "{not json");
+  r = rinfer("tune '" + folder_ + "' --cache '" + dir_ + "/bad.json'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("bad.json"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir_ + "/bad.json"), "{not json");
+}
+
+}  // namespace
+}  // namespace rinfer
