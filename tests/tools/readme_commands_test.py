@@ -114,6 +114,9 @@ def main():
          "--requests 4 --input-len 16 --output-len 8 --concurrency 2"),
         ('$R/baseline.yaml -p "Hi" -n 8', '$R/baseline.yaml -p "Hi" -n 2'),
         ('-p "What is 2 + 2?" -n 16', '-p "What is 2 + 2?" -n 2'),
+        ("tune $R --budget 15",
+         "tune $R --budget 0.2 --prompt-tokens 16 --gen-tokens 8 --repeat 1 --precision-tokens 32 "
+         "--cache " + shlex.quote(os.path.join(work, "tune-cache.json"))),
         ("--port 8080", "--port " + port),
         ("localhost:8080", "127.0.0.1:" + port),
         ("127.0.0.1:8080", "127.0.0.1:" + port),
