@@ -90,13 +90,14 @@ bool TuneCache::find(const std::string& key, TuneTrial& t) const {
                                 p.value("failures", std::string())};
   }
   if (e.contains("verdict") && e["verdict"].is_string()) t.verdict = e["verdict"];
-  return t.speed.has_value();
+  t.accepted = e.value("accepted", false);
+  return true;
 }
 
 void TuneCache::put(const std::string& key, const TuneTrial& t) {
   json e = trial_json(t);
   (*j_)[key] = {{"speed", e["speed"]}, {"precision", e["precision"]}, {"settings", t.settings},
-                {"base", t.base}, {"verdict", t.verdict}};
+                {"base", t.base}, {"verdict", t.verdict}, {"accepted", t.accepted}};
 }
 
 Status TuneCache::save() const {

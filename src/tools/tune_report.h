@@ -34,6 +34,7 @@ struct TuneTrial {
   std::string verdict;    // "start", "best", "kept", "slower", "pruned", "gate failed", ...
   std::optional<TuneSpeed> speed;
   std::optional<TunePrecision> precision;
+  std::string key;       // its trial cache key
   bool cached = false;   // measured by an earlier run (the trial cache)
   bool accepted = false; // became the best when it ran
 };
