@@ -97,8 +97,7 @@ std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenar
           scenario != "image-classification") {
         continue;
       }
-      const bool cuda_switch = key.rfind("cuda.", 0) == 0;
-      if (cuda_switch != device.is_cuda()) continue;
+      if (key.rfind("cuda.", 0) == 0 && !device.is_cuda()) continue;  // the CUDA kernels' switches
       const bool threads = info.name == "threads";
       std::vector<std::string> vals =
           domain_values(std::string(k.type), threads ? cores : 0, threads ? 8 : 6);
@@ -144,7 +143,10 @@ std::string describe_settings(const TuneSettings& settings) {
 }
 
 std::string recipe_fingerprint(const RecipeConfig& r) {
-  const StrategyConfig& s = r.strategies;
+  StrategyConfig s = r.strategies;
+  // auto: bf16 on CUDA, f32 on the CPU (strategies/kv_cache): the same cache either way.
+  const DType kv = s.kv_dtype.value_or(r.device.is_cuda() ? DType::kBF16 : DType::kF32);
+  s.kv_dtype.reset();
   std::string keep;
   for (int64_t l : s.quantization.effective_keep_layers()) keep += std::to_string(l) + " ";
   std::string fp = fmt::format(
@@ -153,15 +155,13 @@ std::string recipe_fingerprint(const RecipeConfig& r) {
       s.kv_cache, static_cast<int>(s.kv_layout), s.kv_block_size, s.prefix_caching,
       static_cast<int>(s.kv_prealloc), weight_format_name(s.quantization.weights), keep,
       s.quantization.embeddings);
-  // auto: bf16 on CUDA, f32 on the CPU (strategies/kv_cache).
-  const DType kv = s.kv_dtype.value_or(r.device.is_cuda() ? DType::kBF16 : DType::kF32);
   fp += fmt::format(" kv_dtype {}", static_cast<int>(kv));
   if (r.device.is_cuda()) fp += " | " + describe_cuda_kernels(s.cuda_kernels);
   return fp;
 }
 
 std::string fnv1a_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // the 64-bit offset basis
   for (unsigned char c : s) {
     h ^= c;
     h *= 1099511628211ull;

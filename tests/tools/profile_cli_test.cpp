@@ -12,6 +12,7 @@
 
 #include "../models/tiny_hf_model.h"
 #include "core/cuda_info.h"
+#include "cli_util.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "trace_format.h"
@@ -19,15 +20,11 @@
 namespace rinfer {
 namespace {
 
-test::CommandResult rinfer(const std::string& args) {
-  return test::run_command(std::string("'") + RINFER_BINARY + "' " + args);
-}
+test::CommandResult rinfer(const std::string& args) { return test::rinfer_cli(args); }
+using test::slurp;
 
 nlohmann::json read_json(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
+  return nlohmann::json::parse(slurp(p), nullptr, false);
 }
 
 class ProfileCli : public ::testing::Test {

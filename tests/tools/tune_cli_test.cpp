@@ -13,22 +13,15 @@
 
 #include "../models/tiny_hf_model.h"
 #include "recipe/recipe.h"
+#include "cli_util.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
 namespace rinfer {
 namespace {
 
-test::CommandResult rinfer(const std::string& args) {
-  return test::run_command(std::string("'") + RINFER_BINARY + "' " + args);
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+test::CommandResult rinfer(const std::string& args) { return test::rinfer_cli(args); }
+using test::slurp;
 
 class TuneCli : public ::testing::Test {
  protected:

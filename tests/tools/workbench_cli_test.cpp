@@ -12,22 +12,15 @@
 
 #include "../models/tiny_hf_model.h"
 #include "core/cuda_info.h"
+#include "cli_util.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
 namespace rinfer {
 namespace {
 
-test::CommandResult rinfer(const std::string& args) {
-  return test::run_command(std::string("'") + RINFER_BINARY + "' " + args);
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+test::CommandResult rinfer(const std::string& args) { return test::rinfer_cli(args); }
+using test::slurp;
 
 class WorkbenchCli : public ::testing::Test {
  protected:
