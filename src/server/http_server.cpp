@@ -407,7 +407,11 @@ void HttpServer::stop_accepting() {
   if (daemon_ == nullptr || !accepting_) return;
   accepting_ = false;
   const MHD_socket fd = MHD_quiesce_daemon(daemon_);
-  if (fd != MHD_INVALID_SOCKET) ::close(fd);
+  if (fd == MHD_INVALID_SOCKET) return;
+  // Each pool thread takes the socket out of its epoll set on its own time: closing it here
+  // races them (libmicrohttpd aborts: "Failed to remove listen FD from epoll set").
+  ::shutdown(fd, SHUT_RDWR);
+  quiesced_fd_ = fd;
 }
 
 void HttpServer::stop() {
@@ -415,6 +419,8 @@ void HttpServer::stop() {
   stop_accepting();
   MHD_stop_daemon(daemon_);
   daemon_ = nullptr;
+  if (quiesced_fd_ >= 0) ::close(quiesced_fd_);
+  quiesced_fd_ = -1;
 }
 
 HttpServer::~HttpServer() { stop(); }

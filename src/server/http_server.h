@@ -118,8 +118,8 @@ class HttpServer {
   ~HttpServer();  // stop()
   int port() const { return port_; }
   const HttpLimits& limits() const { return limits_; }
-  // Stops accepting connections (the listening socket is closed); connections open keep being
-  // served.
+  // Stops accepting connections (the listening socket is shut down, and closed by stop());
+  // connections open keep being served.
   void stop_accepting();
   // Closes everything. Every exchange must have its response finished (or failed) first.
   void stop();
@@ -131,6 +131,9 @@ class HttpServer {
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
   bool accepting_ = true;
+  // The listening socket once quiesced: shut down at once (new connections are refused), closed
+  // only after MHD_stop_daemon, when no worker thread still has it in its epoll set.
+  int quiesced_fd_ = -1;
   HttpLimits limits_;
   HttpHandler handler_;
   HttpObserver observer_;
