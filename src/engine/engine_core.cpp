@@ -465,8 +465,8 @@ Result<StepStats> EngineCore::step() {
   }
   st.forward_ms = ms_between(t0, Clock::now());
   if (profile_ != nullptr && fwd.ok()) {
-    profile_->record_pass({pass_begin, now_ns(), b.n_tokens(), b.n_seq(),
-                           static_cast<int64_t>(b.logit_rows.size())});
+    profile_->record_pass(
+        {pass_begin, now_ns(), b.n_tokens(), b.n_seq(), static_cast<int64_t>(b.logit_rows.size())});
   }
   if (on_device && !fwd.ok()) {
     // The draws go back: the step runs again (cancelled) or its requests fail.

@@ -96,7 +96,8 @@ Status EngineCore::score(std::span<const int32_t> tokens, int64_t first_row, int
     const int64_t pass_begin = profile_ != nullptr ? now_ns() : 0;
     Status fwd = runner_->forward(b, *arena_, logits.data());
     if (profile_ != nullptr && fwd.ok()) {
-      profile_->record_pass({pass_begin, now_ns(), b.n_tokens(), 1, static_cast<int64_t>(rows.size())});
+      profile_->record_pass(
+          {pass_begin, now_ns(), b.n_tokens(), 1, static_cast<int64_t>(rows.size())});
     }
     interrupt_.store(false);
     RINFER_RETURN_IF_ERROR(fwd.with_context(fmt::format("score: positions [{}, {})", done, end)));

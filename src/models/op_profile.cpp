@@ -12,8 +12,7 @@ OpCost matmul_cost(int64_t rows, int64_t n_in, int64_t n_out, double weight_byte
 }
 
 OpCost stream_cost(int64_t read, int64_t written, double elem_bytes, double flops_per) {
-  return {static_cast<double>(read + written) * elem_bytes,
-          static_cast<double>(read) * flops_per};
+  return {static_cast<double>(read + written) * elem_bytes, static_cast<double>(read) * flops_per};
 }
 
 OpCost attention_cost(std::span<const AttentionSeqShape> seqs, int64_t n_head, int64_t n_head_kv,

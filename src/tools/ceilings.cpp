@@ -151,9 +151,7 @@ Result<Ceilings> measure_cuda_ceilings(int device, int reps) {
   return c;
 }
 #else
-Result<Ceilings> measure_cuda_ceilings(int, int) {
-  return unsupported("this build has no CUDA");
-}
+Result<Ceilings> measure_cuda_ceilings(int, int) { return unsupported("this build has no CUDA"); }
 #endif
 
 }  // namespace rinfer

@@ -15,8 +15,8 @@
 namespace rinfer {
 
 struct Ceilings {
-  double bandwidth_gbs = 0;  // GB/s (1e9)
-  double peak_tflops = 0;    // TFLOP/s (1e12)
+  double bandwidth_gbs = 0;   // GB/s (1e9)
+  double peak_tflops = 0;     // TFLOP/s (1e12)
   std::string bandwidth_how;  // what was measured
   std::string peak_how;
 };

@@ -98,20 +98,20 @@ Result<Unprofiled> run_batch(EngineCore& core, const std::vector<int32_t>& promp
 
 void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {
   const double unprofiled = p.phase == "prefill" ? u.prefill_ms : u.decode_step_ms;
-  std::printf("\n%s: %s of %lld %s, %.3f ms wall per pass (median; unprofiled %s %.3f ms)\n",
-              p.phase.c_str(), count_of(p.passes, "pass", "passes").c_str(),
-              static_cast<long long>(p.rows), p.rows == 1 ? "row" : "rows", p.pass_ms,
-              p.phase == "prefill" ? (batch > 1 ? "time to first token" : "prefill")
-                                   : "decode step",
-              unprofiled);
+  std::printf(
+      "\n%s: %s of %lld %s, %.3f ms wall per pass (median; unprofiled %s %.3f ms)\n",
+      p.phase.c_str(), count_of(p.passes, "pass", "passes").c_str(), static_cast<long long>(p.rows),
+      p.rows == 1 ? "row" : "rows", p.pass_ms,
+      p.phase == "prefill" ? (batch > 1 ? "time to first token" : "prefill") : "decode step",
+      unprofiled);
   std::printf("  ops add up to %.3f ms per pass: %.1f%% of the passes' wall time", p.ops_ms,
               100.0 * p.coverage);
   if (p.profiler_ms > 0) std::printf(" (less the profiler's own %.3f ms)", p.profiler_ms);
   if (unprofiled > 0) std::printf(", %.1f%% of the unprofiled time", 100.0 * p.ops_ms / unprofiled);
   std::printf("\n");
   const auto per = static_cast<double>(std::max<int64_t>(p.passes, 1));
-  std::printf("  %-10s %7s %10s %7s %9s %9s %8s %10s\n", "op", "calls", "ms/pass", "share",
-              "GB/s", "TFLOP/s", "bound", "% of bound");
+  std::printf("  %-10s %7s %10s %7s %9s %9s %8s %10s\n", "op", "calls", "ms/pass", "share", "GB/s",
+              "TFLOP/s", "bound", "% of bound");
   double total = 0;
   for (const OpTotal& t : p.by_op) total += t.ms;
   for (const OpTotal& t : p.by_op) {
@@ -121,7 +121,8 @@ void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {
   }
   if (std::any_of(p.by_op.begin(), p.by_op.end(),
                   [](const OpTotal& t) { return std::string_view(bound_name(t)) == "cache"; })) {
-    std::printf("  (cache: memory-bound past the measured bandwidth; its bytes came from a cache)\n");
+    std::printf(
+        "  (cache: memory-bound past the measured bandwidth; its bytes came from a cache)\n");
   }
   std::printf("  hotspots (op, layer):");
   for (size_t i = 0; i < p.hotspots.size(); ++i) {
@@ -130,8 +131,7 @@ void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {
   }
   std::printf("\n  ms per layer:");
   for (size_t l = 0; l < p.layer_ms.size(); ++l) {
-    std::printf("%s%s%zu: %.4f", l % 8 == 0 ? "\n    " : "  ", l < 10 ? " " : "", l,
-                p.layer_ms[l]);
+    std::printf("%s%s%zu: %.4f", l % 8 == 0 ? "\n    " : "  ", l < 10 ? " " : "", l, p.layer_ms[l]);
   }
   std::printf("\n");
 }
@@ -160,8 +160,9 @@ int run_profile(const ProfileArgs& a) {
   } else {
     prompt = (*engine)->sample().preprocess_raw(a.prompt);
     if (!prompt.ok()) {
-      return report_error(
-          prompt.status().with_context("profile -p (--prompt-tokens N takes token ids)").to_string());
+      return report_error(prompt.status()
+                              .with_context("profile -p (--prompt-tokens N takes token ids)")
+                              .to_string());
     }
   }
   if (prompt->empty()) return report_error("profile: the prompt (-p) makes no tokens");
@@ -190,9 +191,8 @@ int run_profile(const ProfileArgs& a) {
   const int64_t n_layer = model.hparams().n_layer;
   const std::vector<PhaseProfile> phases = summarize_profile(rec, n_layer, *ceilings);
   std::printf("rinfer profile: %s on %s: %s of a %zu-token prompt, %lld tokens each\n",
-              a.recipe.c_str(), dev.to_string().c_str(),
-              count_of(a.batch, "sequence").c_str(), prompt->size(),
-              static_cast<long long>(a.tokens));
+              a.recipe.c_str(), dev.to_string().c_str(), count_of(a.batch, "sequence").c_str(),
+              prompt->size(), static_cast<long long>(a.tokens));
   std::printf("ceilings (measured now): %.1f GB/s (%s), %.3f TFLOP/s (%s)\n",
               ceilings->bandwidth_gbs, ceilings->bandwidth_how.c_str(), ceilings->peak_tflops,
               ceilings->peak_how.c_str());

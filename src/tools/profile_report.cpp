@@ -119,12 +119,18 @@ nlohmann::json chrome_trace(const ProfileRecorder& rec, const std::string& proce
   }
   const auto us = [t0](int64_t ns) { return static_cast<double>(ns - t0) * 1e-3; };
   json ev = json::array();
-  ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
+  ev.push_back({{"name", "process_name"},
+                {"ph", "M"},
+                {"pid", 1},
+                {"tid", 1},
                 {"args", {{"name", process_name}}}});
-  ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1},
+  ev.push_back({{"name", "thread_name"},
+                {"ph", "M"},
+                {"pid", 1},
+                {"tid", 1},
                 {"args", {{"name", "passes"}}}});
-  ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 2},
-                {"args", {{"name", "ops"}}}});
+  ev.push_back(
+      {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 2}, {"args", {{"name", "ops"}}}});
   for (const auto& p : rec.passes()) {
     ev.push_back({{"name", pass_phase(p.rec) + " " + std::to_string(p.rec.n_tokens)},
                   {"cat", "pass"},
@@ -146,14 +152,15 @@ nlohmann::json chrome_trace(const ProfileRecorder& rec, const std::string& proce
     const double b = std::max(us(r.begin_ns), last_end);
     const double e = std::max(us(r.end_ns), b);
     last_end = e;
-    ev.push_back({{"name", std::string(r.op)},
-                  {"cat", "op"},
-                  {"ph", "X"},
-                  {"pid", 1},
-                  {"tid", 2},
-                  {"ts", b},
-                  {"dur", e - b},
-                  {"args", {{"layer", r.layer}, {"bytes", r.cost.bytes}, {"flops", r.cost.flops}}}});
+    ev.push_back(
+        {{"name", std::string(r.op)},
+         {"cat", "op"},
+         {"ph", "X"},
+         {"pid", 1},
+         {"tid", 2},
+         {"ts", b},
+         {"dur", e - b},
+         {"args", {{"layer", r.layer}, {"bytes", r.cost.bytes}, {"flops", r.cost.flops}}}});
   }
   return {{"traceEvents", ev}, {"displayTimeUnit", "ms"}};
 }
@@ -161,9 +168,15 @@ nlohmann::json chrome_trace(const ProfileRecorder& rec, const std::string& proce
 nlohmann::json profile_json(const std::vector<PhaseProfile>& phases, const Ceilings& ceilings) {
   using nlohmann::json;
   const auto row = [](const OpTotal& t) {
-    return json{{"op", t.op},         {"layer", t.layer},   {"count", t.count},
-                {"ms", t.ms},         {"bytes", t.bytes},   {"flops", t.flops},
-                {"gbs", t.gbs},       {"tflops", t.tflops}, {"bound", bound_name(t)},
+    return json{{"op", t.op},
+                {"layer", t.layer},
+                {"count", t.count},
+                {"ms", t.ms},
+                {"bytes", t.bytes},
+                {"flops", t.flops},
+                {"gbs", t.gbs},
+                {"tflops", t.tflops},
+                {"bound", bound_name(t)},
                 {"pct_of_bound", t.pct_of_bound}};
   };
   json j;
@@ -173,9 +186,9 @@ nlohmann::json profile_json(const std::vector<PhaseProfile>& phases, const Ceili
                    {"peak_how", ceilings.peak_how}};
   j["phases"] = json::array();
   for (const PhaseProfile& p : phases) {
-    json jp{{"phase", p.phase},     {"passes", p.passes},     {"rows", p.rows},
-            {"pass_ms", p.pass_ms}, {"ops_ms", p.ops_ms}, {"profiler_ms", p.profiler_ms},     {"coverage", p.coverage},
-            {"layer_ms", p.layer_ms}};
+    json jp{{"phase", p.phase},       {"passes", p.passes},    {"rows", p.rows},
+            {"pass_ms", p.pass_ms},   {"ops_ms", p.ops_ms},    {"profiler_ms", p.profiler_ms},
+            {"coverage", p.coverage}, {"layer_ms", p.layer_ms}};
     jp["by_op"] = json::array();
     for (const OpTotal& t : p.by_op) jp["by_op"].push_back(row(t));
     jp["hotspots"] = json::array();

@@ -57,9 +57,9 @@ struct OpTotal {
   std::string op;
   int32_t layer = -1;  // -1 in by_op rows (every layer)
   int64_t count = 0;
-  double ms = 0;        // summed
-  double bytes = 0;     // summed
-  double flops = 0;     // summed
+  double ms = 0;     // summed
+  double bytes = 0;  // summed
+  double flops = 0;  // summed
   // The roofline: achieved rates, which ceiling bounds the op (the larger of bytes / bandwidth
   // and FLOPs / peak) and the percent of that ceiling reached.
   double gbs = 0, tflops = 0;

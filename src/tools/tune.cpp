@@ -134,7 +134,7 @@ class Tuner {
   std::vector<float> ref_logits_;
   int64_t n_vocab_ = 0;
   std::vector<TuneTrial> trials_;
-  std::map<std::string, int> seen_;  // fingerprint -> trial id
+  std::map<std::string, int> seen_;        // fingerprint -> trial id
   std::vector<std::string> fingerprints_;  // by trial id (trials that ran)
   int best_ = -1;
   int duplicates_ = 0;
@@ -152,17 +152,18 @@ Status Tuner::prepare_tokens() {
     std::string source;
     RINFER_ASSIGN_OR_RETURN(toks, text_tokens(*tok, bench_text("", start_), need, &source));
   } else {
-    for (int64_t i = 0; i < need; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 11) % n_vocab_));
+    for (int64_t i = 0; i < need; ++i)
+      toks.push_back(static_cast<int32_t>((i * 7919 + 11) % n_vocab_));
   }
   prompt_.assign(toks.begin(), toks.begin() + a_.prompt_tokens);
   ptokens_.assign(toks.begin(), toks.begin() + a_.precision_tokens);
   const int64_t ctx = e->context_length();
   if (a_.prompt_tokens + a_.gen_tokens >= ctx || a_.precision_tokens > ctx) {
-    return Status(StatusCode::kOutOfRange,
-                  fmt::format("{}: prompt {} + {} generated tokens (and {} precision tokens) do "
-                              "not fit the context of {} (context_length)",
-                              start_path_, a_.prompt_tokens, a_.gen_tokens, a_.precision_tokens,
-                              ctx));
+    return Status(
+        StatusCode::kOutOfRange,
+        fmt::format("{}: prompt {} + {} generated tokens (and {} precision tokens) do "
+                    "not fit the context of {} (context_length)",
+                    start_path_, a_.prompt_tokens, a_.gen_tokens, a_.precision_tokens, ctx));
   }
   return ok_status();
 }
@@ -216,8 +217,8 @@ Result<TunePrecision> Tuner::check_precision(LlmEngine& e, const RecipeConfig& r
   }
   RINFER_ASSIGN_OR_RETURN(EngineCore * core, e.scoring_core());
   RINFER_ASSIGN_OR_RETURN(std::vector<float> logits, teacher_forced_logits(*core, ptokens_));
-  const PrecisionReport p = compare_precision(ref_logits_, logits, ptokens_, n_vocab_,
-                                              gate_of_recipe(r.precision));
+  const PrecisionReport p =
+      compare_precision(ref_logits_, logits, ptokens_, n_vocab_, gate_of_recipe(r.precision));
   return TunePrecision{p.logits.top1_agreement, p.logits.mean_kl, p.ppl_change, p.passed,
                        p.failures};
 }
@@ -237,11 +238,11 @@ Result<bool> Tuner::try_trial(TuneTrial& t) {
   fingerprints_.push_back(fp);
   TuneTrial* best = best_ >= 0 ? &trials_[static_cast<size_t>(best_)] : nullptr;
   // The trial in its context (the best it is set against): a second run replays each decision.
-  t.key = fnv1a_hex(fmt::format(
-      "{}\n{}\n{}\n{} {} {} {}\n{}\n{}\nagainst {}", git_sha_, machine_, fp, a_.prompt_tokens,
-      a_.gen_tokens, a_.repeat, a_.precision_tokens, ref_path_,
-      gate_of_recipe(r->precision).to_string(),
-      best != nullptr ? fingerprints_[static_cast<size_t>(best->id)] : "none"));
+  t.key = fnv1a_hex(
+      fmt::format("{}\n{}\n{}\n{} {} {} {}\n{}\n{}\nagainst {}", git_sha_, machine_, fp,
+                  a_.prompt_tokens, a_.gen_tokens, a_.repeat, a_.precision_tokens, ref_path_,
+                  gate_of_recipe(r->precision).to_string(),
+                  best != nullptr ? fingerprints_[static_cast<size_t>(best->id)] : "none"));
   if (cache_.find(t.key, t)) {
     t.cached = true;
     return t.accepted;
@@ -253,8 +254,8 @@ Result<bool> Tuner::try_trial(TuneTrial& t) {
   };
   std::unique_ptr<LlmEngine> engine;
   bool pruned = false;
-  auto s = measure(*r, best != nullptr && best->speed ? best->speed->probe_ms : 0, &pruned,
-                   &engine);
+  auto s =
+      measure(*r, best != nullptr && best->speed ? best->speed->probe_ms : 0, &pruned, &engine);
   if (!s.ok()) {
     t.verdict = "failed: " + s.status().message();
     return false;  // not cached: an error may not repeat
@@ -361,7 +362,8 @@ int Tuner::run() {
     if (over_budget()) break;
     auto r = load_recipe(p.string());
     if (!r.ok() || r->model_ref != start_.model_ref || r->scenario != start_.scenario ||
-        (r->device.is_cuda() ? "cuda" : "cpu") != kind || fs::absolute(p) == fs::absolute(ref_path_)) {
+        (r->device.is_cuda() ? "cuda" : "cpu") != kind ||
+        fs::absolute(p) == fs::absolute(ref_path_)) {
       continue;
     }
     TuneTrial t;
@@ -406,9 +408,9 @@ int Tuner::run() {
 int Tuner::finish() {
   if (Status st = cache_.save(); !st.ok()) return report_error(st.message());
   if (best_ < 0) {
-    return report_error(fmt::format(
-        "tune: no trial passed the precision gate against {} (the start {}: {})", ref_path_,
-        start_path_, trials_[0].verdict));
+    return report_error(
+        fmt::format("tune: no trial passed the precision gate against {} (the start {}: {})",
+                    ref_path_, start_path_, trials_[0].verdict));
   }
   TuneTrial& best = trials_[static_cast<size_t>(best_)];
   if (best.id != 0) best.verdict = "best";
@@ -420,16 +422,19 @@ int Tuner::finish() {
   s.machine = machine_;
   s.git_sha = git_sha_;
   s.date = bench::utc_date();
-  s.objective = fmt::format("the time of one request: {} prompt tokens, {} generated (median of {})",
-                            a_.prompt_tokens, a_.gen_tokens, a_.repeat);
+  s.objective =
+      fmt::format("the time of one request: {} prompt tokens, {} generated (median of {})",
+                  a_.prompt_tokens, a_.gen_tokens, a_.repeat);
   s.budget_min = a_.budget_min;
   s.elapsed_s = std::chrono::duration<double>(Clock::now() - t0_).count();
   s.budget_reached = budget_reached_;
   s.best = best.id;
   s.duplicates = duplicates_;
 
-  const fs::path out = a_.out_dir.empty() ? fs::path("tune-" + fs::path(start_path_).parent_path().filename().string())
-                                          : fs::path(a_.out_dir);
+  const fs::path out =
+      a_.out_dir.empty()
+          ? fs::path("tune-" + fs::path(start_path_).parent_path().filename().string())
+          : fs::path(a_.out_dir);
   std::error_code ec;
   fs::create_directories(out, ec);
   const TuneTrial& st = trials_[0];
@@ -440,22 +445,21 @@ int Tuner::finish() {
       near ? base_rel.string() : fs::absolute(best.base).lexically_normal().string(), best.settings,
       {fmt::format("rinfer tune {}: the fastest of {} trials inside the precision gate ({})",
                    a_.target, trials_.size(), s.date),
-       fmt::format("on {} ({}), git {}: one request of {} prompt + {} generated tokens in {:.1f} ms "
-                   "(the start {}: {:.1f} ms),",
-                   s.device, machine_, git_sha_, a_.prompt_tokens, a_.gen_tokens,
-                   best.speed->total_ms, fs::path(start_path_).filename().string(),
-                   st.speed->total_ms),
+       fmt::format(
+           "on {} ({}), git {}: one request of {} prompt + {} generated tokens in {:.1f} ms "
+           "(the start {}: {:.1f} ms),",
+           s.device, machine_, git_sha_, a_.prompt_tokens, a_.gen_tokens, best.speed->total_ms,
+           fs::path(start_path_).filename().string(), st.speed->total_ms),
        fmt::format("decode {:.1f} tok/s, prefill {:.1f} tok/s; against {}: top-1 {:.4f}, mean KL "
                    "{:.4g}, ppl change {:+.2f}%.",
                    best.speed->decode_tps, best.speed->prefill_tps,
                    fs::path(ref_path_).filename().string(), best.precision->top1,
                    best.precision->mean_kl, 100.0 * best.precision->ppl_change),
        "The trials: report.md beside this file."});
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"tuned.yaml", yaml},
-        {"report.md", tune_markdown(s, trials_)},
-        {"report.json", tune_json(s, trials_).dump(1) + "\n"},
-        {"report.svg", tune_svg(s, trials_)}}) {
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"tuned.yaml", yaml},
+                                   {"report.md", tune_markdown(s, trials_)},
+                                   {"report.json", tune_json(s, trials_).dump(1) + "\n"},
+                                   {"report.svg", tune_svg(s, trials_)}}) {
     if (Status w = write_file_atomically((out / name).string(), text); !w.ok()) {
       return report_error(w.message());
     }

@@ -37,9 +37,9 @@ std::string xml(const std::string& s) {
 }  // namespace
 
 json trial_json(const TuneTrial& t) {
-  json j{{"id", t.id},           {"base", t.base},       {"settings", t.settings},
-         {"change", t.change},   {"verdict", t.verdict}, {"cached", t.cached},
-         {"accepted", t.accepted}};
+  json j{
+      {"id", t.id},           {"base", t.base},     {"settings", t.settings}, {"change", t.change},
+      {"verdict", t.verdict}, {"cached", t.cached}, {"accepted", t.accepted}};
   j["speed"] = nullptr;
   if (t.speed) {
     j["speed"] = {{"total_ms", num(t.speed->total_ms)},
@@ -97,7 +97,7 @@ bool TuneCache::find(const std::string& key, TuneTrial& t) const {
 void TuneCache::put(const std::string& key, const TuneTrial& t) {
   json e = trial_json(t);
   (*j_)[key] = {{"speed", e["speed"]}, {"precision", e["precision"]}, {"settings", t.settings},
-                {"base", t.base}, {"verdict", t.verdict}, {"accepted", t.accepted}};
+                {"base", t.base},      {"verdict", t.verdict},        {"accepted", t.accepted}};
 }
 
 Status TuneCache::save() const {
@@ -114,33 +114,41 @@ std::string tune_markdown(const TuneSummary& s, const std::vector<TuneTrial>& tr
       s.target, s.device, s.machine, s.git_sha, s.date, s.start, s.reference, s.objective,
       trials.size(), s.elapsed_s, s.budget_min,
       s.budget_reached ? " (reached: the search stopped)" : "", s.duplicates);
-  md += "| # | over | change | verdict | total ms | decode tok/s | prefill tok/s | top-1 | mean KL "
-        "| ppl change | cached |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md +=
+      "| # | over | change | verdict | total ms | decode tok/s | prefill tok/s | top-1 | mean KL "
+      "| ppl change | cached |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto f = [](double v, const char* spec) {
     return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-");
   };
   for (const TuneTrial& t : trials) {
     const std::string base = t.base.substr(t.base.find_last_of('/') + 1);
-    md += fmt::format("| {} | `{}` | {} | {}{} | {} | {} | {} | {} | {} | {} | {} |\n", t.id, base,
-                      t.change.empty() ? "-" : t.change, t.verdict,
-                      t.id == s.best ? " **(best)**" : "",
-                      t.speed ? f(t.speed->total_ms, "{:.1f}") : "-",
-                      t.speed ? f(t.speed->decode_tps, "{:.1f}") : "-",
-                      t.speed ? f(t.speed->prefill_tps, "{:.1f}") : "-",
-                      t.precision ? f(t.precision->top1, "{:.4f}") : "-",
-                      t.precision ? f(t.precision->mean_kl, "{:.4g}") : "-",
-                      t.precision ? f(100.0 * t.precision->ppl_change, "{:+.2f}%") : "-",
-                      t.cached ? "yes" : "");
+    md += fmt::format(
+        "| {} | `{}` | {} | {}{} | {} | {} | {} | {} | {} | {} | {} |\n", t.id, base,
+        t.change.empty() ? "-" : t.change, t.verdict, t.id == s.best ? " **(best)**" : "",
+        t.speed ? f(t.speed->total_ms, "{:.1f}") : "-",
+        t.speed ? f(t.speed->decode_tps, "{:.1f}") : "-",
+        t.speed ? f(t.speed->prefill_tps, "{:.1f}") : "-",
+        t.precision ? f(t.precision->top1, "{:.4f}") : "-",
+        t.precision ? f(t.precision->mean_kl, "{:.4g}") : "-",
+        t.precision ? f(100.0 * t.precision->ppl_change, "{:+.2f}%") : "-", t.cached ? "yes" : "");
   }
   return md;
 }
 
 json tune_json(const TuneSummary& s, const std::vector<TuneTrial>& trials) {
-  json j{{"target", s.target},       {"start", s.start},         {"reference", s.reference},
-         {"device", s.device},       {"machine", s.machine},     {"git_sha", s.git_sha},
-         {"date", s.date},           {"objective", s.objective}, {"budget_min", s.budget_min},
-         {"elapsed_s", s.elapsed_s}, {"budget_reached", s.budget_reached},
-         {"best", s.best},           {"start_trial", s.start_id}};
+  json j{{"target", s.target},
+         {"start", s.start},
+         {"reference", s.reference},
+         {"device", s.device},
+         {"machine", s.machine},
+         {"git_sha", s.git_sha},
+         {"date", s.date},
+         {"objective", s.objective},
+         {"budget_min", s.budget_min},
+         {"elapsed_s", s.elapsed_s},
+         {"budget_reached", s.budget_reached},
+         {"best", s.best},
+         {"start_trial", s.start_id}};
   j["trials"] = json::array();
   for (const TuneTrial& t : trials) j["trials"].push_back(trial_json(t));
   return j;
@@ -169,8 +177,8 @@ std::string tune_svg(const TuneSummary& s, const std::vector<TuneTrial>& trials)
       "tokens/s</text>\n<text x=\"{2}\" y=\"{11}\" text-anchor=\"middle\">0</text>\n"
       "<text x=\"{6}\" y=\"{11}\" text-anchor=\"end\">{12:.3g}</text>\n"
       "<text x=\"{13}\" y=\"{7}\" text-anchor=\"end\">{14:.0f}</text>\n",
-      W, H, L, xml(s.target), xml(s.device), H - B, W - R, T, (L + W - R) / 2, H - 10, (T + H - B) / 2,
-      H - B + 16, max_kl, L - 6, max_tps);
+      W, H, L, xml(s.target), xml(s.device), H - B, W - R, T, (L + W - R) / 2, H - 10,
+      (T + H - B) / 2, H - B + 16, max_kl, L - 6, max_tps);
   for (const TuneTrial& t : trials) {
     if (!t.speed || !t.precision || !std::isfinite(t.speed->decode_tps) ||
         !std::isfinite(t.precision->mean_kl)) {

@@ -14,8 +14,8 @@
 namespace rinfer {
 
 struct TuneSpeed {
-  double total_ms = 0;   // prompt + generated tokens, one request (median of the repeats)
-  double probe_ms = 0;   // the first, short run (prompt + 8 tokens): the pruning probe
+  double total_ms = 0;  // prompt + generated tokens, one request (median of the repeats)
+  double probe_ms = 0;  // the first, short run (prompt + 8 tokens): the pruning probe
   double decode_tps = 0;
   double prefill_tps = 0;
 };
@@ -34,9 +34,9 @@ struct TuneTrial {
   std::string verdict;    // "start", "best", "kept", "slower", "pruned", "gate failed", ...
   std::optional<TuneSpeed> speed;
   std::optional<TunePrecision> precision;
-  std::string key;       // its trial cache key
-  bool cached = false;   // measured by an earlier run (the trial cache)
-  bool accepted = false; // became the best when it ran
+  std::string key;        // its trial cache key
+  bool cached = false;    // measured by an earlier run (the trial cache)
+  bool accepted = false;  // became the best when it ran
 };
 
 nlohmann::json trial_json(const TuneTrial& t);
@@ -61,7 +61,7 @@ struct TuneSummary {
   std::string objective;  // what was minimized, in words
   double budget_min = 0, elapsed_s = 0;
   bool budget_reached = false;
-  int best = -1;   // trial id
+  int best = -1;  // trial id
   int start_id = 0;
   int duplicates = 0;  // settings whose recipe ran as an earlier trial
 };

@@ -83,8 +83,7 @@ std::vector<std::string> domain_values(const std::string& type, int64_t int_cap,
   return {};
 }
 
-std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario,
-                                 int64_t cores) {
+std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario, int64_t cores) {
   const std::string kind = device.is_cuda() ? "cuda" : "cpu";
   std::vector<TuneKnob> out;
   for (const StrategyInfo& info : strategy_registry()) {
@@ -149,12 +148,12 @@ std::string recipe_fingerprint(const RecipeConfig& r) {
   s.kv_dtype.reset();
   std::string keep;
   for (int64_t l : s.quantization.effective_keep_layers()) keep += std::to_string(l) + " ";
-  std::string fp = fmt::format(
-      "{} | {} | {} | ctx {} | kv {} {} {} {} {} | weights {} keep [{}] embeddings {}",
-      r.model_ref, r.device.to_string(), describe_strategies(s, r.device), r.context_length,
-      s.kv_cache, static_cast<int>(s.kv_layout), s.kv_block_size, s.prefix_caching,
-      static_cast<int>(s.kv_prealloc), weight_format_name(s.quantization.weights), keep,
-      s.quantization.embeddings);
+  std::string fp =
+      fmt::format("{} | {} | {} | ctx {} | kv {} {} {} {} {} | weights {} keep [{}] embeddings {}",
+                  r.model_ref, r.device.to_string(), describe_strategies(s, r.device),
+                  r.context_length, s.kv_cache, static_cast<int>(s.kv_layout), s.kv_block_size,
+                  s.prefix_caching, static_cast<int>(s.kv_prealloc),
+                  weight_format_name(s.quantization.weights), keep, s.quantization.embeddings);
   fp += fmt::format(" kv_dtype {}", static_cast<int>(kv));
   if (r.device.is_cuda()) fp += " | " + describe_cuda_kernels(s.cuda_kernels);
   return fp;

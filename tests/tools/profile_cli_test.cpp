@@ -11,8 +11,8 @@
 #include <string>
 
 #include "../models/tiny_hf_model.h"
-#include "core/cuda_info.h"
 #include "cli_util.h"
+#include "core/cuda_info.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "trace_format.h"
@@ -105,7 +105,7 @@ class ProfileCli : public ::testing::Test {
   std::string model_, dir_;
 };
 
-const std::set<std::string> kCommonOps = {"embed",   "norm", "qkv", "attention", "wo",
+const std::set<std::string> kCommonOps = {"embed",   "norm", "qkv",  "attention", "wo",
                                           "gate_up", "act",  "down", "logits"};
 
 TEST_F(ProfileCli, ProfilesPrefillDecodeAndBatchesOnTheCpu) {

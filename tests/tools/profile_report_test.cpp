@@ -2,6 +2,8 @@
 // sums by op and by layer, the roofline placement against scalar formulas, the coverage, the
 // hotspots, and the Chrome trace checked against the trace event format; the cost formulas of
 // models/op_profile.h against counts done by hand.
+#include "tools/profile_report.h"
+
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "models/op_profile.h"
-#include "tools/profile_report.h"
 #include "trace_format.h"
 
 namespace rinfer {
@@ -53,10 +54,10 @@ TEST(ProfileReport, PhasesOpsLayersAndTheRoofline) {
                 {"logits", 2, 1.5, 3e8, 2e9}},
                1.0);
   for (int i = 0; i < 3; ++i) {
-    t = add_pass(rec, t + kMs, 1, 1,
-                 {{"qkv", 0, 1.0 + i, 4e8, 1e9}, {"qkv", 1, 1.0, 4e8, 1e9},
-                  {"logits", 2, 0.5, 3e8, 1e8}},
-                 1.0);
+    t = add_pass(
+        rec, t + kMs, 1, 1,
+        {{"qkv", 0, 1.0 + i, 4e8, 1e9}, {"qkv", 1, 1.0, 4e8, 1e9}, {"logits", 2, 0.5, 3e8, 1e8}},
+        1.0);
   }
   Ceilings c;
   c.bandwidth_gbs = 500;  // 2 ms per GB
@@ -98,7 +99,7 @@ TEST(ProfileReport, PhasesOpsLayersAndTheRoofline) {
   EXPECT_EQ(dec.phase, "decode");
   EXPECT_EQ(dec.passes, 3);
   EXPECT_EQ(dec.rows, 1);
-  EXPECT_NEAR(dec.ops_ms, 3.5, 1e-6);   // the median of 2.5, 3.5, 4.5
+  EXPECT_NEAR(dec.ops_ms, 3.5, 1e-6);  // the median of 2.5, 3.5, 4.5
   EXPECT_NEAR(dec.pass_ms, 4.5, 1e-6);
   EXPECT_NEAR(dec.coverage, 10.5 / 13.5, 1e-9);
   EXPECT_NEAR(dec.layer_ms[0], 2.0, 1e-6);  // mean per pass
@@ -171,9 +172,10 @@ TEST(ProfileReport, TheTraceFollowsTheTraceEventFormat) {
 }
 
 TEST(ProfileReport, TheValidatorCatchesAPartialOverlap) {
-  static const nlohmann::json bad = {{"traceEvents",
-                         {{{"name", "a"}, {"ph", "X"}, {"pid", 1}, {"tid", 2}, {"ts", 0}, {"dur", 10}},
-                          {{"name", "b"}, {"ph", "X"}, {"pid", 1}, {"tid", 2}, {"ts", 5}, {"dur", 10}}}}};
+  static const nlohmann::json bad = {
+      {"traceEvents",
+       {{{"name", "a"}, {"ph", "X"}, {"pid", 1}, {"tid", 2}, {"ts", 0}, {"dur", 10}},
+        {{"name", "b"}, {"ph", "X"}, {"pid", 1}, {"tid", 2}, {"ts", 5}, {"dur", 10}}}}};
   EXPECT_NONFATAL_FAILURE(test::expect_valid_trace(bad), "partly overlaps");
 }
 

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "../models/tiny_hf_model.h"
-#include "recipe/recipe.h"
 #include "cli_util.h"
+#include "recipe/recipe.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -45,10 +45,11 @@ class TuneCli : public ::testing::Test {
                      common + "strategies:\n  kernels: {impl: reference}\n  threads: {count: 1}\n");
     // f32 activations: within 1e-5 nats of the reference; int8 activations or 4-bit weights are
     // not.
-    test::write_file(folder_ + "/optimized.yaml",
-                     common +
-                         "strategies:\n  kv_cache: {enabled: false}\n  threads: {count: 1}\n"
-                         "  quantization: {activations: float}\nprecision: {max_mean_kl: 0.00001}\n");
+    test::write_file(
+        folder_ + "/optimized.yaml",
+        common +
+            "strategies:\n  kv_cache: {enabled: false}\n  threads: {count: 1}\n"
+            "  quantization: {activations: float}\nprecision: {max_mean_kl: 0.00001}\n");
     test::write_file(folder_ + "/planted.yaml",
                      "base: optimized.yaml\nstrategies:\n  kv_cache: {enabled: true}\n"
                      "  quantization: {weights: q4_0, keep_layers: [], embeddings: true}\n");
@@ -56,9 +57,13 @@ class TuneCli : public ::testing::Test {
 
   // Runs the tune and returns its report.
   nlohmann::json tune(std::string* out = nullptr) {
-    auto r = rinfer("tune '" + folder_ + "' --budget 3 --prompt-tokens 24 --gen-tokens 12 "
-                    "--repeat 2 --precision-tokens 40 --cache '" + dir_ + "/cache.json' "
-                    "--out-dir '" + dir_ + "/out'");
+    auto r = rinfer("tune '" + folder_ +
+                    "' --budget 3 --prompt-tokens 24 --gen-tokens 12 "
+                    "--repeat 2 --precision-tokens 40 --cache '" +
+                    dir_ +
+                    "/cache.json' "
+                    "--out-dir '" +
+                    dir_ + "/out'");
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     if (out != nullptr) *out = r.out;
     auto j = nlohmann::json::parse(slurp(dir_ + "/out/report.json"), nullptr, false);
@@ -94,7 +99,8 @@ TEST_F(TuneCli, FindsAFasterRecipeInsideTheGateRejectsThePlantedOneAndCaches) {
   EXPECT_EQ((*planted)["verdict"].get<std::string>().rfind("gate failed", 0), 0u)
       << planted->dump();
   EXPECT_FALSE((*planted)["precision"]["passed"].get<bool>());
-  EXPECT_LT((*planted)["speed"]["total_ms"].get<double>(), (*start)["speed"]["total_ms"].get<double>());
+  EXPECT_LT((*planted)["speed"]["total_ms"].get<double>(),
+            (*start)["speed"]["total_ms"].get<double>());
   // The start passes its own gate; the best is another trial, faster and inside the gate.
   EXPECT_TRUE((*start)["precision"]["passed"].get<bool>()) << start->dump();
   const int best = j["best"];

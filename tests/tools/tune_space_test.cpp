@@ -1,6 +1,8 @@
 // rinfer tune's search space (tools/tune_space.h): the domains read from the registry's key
 // types, the knobs each device gets, the trial recipes they make, and the fingerprint that
 // tells two trials apart.
+#include "tools/tune_space.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "recipe/recipe.h"
-#include "tools/tune_space.h"
 
 namespace rinfer {
 namespace {
@@ -46,10 +47,10 @@ TEST(TuneSpace, EachDeviceGetsItsKnobs) {
   ASSERT_NE(knob(cpu, "threads.count"), nullptr);
   for (const std::string& v : knob(cpu, "threads.count")->values) EXPECT_LE(std::stoi(v), 4);
   for (const TuneKnob& k : cpu) {
-    EXPECT_EQ(k.path.find("cuda"), std::string::npos) << k.path;   // no CUDA switch on the CPU
-    EXPECT_NE(k.path.rfind("batching.", 0), 0u) << k.path;         // no serving knob
-    EXPECT_NE(k.path, "fusion.batchnorm");                          // image classifiers only
-    EXPECT_NE(k.path, "fusion.attention");                          // CUDA only
+    EXPECT_EQ(k.path.find("cuda"), std::string::npos) << k.path;  // no CUDA switch on the CPU
+    EXPECT_NE(k.path.rfind("batching.", 0), 0u) << k.path;        // no serving knob
+    EXPECT_NE(k.path, "fusion.batchnorm");                        // image classifiers only
+    EXPECT_NE(k.path, "fusion.attention");                        // CUDA only
     EXPECT_GE(k.values.size(), 2u) << k.path;
   }
   const auto gpu = tune_space(Device::cuda(0), "llm-chat", 4);

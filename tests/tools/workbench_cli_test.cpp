@@ -11,8 +11,8 @@
 #include <string>
 
 #include "../models/tiny_hf_model.h"
-#include "core/cuda_info.h"
 #include "cli_util.h"
+#include "core/cuda_info.h"
 #include "test_util.h"
 #include "tiny_model.h"
 

@@ -111,7 +111,8 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     add_bias(ctx, v_new, l.bv, nt, kv_dim);
     qkv_op.reset();
     if (hp_.qk_norm) {  // per head: [nt * n_head, head_dim]
-      OpScope op(timer, "qk_norm", il, stream_cost(nt * (q_dim + kv_dim), nt * (q_dim + kv_dim), 4, 4));
+      OpScope op(timer, "qk_norm", il,
+                 stream_cost(nt * (q_dim + kv_dim), nt * (q_dim + kv_dim), 4, 4));
       cpu::rms_norm(ctx, q, l.q_norm.data_as<float>(), nt * hp_.n_head, hd, hp_.norm_eps, q);
       cpu::rms_norm(ctx, k_new, l.k_norm.data_as<float>(), nt * hp_.n_head_kv, hd, hp_.norm_eps,
                     k_new);
@@ -122,7 +123,8 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
       rope.freq_scale = la.rope_scale;
     }
     {
-      OpScope op(timer, "rope", il, stream_cost(nt * (q_dim + kv_dim), nt * (q_dim + kv_dim), 4, 6));
+      OpScope op(timer, "rope", il,
+                 stream_cost(nt * (q_dim + kv_dim), nt * (q_dim + kv_dim), 4, 6));
       cpu::rope(ctx, q, nt, hp_.n_head, hd, positions, rope);
       cpu::rope(ctx, k_new, nt, hp_.n_head_kv, hd, positions, rope);
     }
@@ -186,8 +188,8 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
 }
 
 Status LlamaModel::compute_logits(const cpu::OpContext& ctx, ForwardScratch& s,
-                                  std::span<const int32_t> rows, float* logits,
-                                  TapSink* taps, OpTimer* timer) const {
+                                  std::span<const int32_t> rows, float* logits, TapSink* taps,
+                                  OpTimer* timer) const {
   const int64_t e = hp_.n_embd;
   float* x = s.x.mutable_data_as<float>();
   float* h = s.h.mutable_data_as<float>();

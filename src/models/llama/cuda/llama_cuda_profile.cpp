@@ -123,8 +123,9 @@ PassCosts pass_costs(const DecoderHParams& hp, const ForwardBatch& b, const kv::
   c.act = {static_cast<double>(nt * hp.n_ff) * (4 + 4 + 2), static_cast<double>(nt * hp.n_ff) * 8};
   std::vector<AttentionSeqShape> seqs;
   for (int32_t s = 0; s < b.n_seq(); ++s) {
-    seqs.push_back({b.query_start[static_cast<size_t>(s) + 1] - b.query_start[static_cast<size_t>(s)],
-                    b.kv_len[static_cast<size_t>(s)]});
+    seqs.push_back(
+        {b.query_start[static_cast<size_t>(s) + 1] - b.query_start[static_cast<size_t>(s)],
+         b.kv_len[static_cast<size_t>(s)]});
   }
   for (const auto& g : spec.groups) {
     c.attention.push_back(attention_cost(seqs, hp.n_head, hp.n_head_kv, hp.head_dim,

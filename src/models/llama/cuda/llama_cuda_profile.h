@@ -49,7 +49,7 @@ class CudaOpTimer final : public OpTimer {
     cudaEvent_t b = nullptr, e = nullptr;
   };
   std::vector<Pending> ops_;
-  std::vector<size_t> open_;     // the ops begun and not yet ended (indices into ops_)
+  std::vector<size_t> open_;  // the ops begun and not yet ended (indices into ops_)
   int depth_ = 0;
   cudaEvent_t last_ = nullptr;  // the last op's end event (the next op's start)
   cudaError_t error_ = cudaSuccess;
@@ -61,9 +61,9 @@ OpCost weights_cost(std::initializer_list<const cuda::DeviceWeight*> ws, int64_t
 
 // What the elementwise ops and the attention of one multi-row pass move and compute.
 struct PassCosts {
-  OpCost row;      // one f32 row op over the residual stream (embed, post norms)
-  OpCost norm;     // a residual add + RMSNorm (f32 in, bf16 out)
-  OpCost heads;    // per-head work on the q|k rows (qk norms, RoPE)
+  OpCost row;    // one f32 row op over the residual stream (embed, post norms)
+  OpCost norm;   // a residual add + RMSNorm (f32 in, bf16 out)
+  OpCost heads;  // per-head work on the q|k rows (qk norms, RoPE)
   OpCost kv_store;
   OpCost act;
   std::vector<OpCost> attention;  // per KV group (empty when not profiled)

@@ -31,8 +31,8 @@
 
 #include "kv/kv_arena.h"
 #include "models/llama/cuda/llama_cuda_arena.h"
-#include "models/llama/cuda/llama_cuda_model_internal.h"
 #include "models/llama/cuda/llama_cuda_graphs.h"
+#include "models/llama/cuda/llama_cuda_model_internal.h"
 #include "models/llama/cuda/llama_cuda_profile.h"
 #include "models/llama/cuda/llama_cuda_taps.h"
 #include "ops/cpu/sampler.h"
@@ -447,7 +447,6 @@ class LlamaCudaRunner final : public DecoderRunner {
     return f();
   }
 
-
   // The attention's settings of a staged pass whose longest sequence is at most max_len.
   cuda::PagedAttentionParams attention_params(const ForwardBatch& b, const kv::KvSpec& spec,
                                               int64_t max_len) const {
@@ -518,15 +517,15 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
       const DeviceLayer& d = m_.layers_[static_cast<size_t>(il)];
       RINFER_RETURN_IF_ERROR(timed("norm", il, pc.norm, [&] {
-        return il == 0
-                   ? cuda::rms_norm(x, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st)
-                   : cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st);
+        return il == 0 ? cuda::rms_norm(x, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st)
+                       : cuda::add_rms_norm(x, o, d.attn_norm, nt, e, hp.norm_eps, DType::kBF16, hb,
+                                            st);
       }));
       if (il > 0) RINFER_RETURN_IF_ERROR(tap(TapKind::kBlockOut, il - 1, x, DType::kF32, nt, e));
       RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnNorm, il, hb, DType::kBF16, nt, e));
-      std::optional<OpScope> qkv_op(std::in_place, timer_, "qkv", il,
-                                    d.merged_qkv() ? weight_cost(d.wqkv, nt)
-                                                    : weights_cost({&d.wq, &d.wk, &d.wv}, nt));
+      std::optional<OpScope> qkv_op(
+          std::in_place, timer_, "qkv", il,
+          d.merged_qkv() ? weight_cost(d.wqkv, nt) : weights_cost({&d.wq, &d.wk, &d.wv}, nt));
       if (d.merged_qkv()) {
         RINFER_RETURN_IF_ERROR(gemm(d.wqkv, hb, nt, qkv));
       } else {
@@ -563,8 +562,8 @@ class LlamaCudaRunner final : public DecoderRunner {
       }));
       const int32_t grp = spec.group_of_layer[static_cast<size_t>(il)];
       RINFER_RETURN_IF_ERROR(timed("kv_store", il, pc.kv_store, [&] {
-        return cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype, arena.k(il),
-                                    arena.v(il), dev(L.slots + static_cast<size_t>(grp) * nt), st);
+        return cuda::kv_store_slots(k, v, nt, kv_dim, qkv_dim, spec.dtype, arena.k(il), arena.v(il),
+                                    dev(L.slots + static_cast<size_t>(grp) * nt), st);
       }));
       ap.window = spec.groups[static_cast<size_t>(grp)].window;
       ap.tables = dev(L.tables + static_cast<size_t>(grp) * b.n_seq() * b.table_stride);
@@ -572,7 +571,8 @@ class LlamaCudaRunner final : public DecoderRunner {
         return cuda::paged_attention(ap, arena.k(il), arena.v(il), qkv, attnb, attn_ws_.data(),
                                      attn_ws_bytes_, st);
       }));
-      RINFER_RETURN_IF_ERROR(timed("wo", il, weight_cost(d.wo, nt), [&] { return gemm(d.wo, attnb, nt, o); }));
+      RINFER_RETURN_IF_ERROR(
+          timed("wo", il, weight_cost(d.wo, nt), [&] { return gemm(d.wo, attnb, nt, o); }));
       if (d.post_attn_norm != nullptr) {
         OpScope op(timer_, "post_norm", il, pc.row);
         RINFER_RETURN_IF_ERROR(
@@ -583,9 +583,9 @@ class LlamaCudaRunner final : public DecoderRunner {
         return cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st);
       }));
       RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpNorm, il, hb, DType::kBF16, nt, e));
-      std::optional<OpScope> gu_op(std::in_place, timer_, "gate_up", il,
-                                   d.merged_gu() ? weight_cost(d.wgu, nt)
-                                                  : weights_cost({&d.w_gate, &d.w_up}, nt));
+      std::optional<OpScope> gu_op(
+          std::in_place, timer_, "gate_up", il,
+          d.merged_gu() ? weight_cost(d.wgu, nt) : weights_cost({&d.w_gate, &d.w_up}, nt));
       const float* gate = gu;
       const float* up = gu + ff;
       int64_t in_stride = 2 * ff;
@@ -606,8 +606,8 @@ class LlamaCudaRunner final : public DecoderRunner {
         RINFER_RETURN_IF_ERROR(cuda::swiglu(gate, up, nt, ff, in_stride, DType::kBF16, actb, st));
       }
       act_op.reset();
-      RINFER_RETURN_IF_ERROR(
-          timed("down", il, weight_cost(d.w_down, nt), [&] { return gemm(d.w_down, actb, nt, o); }));
+      RINFER_RETURN_IF_ERROR(timed("down", il, weight_cost(d.w_down, nt),
+                                   [&] { return gemm(d.w_down, actb, nt, o); }));
       if (d.post_ffn_norm != nullptr) {
         OpScope op(timer_, "post_norm", il, pc.row);
         RINFER_RETURN_IF_ERROR(
