@@ -1,4 +1,4 @@
-// The CUDA runner's KV arena (llama_cuda_runner.cpp): K and V of every layer in device memory,
+// The CUDA runner's KV arena (llama_cuda_runner.h): K and V of every layer in device memory,
 // [n_blocks(group), block_size, kv_dim] of the spec's dtype, zeroed. Block copies (swap out, swap
 // in, device to device) run on a copy stream ordered after the compute stream's work so far, and
 // the compute stream waits for them; grow() copies the old blocks into new buffers.

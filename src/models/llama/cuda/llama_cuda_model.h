@@ -1,6 +1,6 @@
 // The Llama-family decoder sample on a CUDA device (CUDA builds only): the same math as
 // LlamaModel (llama_model.h), with the weights in device memory, run by its runner
-// (llama_cuda_runner.cpp) over the engine core's paged KV arena on the device.
+// (llama_cuda_runner.h) over the engine core's paged KV arena on the device.
 //
 // Per layer, with the fusions of LoadOptions::fusion (each has its unfused baseline):
 //   h = rms_norm(x) * attn_norm               fused with the previous block's residual add

@@ -1,5 +1,5 @@
 // Internal to the CUDA Llama model (llama_cuda_model.cpp: loading and the one-row decode pass;
-// llama_cuda_runner.cpp: the engine core's runner; llama_cuda_graphs.cpp: its decode graphs): the
+// llama_cuda_runner.h: the engine core's runner; llama_cuda_graphs.cpp: its decode graphs): the
 // device-side layer and the model class. Not part of the public interface, which is
 // llama_cuda_model.h.
 #pragma once
@@ -99,7 +99,7 @@ class LlamaCudaModel final : public DecoderModel {
   const DecoderHParams& hparams() const override { return hp_; }
   uint64_t device_bytes_peak() const override { return peak_bytes_; }
   // The paged KV cache in the model's KV dtype, and the multi-sequence runner
-  // (llama_cuda_runner.cpp).
+  // (llama_cuda_runner.h).
   Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override;
   Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const override;
 
