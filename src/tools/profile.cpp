@@ -88,12 +88,7 @@ Result<Unprofiled> run_batch(EngineCore& core, const std::vector<int32_t>& promp
       step.push_back((s.total_ms - s.ttft_ms) / static_cast<double>(s.generated_tokens - 1));
     }
   }
-  const auto med = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return Unprofiled{med(ttft), med(step)};
+  return Unprofiled{bench::median(ttft), bench::median(step)};
 }
 
 void print_phase(const PhaseProfile& p, const Unprofiled& u, int64_t batch) {

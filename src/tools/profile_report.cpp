@@ -5,17 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "tools/bench_report.h"
+
 namespace rinfer {
 
 namespace {
 
 double ms_of(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void place_on_roofline(OpTotal& t, const Ceilings& c) {
   const double s = t.ms * 1e-3;
@@ -91,10 +87,10 @@ std::vector<PhaseProfile> summarize_profile(const ProfileRecorder& rec, int64_t 
       ops_sum += sum;
     }
     if (p.passes == 0) continue;
-    p.pass_ms = median_of(pass_ms);
-    p.ops_ms = median_of(ops_ms);
-    p.profiler_ms = median_of(profiler_ms);
-    p.rows = static_cast<int64_t>(median_of(rows));
+    p.pass_ms = bench::median(pass_ms);
+    p.ops_ms = bench::median(ops_ms);
+    p.profiler_ms = bench::median(profiler_ms);
+    p.rows = static_cast<int64_t>(bench::median(rows));
     p.coverage = wall_sum > 0 ? ops_sum / wall_sum : 0;
     for (double& l : p.layer_ms) l /= static_cast<double>(p.passes);
     p.by_op = sorted_totals(by_op, ceilings);
