@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -90,11 +91,14 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const RecipeConfig& recipe,
   return e;
 }
 
-Result<EngineCore*> LlmEngine::scoring_core() {
+Result<EngineCore*> LlmEngine::scoring_core(int64_t seats) {
   if (core_) return core_.get();
   EngineCoreOptions co = engine_core_options(recipe_.strategies, recipe_.context_length);
   co.memory_hint = memory_hint_;
-  co.scheduler.max_seqs = 1;
+  co.scheduler.max_seqs = std::max<int64_t>(1, seats);
+  if (seats > 1 && co.kv_blocks == 0 && co.prealloc == KvPrealloc::kMax) {
+    co.prealloc = KvPrealloc::kAuto;
+  }
   auto core = EngineCore::create(sample_->decoder(), co, {});
   if (!core.ok()) return core.status().with_context(recipe_.path);
   core_ = std::move(core).value();

@@ -45,8 +45,10 @@ class LlmEngine {
   // The engine core (null with model_only).
   EngineCore* core() { return core_.get(); }
   // The engine core for teacher-forced scoring (perplexity, the precision gates): core(), or,
-  // with model_only, one seat's core made on first use.
-  Result<EngineCore*> scoring_core();
+  // with model_only, a core of `seats` seats made on first use (the precision gates' decode
+  // steps run several; past one seat its KV pool starts at one seat's worth and grows,
+  // kv_cache.prealloc auto, unless the recipe sizes it).
+  Result<EngineCore*> scoring_core(int64_t seats = 1);
   int64_t context_length() const { return recipe_.context_length; }
 
   // One reply to `prompt` with the recipe's sampling, max_tokens and stop strings, streamed to

@@ -69,4 +69,34 @@ PrecisionReport compare_precision(std::span<const float> baseline, std::span<con
 // Applies the gate to a report's numbers (sets passed and failures).
 void apply_gate(PrecisionReport& r, const PrecisionThresholds& gate);
 
+// Logits of positions [prefill - 1, n) of `tokens` as the core's decode steps compute them, for
+// the gate of the decode path (the one-row kernels, the small-batch matvecs, the decode graphs
+// and their kernel switches, which teacher_forced_logits never runs): `seats` requests of the
+// same tokens (prompt tokens[0, prefill), the rest forced one step at a time; greedy, EOS
+// ignored, each with a cache salt of its own) submitted together, so that their decode steps
+// are batches of `seats` rows. The logits are read on the host, so sampling stays off the
+// device. [seats][n - prefill + 1][n_vocab]. Steps the core until they end: nothing else may
+// step it meanwhile. Errors: prefill outside [1, n), n not below the context, more seats than
+// the scheduler's max_seqs, a request's error.
+Result<std::vector<float>> decode_forced_logits(EngineCore& core, std::span<const int32_t> tokens,
+                                                int64_t prefill, int64_t seats);
+
+// The gate on the decode path: decode_forced_logits at each count of `seats` (those above the
+// core's max_seqs skipped) over the last `steps` positions of `tokens` (cut to the context less
+// one; at least one position stays the prompt), every seat's rows compared with the reference's
+// teacher-forced rows of the same positions (`reference`: [n, n_vocab] of `tokens`); the report
+// of the worst seat (lowest top-1, highest KL, largest ppl change; failed when any seat fails,
+// its failures prefixed with "decode at S seats: ").
+// The seat counts the gates use: one (the one-row step) and three (a batch, padded to a bucket).
+inline constexpr int64_t kDecodeGateSteps = 64;
+inline constexpr int64_t kDecodeGateSeats[] = {1, 3};
+Result<PrecisionReport> decode_precision(EngineCore& variant, std::span<const float> reference,
+                                         std::span<const int32_t> tokens, int64_t steps,
+                                         std::span<const int64_t> seats,
+                                         const PrecisionThresholds& gate);
+
+// The worse of two reports of one variant (the teacher-forced and the decode-path one): lowest
+// top-1, highest KL and ppl change, failed when either failed (both failure lists kept).
+PrecisionReport worse_of(const PrecisionReport& a, const PrecisionReport& b);
+
 }  // namespace rinfer

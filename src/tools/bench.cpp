@@ -12,9 +12,11 @@
 //      engine is made) minus VmRSS before it: the variant's own footprint (weights read, KV
 //      cache, scratch); peak device memory from DecoderModel::device_bytes_peak()
 //   4. precision (engine/precision.h): teacher-forced logits of K tokens of the same text,
-//      against the baseline's: top-1 agreement, mean KL, perplexity change, and the recipe's
-//      gate (engine/precision.h: the defaults, each replaced by the recipe's bound where set). A failing variant is marked and never chosen as
-//      best (the rollback rule).
+//      against the baseline's: top-1 agreement, mean KL, perplexity change; then the variant's
+//      decode steps over the last 64 of them against the same rows (decode_precision), the worse
+//      of the two reported, and the recipe's gate (the defaults, each replaced by the recipe's
+//      bound where set). A failing variant is marked and never chosen as best (the rollback
+//      rule).
 // Then: the Markdown table (baseline first; best = the passing variant with the highest decode
 // tok/s), JSON under bench/results/<machine>/<folder>.json (git sha, date, machine, device,
 // driver, every raw sample), an SVG chart next to it, and with --readme the table between the
@@ -451,12 +453,25 @@ int run_bench(const BenchArgs& a) {
         vj["gate_passed"] = false;
         vj["gate_failures"] = "different vocabulary";
       } else {
-        const PrecisionReport p = compare_precision(base_logits, *logits, ptokens, n_vocab, gate);
-        vj["precision"] = {
-            {"positions", p.positions},     {"top1_agreement", p.logits.top1_agreement},
-            {"mean_kl", p.logits.mean_kl},  {"max_kl", p.logits.max_kl},
-            {"rel_l2", p.logits.rel_l2},    {"ppl_baseline", p.ppl_baseline},
-            {"ppl_variant", p.ppl_variant}, {"ppl_change", p.ppl_change}};
+        const PrecisionReport tf = compare_precision(base_logits, *logits, ptokens, n_vocab, gate);
+        // The decode steps too (engine/precision.h): the one-row kernels and graphs.
+        auto dp = decode_precision(**core, base_logits, ptokens, kDecodeGateSteps, kDecodeGateSeats,
+                                   gate);
+        if (!dp.ok()) return report_error(dp.status().with_context(v.path).message());
+        const PrecisionReport p = worse_of(tf, *dp);
+        vj["precision"] = {{"positions", p.positions},
+                           {"top1_agreement", p.logits.top1_agreement},
+                           {"mean_kl", p.logits.mean_kl},
+                           {"max_kl", p.logits.max_kl},
+                           {"rel_l2", p.logits.rel_l2},
+                           {"ppl_baseline", p.ppl_baseline},
+                           {"ppl_variant", p.ppl_variant},
+                           {"ppl_change", p.ppl_change},
+                           {"decode",
+                            {{"positions", dp->positions},
+                             {"top1_agreement", dp->logits.top1_agreement},
+                             {"mean_kl", dp->logits.mean_kl},
+                             {"ppl_change", dp->ppl_change}}}};
         vj["gate_passed"] = p.passed;
         vj["gate_failures"] = p.failures;
       }

@@ -5,7 +5,10 @@
 // recipe) and both perplexities. The recipe's `precision:` gate decides (engine/precision.h: the
 // defaults, each bound the recipe sets replacing that bound; the perplexity bound is one-sided,
 // a drop passes): exit 0 when it passes, 1 when it fails or on an error, so CI can use it. Both
-// models stay loaded; each window's logits are compared and dropped.
+// models stay loaded; each window's logits are compared and dropped. The same gate then checks
+// the recipe's decode steps (the first window's last 64 positions, at 1 and 3 seats, against the
+// reference's teacher-forced rows: engine/precision.h decode_precision), which teacher forcing
+// alone never runs (one-row kernels, small-batch matvecs, decode graphs).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -47,7 +50,7 @@ struct Loaded {
   EngineCore* core = nullptr;
 };
 
-Result<Loaded> load(const std::string& path) {
+Result<Loaded> load(const std::string& path, int64_t seats) {
   Loaded l;
   RINFER_ASSIGN_OR_RETURN(l.recipe, load_recipe(path));
   LlmEngineOptions eo;
@@ -55,7 +58,7 @@ Result<Loaded> load(const std::string& path) {
   auto engine = LlmEngine::create(l.recipe, eo);
   if (!engine.ok()) return engine.status().with_context(path);
   l.engine = std::move(engine).value();
-  auto core = l.engine->scoring_core();
+  auto core = l.engine->scoring_core(seats);
   if (!core.ok()) return core.status().with_context(path);
   l.core = *core;
   return l;
@@ -110,9 +113,9 @@ int run_eval(const EvalArgs& a) {
       return report_error(st.message());
     }
   }
-  auto ref = load(a.reference);
+  auto ref = load(a.reference, 1);
   if (!ref.ok()) return report_error(ref.status().with_context("eval: --vs").message());
-  auto var = load(a.recipe);
+  auto var = load(a.recipe, 3);  // the decode check runs 1 and 3 seats
   if (!var.ok()) return report_error(var.status().with_context("eval").message());
   const DecoderHParams& hr = ref->engine->decoder().hparams();
   const DecoderHParams& hv = var->engine->decoder().hparams();
@@ -149,6 +152,7 @@ int run_eval(const EvalArgs& a) {
                static_cast<long long>(window));
 
   Totals t;
+  std::vector<float> first_ref;  // the first window's reference logits (the decode check)
   Progress bar("eval", n_windows, "window");
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t w = 0; w < n_windows; ++w) {
@@ -160,12 +164,23 @@ int run_eval(const EvalArgs& a) {
     if (!lv.ok()) return report_error(lv.status().with_context(a.recipe).message());
     t.add(compare_logits(lr->data(), lv->data(), len, n_vocab),
           perplexity_of_logits(*lr, win, n_vocab), perplexity_of_logits(*lv, win, n_vocab), len);
+    if (w == 0) first_ref = std::move(lr).value();
     bar.update(w + 1);
   }
   bar.finish();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const PrecisionReport r = t.report(gate);
+  // The decode path (one-row kernels, small-batch matvecs, graphs), which teacher forcing does
+  // not run: the first window's last positions as decode steps of the recipe.
+  const int64_t first_len = std::min(window, n);
+  auto dr =
+      decode_precision(*var->core, first_ref,
+                       std::span<const int32_t>(tokens->data(), static_cast<size_t>(first_len)),
+                       kDecodeGateSteps, kDecodeGateSeats, gate);
+  if (!dr.ok()) return report_error(dr.status().with_context(a.recipe).message());
+  const PrecisionReport& d = *dr;
+  const bool passed = r.passed && d.passed;
 
   const auto bound = [](const std::optional<double>& b, const char* op, double scale,
                         const char* unit) {
@@ -174,26 +189,39 @@ int run_eval(const EvalArgs& a) {
   const auto verdict = [](const std::optional<double>& b, bool ok) {
     return b ? (ok ? "ok" : "FAIL") : "";
   };
+  // The metric lines of one report against the gate.
+  const auto metrics = [&](const PrecisionReport& p) {
+    std::string m;
+    m += fmt::format("  {:<18} {:>12}  {:<12} {}\n", "metric", "value", "gate", "");
+    m += fmt::format("  {:<18} {:>12.4f}  {:<12} {}\n", "top-1 agreement", p.logits.top1_agreement,
+                     bound(gate.min_top1, ">=", 1, ""),
+                     verdict(gate.min_top1, p.logits.top1_agreement >= gate.min_top1.value_or(0)));
+    m += fmt::format("  {:<18} {:>12.4g}  {:<12} {}\n", "mean KL (nats)", p.logits.mean_kl,
+                     bound(gate.max_mean_kl, "<=", 1, ""),
+                     verdict(gate.max_mean_kl, p.logits.mean_kl <= gate.max_mean_kl.value_or(0)));
+    m += fmt::format("  {:<18} {:>12.4g}\n", "max KL (nats)", p.logits.max_kl);
+    m += fmt::format("  {:<18} {:>12.4f}  (reference {:.4f})\n", "perplexity", p.ppl_variant,
+                     p.ppl_baseline);
+    m += fmt::format(
+        "  {:<18} {:>+11.2f}%  {:<12} {}\n", "ppl change", 100.0 * p.ppl_change,
+        gate.max_ppl_change ? fmt::format("<= +{:g}%", 100.0 * *gate.max_ppl_change) : "-",
+        verdict(gate.max_ppl_change, p.ppl_change <= gate.max_ppl_change.value_or(0)));
+    return m;
+  };
   std::string out = fmt::format("rinfer eval: {} against {}\n{} of {}, {} of {}, {:.1f} s\n\n",
                                 a.recipe, a.reference, count_of(n, "token"), source,
                                 count_of(n_windows, "window"), window, seconds);
-  out += fmt::format("  {:<18} {:>12}  {:<12} {}\n", "metric", "value", "gate", "");
-  out += fmt::format("  {:<18} {:>12.4f}  {:<12} {}\n", "top-1 agreement",
-                     r.logits.top1_agreement, bound(gate.min_top1, ">=", 1, ""),
-                     verdict(gate.min_top1, r.logits.top1_agreement >= gate.min_top1.value_or(0)));
-  out += fmt::format("  {:<18} {:>12.4g}  {:<12} {}\n", "mean KL (nats)", r.logits.mean_kl,
-                     bound(gate.max_mean_kl, "<=", 1, ""),
-                     verdict(gate.max_mean_kl, r.logits.mean_kl <= gate.max_mean_kl.value_or(0)));
-  out += fmt::format("  {:<18} {:>12.4g}\n", "max KL (nats)", r.logits.max_kl);
-  out += fmt::format("  {:<18} {:>12.4f}  (reference {:.4f})\n", "perplexity", r.ppl_variant,
-                     r.ppl_baseline);
+  out += "teacher-forced (every window):\n" + metrics(r);
   out += fmt::format(
-      "  {:<18} {:>+11.2f}%  {:<12} {}\n", "ppl change", 100.0 * r.ppl_change,
-      gate.max_ppl_change ? fmt::format("<= +{:g}%", 100.0 * *gate.max_ppl_change) : "-",
-      verdict(gate.max_ppl_change, r.ppl_change <= gate.max_ppl_change.value_or(0)));
+      "decode steps (the first window's last {} positions, at {}; the worst "
+      "seat):\n",
+      d.positions, var->core->options().scheduler.max_seqs >= 3 ? "1 and 3 seats" : "1 seat");
+  out += metrics(d);
+  std::string failures = r.failures;
+  if (!d.failures.empty()) failures += (failures.empty() ? "" : "; ") + d.failures;
   out += fmt::format("gate: {} ({})\n{}\n", gate.to_string(),
                      var->recipe.precision.empty() ? "the defaults" : "the recipe's and defaults",
-                     r.passed ? "PASS" : "FAIL: " + r.failures);
+                     passed ? "PASS" : "FAIL: " + failures);
   if (!write_stdout(out)) return 1;
 
   if (!a.json.empty()) {
@@ -215,13 +243,18 @@ int run_eval(const EvalArgs& a) {
                  {"max_mean_kl", opt_json(gate.max_mean_kl)},
                  {"max_ppl_change", opt_json(gate.max_ppl_change)},
                  {"text", gate.to_string()}};
-    j["passed"] = r.passed;
-    j["failures"] = r.failures;
+    j["decode"] = {{"top1_agreement", num_json(d.logits.top1_agreement)},
+                   {"mean_kl", num_json(d.logits.mean_kl)},
+                   {"max_kl", num_json(d.logits.max_kl)},
+                   {"ppl_change", num_json(d.ppl_change)},
+                   {"passed", nlohmann::ordered_json(d.passed)}};
+    j["passed"] = passed;
+    j["failures"] = failures;
     j["git_sha"] = bench::git_sha(".");
     j["date"] = bench::utc_date();
     if (bench::write_json(a.json, j) != 0) return 1;
   }
-  return r.passed ? 0 : 1;
+  return passed ? 0 : 1;
 }
 
 }  // namespace

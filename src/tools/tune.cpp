@@ -10,7 +10,9 @@
 // than the best's probe is pruned there. Speed: one request of --prompt-tokens and
 // --gen-tokens through the engine core (medians of --repeat); precision: --precision-tokens of
 // text teacher-forced through the trial and the reference (the folder's baseline, or --vs),
-// under the recipe's `precision:` gate (engine/precision.h). Trials are cached by git sha,
+// and the trial's decode steps over the text's last 64 positions against the reference's same
+// rows (engine/precision.h: decode_precision), under the recipe's `precision:` gate, the worse
+// of the two deciding. Trials are cached by git sha,
 // machine, device and what the recipe runs (the fingerprint), so that a second run measures
 // nothing twice. Writes the best recipe as YAML over the start (its measured figures in a
 // comment) and a report of every trial (Markdown, JSON, and an SVG of speed against precision).
@@ -217,8 +219,13 @@ Result<TunePrecision> Tuner::check_precision(LlmEngine& e, const RecipeConfig& r
   }
   RINFER_ASSIGN_OR_RETURN(EngineCore * core, e.scoring_core());
   RINFER_ASSIGN_OR_RETURN(std::vector<float> logits, teacher_forced_logits(*core, ptokens_));
-  const PrecisionReport p =
-      compare_precision(ref_logits_, logits, ptokens_, n_vocab_, gate_of_recipe(r.precision));
+  const PrecisionThresholds gate = gate_of_recipe(r.precision);
+  PrecisionReport p = compare_precision(ref_logits_, logits, ptokens_, n_vocab_, gate);
+  // The decode steps too: the one-row kernels, the graphs and their switches.
+  RINFER_ASSIGN_OR_RETURN(
+      const PrecisionReport d,
+      decode_precision(*core, ref_logits_, ptokens_, kDecodeGateSteps, kDecodeGateSeats, gate));
+  p = worse_of(p, d);
   return TunePrecision{p.logits.top1_agreement, p.logits.mean_kl, p.ppl_change, p.passed,
                        p.failures};
 }

@@ -23,7 +23,8 @@ struct Loaded {
   std::unique_ptr<EngineCore> core;  // one seat, 64 positions
 };
 
-Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch = 512) {
+Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch = 512,
+                 int64_t seats = 1) {
   LoadOptions opts;
   opts.cpu.ops.impl = cpu::Impl::kFast;
   opts.cpu.ops.pool = &pool;
@@ -35,7 +36,7 @@ Loaded load_tiny(ThreadPool& pool, bool quantize_activations, int64_t max_batch 
   Loaded l{std::move(m).value(), nullptr};
   EngineCoreOptions o;
   o.n_ctx = 64;
-  o.scheduler.max_seqs = 1;
+  o.scheduler.max_seqs = seats;
   o.scheduler.max_batched_tokens = max_batch;
   auto c = EngineCore::create(*l.model, o, nullptr);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
@@ -203,6 +204,178 @@ TEST(Precision, Errors) {
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.status().message().find("token 100000 (at 7)"), std::string::npos)
       << outside.status().message();
+}
+
+// A model whose decode steps of at least `min_seqs` sequences (every sequence one new token) add
+// `bias` to token `at` of each logits row: a fault that only the decode path has, as a broken
+// decode kernel or graph would be. Prefill and teacher-forced passes are untouched.
+class DecodeFault final : public DecoderModel {
+ public:
+  DecodeFault(const DecoderModel& m, int64_t min_seqs, float bias, int32_t at)
+      : m_(m), min_seqs_(min_seqs), bias_(bias), at_(at) {}
+  std::string_view architecture() const override { return m_.architecture(); }
+  std::string describe() const override { return m_.describe(); }
+  uint64_t weight_bytes_per_token() const override { return m_.weight_bytes_per_token(); }
+  const DecoderHParams& hparams() const override { return m_.hparams(); }
+  Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override {
+    return m_.kv_spec(n_ctx, block_size);
+  }
+  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
+    RINFER_ASSIGN_OR_RETURN(auto inner, m_.create_runner(o));
+    return std::unique_ptr<DecoderRunner>(new Runner(std::move(inner), *this));
+  }
+  mutable int64_t faulty_passes = 0;
+
+ private:
+  class Runner final : public DecoderRunner {
+   public:
+    Runner(std::unique_ptr<DecoderRunner> r, const DecodeFault& m) : r_(std::move(r)), m_(m) {}
+    const RunnerOptions& options() const override { return r_->options(); }
+    Device device() const override { return r_->device(); }
+    Status forward(const ForwardBatch& b, kv::KvArena& kv, float* logits) override {
+      RINFER_RETURN_IF_ERROR(r_->forward(b, kv, logits));
+      if (b.n_seq() >= m_.min_seqs_ && b.n_tokens() == b.n_seq()) {
+        ++m_.faulty_passes;
+        for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+          logits[static_cast<int64_t>(r) * m_.hparams().n_vocab + m_.at_] += m_.bias_;
+        }
+      }
+      return ok_status();
+    }
+    Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
+                                                      std::span<const int32_t> n) override {
+      return r_->create_arena(spec, n);
+    }
+
+   private:
+    std::unique_ptr<DecoderRunner> r_;
+    const DecodeFault& m_;
+  };
+  const DecoderModel& m_;
+  int64_t min_seqs_;
+  float bias_;
+  int32_t at_;
+};
+
+std::unique_ptr<EngineCore> core_of(const DecoderModel& m, int64_t seats) {
+  EngineCoreOptions o;
+  o.n_ctx = 64;
+  o.block_size = 4;
+  o.scheduler.max_seqs = seats;
+  auto c = EngineCore::create(m, o, nullptr);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// The decode steps' logits (1 and 3 seats, every seat) equal the teacher-forced rows of the same
+// positions, and the decode gate passes the model against itself with its numbers.
+TEST(Precision, DecodeStepsMatchTeacherForcing) {
+  ThreadPool pool(2);
+  Loaded l = load_tiny(pool, false, 512, /*seats=*/3);
+  ASSERT_TRUE(l.core);
+  const auto toks = some_tokens(29);
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  auto ref = teacher_forced_logits(*l.core, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const int64_t prefill = 17, rows = 29 - prefill + 1;
+  for (int64_t seats : {1, 3}) {
+    auto d = decode_forced_logits(*l.core, toks, prefill, seats);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    ASSERT_EQ(d->size(), static_cast<size_t>(seats * rows * n_vocab));
+    for (int64_t s = 0; s < seats; ++s) {
+      for (int64_t k = 0; k < rows; ++k) {
+        const auto* got = d->data() + (s * rows + k) * n_vocab;
+        const auto* want = ref->data() + (prefill - 1 + k) * n_vocab;
+        EXPECT_LT(test::rel_l2(std::vector<float>(got, got + n_vocab),
+                               std::vector<float>(want, want + n_vocab)),
+                  1e-4)
+            << seats << " seats, seat " << s << ", position " << prefill - 1 + k;
+      }
+    }
+    EXPECT_EQ(l.core->stats().kv.used_blocks, 0) << "the requests' blocks go back";
+    EXPECT_FALSE(l.core->has_work());
+  }
+  auto p = decode_precision(*l.core, *ref, toks, 12, kDecodeGateSeats, {});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_TRUE(p->passed) << p->failures;
+  EXPECT_EQ(p->positions, 13);  // positions 16 .. 28
+  EXPECT_DOUBLE_EQ(p->logits.top1_agreement, 1.0);
+  EXPECT_LT(p->logits.mean_kl, 1e-8);
+  EXPECT_GT(p->ppl_baseline, 1.0);
+}
+
+// A fault in the decode steps alone: teacher forcing sees nothing, the decode gate fails and
+// names the seats where it happens (only batches of 3, then every decode step).
+TEST(Precision, DecodeGateCatchesAFaultOnlyTheDecodeStepsHave) {
+  ThreadPool pool(2);
+  Loaded l = load_tiny(pool, false);
+  ASSERT_TRUE(l.core);
+  const auto toks = some_tokens(40);
+  const int64_t n_vocab = l.model->hparams().n_vocab;
+  auto ref = teacher_forced_logits(*l.core, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  for (const int64_t min_seqs : {3, 1}) {
+    DecodeFault faulty(*l.model, min_seqs, 25.0f, 7);
+    auto core = core_of(faulty, 3);
+    ASSERT_TRUE(core);
+    auto tf = teacher_forced_logits(*core, toks);
+    ASSERT_TRUE(tf.ok()) << tf.status().message();
+    const PrecisionReport forced = compare_precision(*ref, *tf, toks, n_vocab, {});
+    EXPECT_TRUE(forced.passed) << "teacher forcing runs no decode step: " << forced.failures;
+    EXPECT_EQ(faulty.faulty_passes, 0);
+    auto p = decode_precision(*core, *ref, toks, kDecodeGateSteps, kDecodeGateSeats, {});
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_GT(faulty.faulty_passes, 0);
+    EXPECT_FALSE(p->passed);
+    const std::string where = min_seqs == 3 ? "decode at 3 seats: " : "decode at 1 seat: ";
+    EXPECT_EQ(p->failures.rfind(where, 0), 0u) << p->failures;
+    EXPECT_LT(p->logits.top1_agreement, 0.5);
+    // The worse of the two reports carries the failure.
+    const PrecisionReport both = worse_of(forced, *p);
+    EXPECT_FALSE(both.passed);
+    EXPECT_EQ(both.failures, p->failures);
+    EXPECT_DOUBLE_EQ(both.logits.top1_agreement, p->logits.top1_agreement);
+    EXPECT_DOUBLE_EQ(both.logits.mean_kl, p->logits.mean_kl);
+    // A core of one seat runs the one-seat check alone: the batch fault stays out of its reach.
+    if (min_seqs == 3) {
+      auto one = core_of(faulty, 1);
+      ASSERT_TRUE(one);
+      auto q = decode_precision(*one, *ref, toks, kDecodeGateSteps, kDecodeGateSeats, {});
+      ASSERT_TRUE(q.ok()) << q.status().message();
+      EXPECT_TRUE(q->passed) << q->failures;
+    }
+  }
+}
+
+TEST(Precision, DecodeLogitsErrors) {
+  ThreadPool pool(1);
+  Loaded l = load_tiny(pool, false);
+  ASSERT_TRUE(l.core);
+  const auto toks = some_tokens(20);
+  const auto message = [&](std::span<const int32_t> t, int64_t prefill, int64_t seats) {
+    auto r = decode_forced_logits(*l.core, t, prefill, seats);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(message(toks, 0, 1).find("a prompt of 0 of 20 tokens (it takes 1 to 19)"),
+            std::string::npos);
+  EXPECT_NE(message(toks, 20, 1).find("a prompt of 20 of 20"), std::string::npos);
+  EXPECT_NE(message(toks, 5, 2).find("2 seats, where the engine core runs 1 to 1"),
+            std::string::npos);
+  const auto full = some_tokens(64);  // the context holds 64: no room for the last step
+  EXPECT_NE(message(full, 5, 1).find("do not fit the context of 64"), std::string::npos);
+  // decode_precision cuts the tokens to the context less one instead.
+  auto ref = teacher_forced_logits(*l.core, full);
+  ASSERT_TRUE(ref.ok());
+  auto p = decode_precision(*l.core, *ref, full, 8, kDecodeGateSeats, {});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->positions, 9);
+  EXPECT_TRUE(p->passed) << p->failures;
+  auto wrong = decode_precision(*l.core, std::span<const float>(*ref).first(10), full, 8,
+                                kDecodeGateSeats, {});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("reference logits"), std::string::npos);
+  EXPECT_EQ(l.core->stats().kv.used_blocks, 0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "cuda_test_util.h"
 #include "engine/engine_core.h"
+#include "engine/precision.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
 #include "smollm2_served.h"
@@ -471,6 +472,50 @@ TEST(CudaEngineCoreBatchGraphs, GraphStepsMatchTheStepsWithoutGraphs) {
     EXPECT_EQ(graph_steps[1], 0);
     EXPECT_LT(worst, dt == DType::kBF16 ? 1e-2 : 3e-2);
     EXPECT_GE(agree, total - 1);
+  }
+}
+
+// The precision gate's decode check (engine/precision.h: decode_precision) runs the decode path
+// that teacher forcing never reaches: the one-row graphs at one seat, a batch graph (3 rows in
+// the bucket of 4) at three. Against the same model's teacher-forced rows it passes the default
+// gate, and the graphs did replay.
+TEST(CudaEngineCoreDecodeGate, GraphStepsPassAgainstTeacherForcing) {
+  if (!cuda_devices().ok()) GTEST_SKIP() << "no usable CUDA device";
+  auto hp = llama::named_shape("smollm2");
+  ASSERT_TRUE(hp.ok());
+  hp->n_layer = 4;
+  for (DType dt : {DType::kBF16, DType::kQ4_0}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    LoadOptions lo;
+    lo.device = Device::cuda(0);
+    auto m = llama::make_random_cuda_model(*hp, dt, 78, lo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EngineCoreOptions o;
+    o.n_ctx = 512;
+    o.scheduler.max_seqs = 4;
+    o.scheduler.max_batched_tokens = 512;
+    auto e = EngineCore::create(**m, o, nullptr);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    std::mt19937 rng(5);
+    std::vector<int32_t> toks(200);
+    for (int32_t& t : toks) t = static_cast<int32_t>(rng() % hp->n_vocab);
+    auto ref = teacher_forced_logits(**e, toks);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const int64_t before = llama::cuda_graph_steps(**m);
+    auto p = decode_precision(**e, *ref, toks, kDecodeGateSteps, kDecodeGateSeats, {});
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    const int64_t replayed = llama::cuda_graph_steps(**m) - before;
+    std::printf(
+        "%s: decode gate over %lld positions at 1 and 3 seats: top-1 %.4f, mean KL %.3g, "
+        "rel L2 %.3g, ppl change %+.3f%%; %lld steps replayed from graphs\n",
+        std::string(dtype_name(dt)).c_str(), static_cast<long long>(p->positions),
+        p->logits.top1_agreement, p->logits.mean_kl, p->logits.rel_l2, 100.0 * p->ppl_change,
+        static_cast<long long>(replayed));
+    EXPECT_TRUE(p->passed) << p->failures;
+    EXPECT_EQ(p->positions, kDecodeGateSteps + 1);
+    // 64 one-row steps and 64 of three rows, each graph's first step eager.
+    EXPECT_GE(replayed, 100);
+    EXPECT_EQ((*e)->kv_manager().usage().used_blocks, 0);
   }
 }
 

@@ -193,6 +193,11 @@ TEST_F(WorkbenchCli, EvalPassesTheSameModelAndFailsThePlantedFault) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+  // The decode steps too: the first window's 40 positions (39 steps after a prompt of one).
+  EXPECT_NE(r.out.find("decode steps (the first window's last 40 positions, at 1 and 3 seats; "
+                       "the worst seat):"),
+            std::string::npos)
+      << r.out;
   auto j = nlohmann::json::parse(slurp(json), nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["passed"], true);
@@ -202,6 +207,9 @@ TEST_F(WorkbenchCli, EvalPassesTheSameModelAndFailsThePlantedFault) {
   EXPECT_EQ(j["metrics"]["mean_kl"].get<double>(), 0.0);
   EXPECT_EQ(j["metrics"]["ppl_change"].get<double>(), 0.0);
   EXPECT_GT(j["metrics"]["ppl"].get<double>(), 1.0);
+  EXPECT_EQ(j["decode"]["passed"], true);
+  EXPECT_EQ(j["decode"]["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(j["decode"]["mean_kl"].get<double>(), 1e-9);
 
   // The planted fault: past the default gate, exit 1 with the failures named.
   const std::string bad = recipe("b", bad_, "cpu");
@@ -213,6 +221,9 @@ TEST_F(WorkbenchCli, EvalPassesTheSameModelAndFailsThePlantedFault) {
   EXPECT_EQ(j["passed"], false);
   EXPECT_LT(j["metrics"]["top1_agreement"].get<double>(), 0.95);
   EXPECT_GT(j["metrics"]["mean_kl"].get<double>(), 0.0);
+  EXPECT_EQ(j["decode"]["passed"], false);
+  EXPECT_NE(j["failures"].get<std::string>().find("; decode at 1 seat: top-1"), std::string::npos)
+      << j["failures"];
 
   // Its recipe's own gate, loosened to the bounds' limits, lets it pass.
   const std::string loose = recipe(
