@@ -110,7 +110,8 @@ std::vector<float> Classifier::preprocess(const Image& img) const {
   return out;
 }
 
-Status Classifier::logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st) {
+Status Classifier::logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st,
+                          TapSink* taps) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t s = input_size(), per = s * s * 3, nc = n_classes();
   if (static_cast<int64_t>(pixels.size()) != n * per) {
@@ -122,7 +123,7 @@ Status Classifier::logits(std::span<const float> pixels, int64_t n, float* out, 
     const int64_t nb = std::min(mb, n - b0);
     const auto t0 = std::chrono::steady_clock::now();
     ImageBatch batch{pixels.subspan(static_cast<size_t>(b0 * per), static_cast<size_t>(nb * per)),
-                     nb, s, s};
+                     nb, s, s, taps};
     RINFER_RETURN_IF_ERROR(runner_->classify(batch, out + b0 * nc));
     if (st != nullptr) {
       st->forward_s += seconds_since(t0);

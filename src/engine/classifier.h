@@ -45,8 +45,10 @@ class Classifier {
 
   // The network's input for one decoded image: [crop, crop, 3] normalized, NHWC.
   std::vector<float> preprocess(const Image& img) const;
-  // logits [n, n_classes] of n preprocessed images (pixels: [n, crop, crop, 3]), in batches.
-  Status logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st = nullptr);
+  // logits [n, n_classes] of n preprocessed images (pixels: [n, crop, crop, 3]), in batches;
+  // `taps` (may be null) gets every batch's activations (ImageBatch::taps: rinfer diff).
+  Status logits(std::span<const float> pixels, int64_t n, float* out, ClassifyStats* st = nullptr,
+                TapSink* taps = nullptr);
   // The network alone on the inputs of the last logits() call's last batch, n images, resident
   // on the device (ImageClassifierRunner::rerun; unsupported on the CPU).
   Status rerun(int64_t n);

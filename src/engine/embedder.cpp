@@ -127,8 +127,8 @@ Result<std::vector<TokenEncoding>> Embedder::tokenize(std::span<const std::strin
 }
 
 Status Embedder::run_batch(std::span<const TokenEncoding> enc, std::span<const size_t> order,
-                           bool padded, float* out, EmbedStats& st,
-                           const std::atomic<bool>* cancel) {
+                           bool padded, float* out, EmbedStats& st, const std::atomic<bool>* cancel,
+                           TapSink* taps) {
   size_t width = 0;
   for (size_t i : order) width = std::max(width, enc[i].ids.size());
   tokens_.clear();
@@ -146,7 +146,7 @@ Status Embedder::run_batch(std::span<const TokenEncoding> enc, std::span<const s
     starts_.push_back(static_cast<int32_t>(tokens_.size()));
     lengths_.push_back(static_cast<int32_t>(e.ids.size()));
   }
-  EncoderBatch b{tokens_, types_, starts_, lengths_, cancel};
+  EncoderBatch b{tokens_, types_, starts_, lengths_, cancel, taps};
   const int64_t d = dim();
   out_.resize(order.size() * static_cast<size_t>(d));
   RINFER_RETURN_IF_ERROR(runner_->embed(b, pooling_, out_.data()));
@@ -157,6 +157,16 @@ Status Embedder::run_batch(std::span<const TokenEncoding> enc, std::span<const s
   st.rows += b.n_rows();
   st.batches += 1;
   return ok_status();
+}
+
+Result<std::vector<float>> Embedder::embed_tapped(const TokenEncoding& enc, TapSink& taps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<float> out(static_cast<size_t>(dim()));
+  EmbedStats st;
+  const size_t order[1] = {0};
+  RINFER_RETURN_IF_ERROR(run_batch(std::span<const TokenEncoding>(&enc, 1), order, false,
+                                   out.data(), st, nullptr, &taps));
+  return out;
 }
 
 Result<TokenEncoding> Embedder::wrap_ids(std::span<const int32_t> ids) const {

@@ -56,6 +56,9 @@ class Embedder {
                                            const EmbedProgress& progress = {},
                                            const std::atomic<bool>* cancel = nullptr);
 
+  // One input's vector [dim()] from a forward pass of it alone, its activations handed to
+  // `taps` (models/taps.h): rinfer diff.
+  Result<std::vector<float>> embed_tapped(const TokenEncoding& enc, TapSink& taps);
   // The token ids of each text as the model sees them (truncated).
   Result<std::vector<TokenEncoding>> tokenize(std::span<const std::string> texts) const;
   // Word-piece ids given directly (no [CLS] / [SEP]): wrapped in them and truncated like a
@@ -74,7 +77,8 @@ class Embedder {
  private:
   Embedder() = default;
   Status run_batch(std::span<const TokenEncoding> enc, std::span<const size_t> order, bool padded,
-                   float* out, EmbedStats& st, const std::atomic<bool>* cancel);
+                   float* out, EmbedStats& st, const std::atomic<bool>* cancel,
+                   TapSink* taps = nullptr);
 
   RecipeConfig recipe_;
   std::string model_path_;

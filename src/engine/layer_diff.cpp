@@ -133,7 +133,9 @@ std::optional<std::pair<size_t, double>> largest_growth(std::span<const TapDiff>
 }
 
 std::string tap_label(TapKind kind, int32_t layer) {
-  if (kind == TapKind::kEmbed || kind == TapKind::kLogits) return std::string(tap_name(kind));
+  if (kind == TapKind::kEmbed || kind == TapKind::kPooled || kind == TapKind::kLogits) {
+    return std::string(tap_name(kind));
+  }
   return fmt::format("layer {} {}", layer, tap_name(kind));
 }
 

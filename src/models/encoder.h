@@ -17,6 +17,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "models/taps.h"
 #include "ops/cpu/ops.h"
 
 namespace rinfer {
@@ -40,6 +41,9 @@ struct EncoderBatch {
   std::span<const int32_t> slot_starts;       // [n_seqs + 1], ascending, slot_starts[0] == 0
   std::span<const int32_t> lengths;           // [n_seqs], 1 <= lengths[s] <= its slot's rows
   const std::atomic<bool>* cancel = nullptr;  // read between layers: kCancelled
+  // The pass's activations (models/taps.h: embed, attn_out, mlp_norm, mlp_out, block_out, and
+  // pooled from embed()), or null: off, at no cost.
+  TapSink* taps = nullptr;
   int64_t n_rows() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(lengths.size()); }
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/taps.h"
 #include "ops/cpu/vision_ops.h"
 
 namespace rinfer {
@@ -21,6 +22,12 @@ namespace rinfer {
 struct ImageBatch {
   std::span<const float> pixels;  // [n, height, width, 3]
   int64_t n = 0, height = 0, width = 0;
+  // The pass's activations (models/taps.h), or null: off, at no cost. A network taps block_out
+  // at layer i, the output of node i, for every node that the CPU's fused blocks also write
+  // (convnet::tapped_nodes: not an expansion or depthwise output inside a fusable block), then
+  // pooled (the global average pool) and logits (the head); a row is an image, NHWC (h * w * c
+  // values), in f32 whatever the device computes in.
+  TapSink* taps = nullptr;
 };
 
 struct ClassifierRunnerOptions {

@@ -7,7 +7,13 @@
 //   mlp_norm   the MLP block's normed input
 //   mlp_out    the MLP block's output (after Wdown, and Gemma's post-norm), before the residual
 //   block_out  the residual stream after layer il
+//   pooled     an encoder's pooled (and normalized) vector per sequence      layer n_layer
 //   logits     the output rows (the pass's logit rows)                       layer n_layer
+//
+// An encoder (BERT, post-norm) taps embed (after the embeddings' LayerNorm), attn_out (after Wo
+// and its bias), mlp_norm (the LayerNorm of the residual sum after attention: the MLP's input),
+// mlp_out (after W2 and its bias), block_out (after the second LayerNorm) and pooled; its rows
+// are the batch's rows, padding included.
 //
 // A runner asked for taps (ForwardBatch::taps) hands each kind the sink wants to record(), in
 // the order computed, as f32 host rows: row r is the pass's token r (logits: its logit row r). A
@@ -22,8 +28,17 @@
 
 namespace rinfer {
 
-enum class TapKind : uint8_t { kEmbed, kAttnNorm, kAttnOut, kMlpNorm, kMlpOut, kBlockOut, kLogits };
-inline constexpr int kTapKindCount = 7;
+enum class TapKind : uint8_t {
+  kEmbed,
+  kAttnNorm,
+  kAttnOut,
+  kMlpNorm,
+  kMlpOut,
+  kBlockOut,
+  kPooled,
+  kLogits
+};
+inline constexpr int kTapKindCount = 8;
 
 // "embed", "attn_norm", ... (above).
 std::string_view tap_name(TapKind kind);

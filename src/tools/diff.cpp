@@ -1,7 +1,9 @@
 // `rinfer diff A.yaml B.yaml [-p PROMPT | --tokens FILE] [--threshold X] [--json FILE]
 //  [--svg FILE]`: runs two recipes of one model (baseline against optimized, CPU against CUDA,
 // bf16 against a quantized format) on the same tokens, teacher-forced through the engine core
-// (EngineCore::score with taps, models/taps.h), and prints per layer and op the relative L2,
+// (EngineCore::score with taps, models/taps.h; an embedding recipe: one forward pass of the
+// encoder, Embedder::embed_tapped, whose last tap is the pooled vector), and prints per layer
+// and op the relative L2,
 // cosine and max |diff| of B's activations against A's (engine/layer_diff.h), the logits' rel
 // L2, top-1 agreement and KL(A || B), the first tap whose error passes the threshold, and the
 // layer whose residual stream grew its error most. A runs first and its taps are kept in memory;
@@ -27,9 +29,12 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "core/strings.h"
+#include "engine/classifier.h"
+#include "engine/embedder.h"
 #include "engine/layer_diff.h"
 #include "engine/llm_engine.h"
 #include "engine/logit_metrics.h"
+#include "image/image.h"
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
 #include "tools/input.h"
@@ -50,6 +55,7 @@ struct DiffArgs {
   std::string a, b;
   std::optional<std::string> prompt;
   std::string tokens_file;
+  std::string image;  // an image-classification recipe's input (default: a built-in pattern)
   double threshold = 0.05;
   std::string json;
   std::string svg;
@@ -57,8 +63,9 @@ struct DiffArgs {
 
 // What one run leaves behind.
 struct RunInfo {
-  std::string recipe, model, device, summary;
+  std::string recipe, model, device, summary, scenario;
   int64_t n_layer = 0, n_embd = 0, n_vocab = 0;
+  int64_t rows = 0;  // the tokens it ran
   double seconds = 0;
 };
 
@@ -86,12 +93,117 @@ Result<std::vector<int32_t>> read_token_file(const std::string& path) {
   return ids;
 }
 
+// The same as run_one for an embedding recipe: the encoder's one pass over the input (the
+// prompt through this model's tokenizer, or --tokens wrapped in [CLS] ... [SEP]), with taps;
+// `tokens` the ids it ran (with a prompt, B must tokenize it the same way). No logits.
+Result<RunInfo> run_encoder(const RecipeConfig& recipe, const DiffArgs& a, const char* which,
+                            std::vector<int32_t>& tokens, TapSink& taps) {
+  RINFER_ASSIGN_OR_RETURN(auto embedder, Embedder::create(recipe));
+  RunInfo info;
+  info.recipe = recipe.path;
+  info.model = embedder->model_path();
+  info.device = recipe.device.to_string();
+  info.summary = recipe.strategies_summary();
+  const EncoderHParams& hp = embedder->model().hparams();
+  info.n_layer = hp.n_layer;
+  info.n_embd = hp.n_embd;
+  info.n_vocab = hp.n_vocab;
+  TokenEncoding enc;
+  if (a.tokens_file.empty()) {
+    const std::string texts[1] = {a.prompt.value_or(kDefaultPrompt)};
+    RINFER_ASSIGN_OR_RETURN(auto encs, embedder->tokenize(texts));
+    enc = std::move(encs.front());
+    if (!tokens.empty() && enc.ids != tokens) {
+      return invalid_argument(
+          "{} ({}) tokenizes the prompt into other ids than the first recipe's ({} against {} "
+          "tokens): rinfer diff compares variants of one model; give both the same ids with "
+          "--tokens",
+          which, recipe.path, enc.ids.size(), tokens.size());
+    }
+  } else {
+    RINFER_ASSIGN_OR_RETURN(enc, embedder->wrap_ids(tokens));
+  }
+  std::fprintf(stderr, "rinfer diff: %s %s: %s on %s, %zu tokens (%s)\n", which,
+               recipe.path.c_str(), info.model.c_str(), info.device.c_str(), enc.ids.size(),
+               info.summary.c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  RINFER_RETURN_IF_ERROR(embedder->embed_tapped(enc, taps).status());
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (a.tokens_file.empty()) tokens = enc.ids;
+  info.rows = static_cast<int64_t>(enc.ids.size());
+  return info;
+}
+
+// The input of a classifier run without --image: 256 x 192 pixels of smooth gradients and
+// stripes, decoded from nothing, the same on every machine.
+Image builtin_image() {
+  Image img;
+  img.width = 256;
+  img.height = 192;
+  img.rgb.resize(static_cast<size_t>(img.width * img.height * 3));
+  for (int y = 0; y < img.height; ++y) {
+    for (int x = 0; x < img.width; ++x) {
+      uint8_t* p = img.rgb.data() + (static_cast<size_t>(y) * img.width + x) * 3;
+      p[0] = static_cast<uint8_t>(x);
+      p[1] = static_cast<uint8_t>((y * 4 / 3) ^ (x / 16 % 2 ? 0x40 : 0));
+      p[2] = static_cast<uint8_t>(128 + 100 * std::sin((x + 2 * y) * 0.05));
+    }
+  }
+  return img;
+}
+
+// The same as run_one for an image-classification recipe: one image (--image, else
+// builtin_image()) preprocessed by the recipe and run with taps; its logits row to `logits`.
+Result<RunInfo> run_classifier(const RecipeConfig& recipe, const DiffArgs& a, const char* which,
+                               TapSink& taps, std::vector<float>& logits) {
+  RINFER_ASSIGN_OR_RETURN(auto classifier, Classifier::create(recipe));
+  RunInfo info;
+  info.recipe = recipe.path;
+  info.model = classifier->model_path();
+  info.device = recipe.device.to_string();
+  info.summary = recipe.strategies_summary();
+  info.n_embd = classifier->input_size();
+  info.n_vocab = classifier->n_classes();
+  info.rows = 1;
+  Image img;
+  if (a.image.empty()) {
+    img = builtin_image();
+  } else {
+    RINFER_ASSIGN_OR_RETURN(img, load_image(a.image));
+  }
+  const std::vector<float> pixels = classifier->preprocess(img);
+  std::fprintf(stderr, "rinfer diff: %s %s: %s on %s, one image of %dx%d (%s)\n", which,
+               recipe.path.c_str(), info.model.c_str(), info.device.c_str(), img.width, img.height,
+               info.summary.c_str());
+  logits.assign(static_cast<size_t>(info.n_vocab), 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  RINFER_RETURN_IF_ERROR(classifier->logits(pixels, 1, logits.data(), nullptr, &taps));
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return info;
+}
+
 // Loads `recipe_path` alone (the model, one seat) and scores `tokens` with `taps`, appending
 // every row's logits to `logits`. `tokens` empty: made from the prompt with this model's
-// tokenizer; otherwise, with a prompt, this model must tokenize it the same way.
+// tokenizer; otherwise, with a prompt, this model must tokenize it the same way. An embedding
+// recipe runs its encoder instead (run_encoder).
 Result<RunInfo> run_one(const std::string& recipe_path, const DiffArgs& a, const char* which,
                         std::vector<int32_t>& tokens, TapSink& taps, std::vector<float>& logits) {
   RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, load_recipe(recipe_path));
+  const bool classifier = recipe.scenario == "image-classification";
+  if (!a.image.empty() && !classifier) {
+    return invalid_argument("{} is a {} recipe: --image is for image-classification recipes",
+                            recipe_path, recipe.scenario);
+  }
+  if (classifier && (a.prompt || !a.tokens_file.empty())) {
+    return invalid_argument(
+        "{} is an image-classification recipe: give --image, not -p or --tokens", recipe_path);
+  }
+  if (recipe.scenario == "embedding" || classifier) {
+    auto info = classifier ? run_classifier(recipe, a, which, taps, logits)
+                           : run_encoder(recipe, a, which, tokens, taps);
+    if (info.ok()) info->scenario = recipe.scenario;
+    return info;
+  }
   LlmEngineOptions eo;
   eo.model_only = true;
   RINFER_ASSIGN_OR_RETURN(auto engine, LlmEngine::create(recipe, eo));
@@ -135,6 +247,8 @@ Result<RunInfo> run_one(const std::string& recipe_path, const DiffArgs& a, const
       },
       &taps));
   info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  info.scenario = recipe.scenario;
+  info.rows = static_cast<int64_t>(tokens.size());
   return info;
 }
 
@@ -160,7 +274,10 @@ std::string svg_plot(const std::vector<TapDiff>& diffs, int64_t n_layer, double 
   const double pw = w - left - right, ph = h - top - bottom;
   double lo = std::log10(threshold), hi = lo;
   for (const TapDiff& d : diffs) {
-    if (d.kind == TapKind::kLogits || !(d.rel_l2 > 0) || !std::isfinite(d.rel_l2)) continue;
+    if (d.kind == TapKind::kLogits || d.kind == TapKind::kPooled || !(d.rel_l2 > 0) ||
+        !std::isfinite(d.rel_l2)) {
+      continue;
+    }
     lo = std::min(lo, std::log10(d.rel_l2));
     hi = std::max(hi, std::log10(d.rel_l2));
   }
@@ -193,11 +310,12 @@ std::string svg_plot(const std::vector<TapDiff>& diffs, int64_t n_layer, double 
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
                      x_of(static_cast<double>(l)), top + ph + 16, l);
   }
-  const char* colors[] = {"#555", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#000", "#9467bd"};
+  const char* colors[] = {"#555",    "#1f77b4", "#ff7f0e", "#2ca02c",
+                          "#d62728", "#000",    "#8c564b", "#9467bd"};
   int legend = 0;
   for (int k = 0; k < kTapKindCount; ++k) {
     const auto kind = static_cast<TapKind>(k);
-    if (kind == TapKind::kLogits || kind == TapKind::kEmbed) continue;
+    if (kind == TapKind::kLogits || kind == TapKind::kEmbed || kind == TapKind::kPooled) continue;
     std::string pts;
     for (const TapDiff& d : diffs) {
       if (d.kind == kind) pts += fmt::format("{:.1f},{:.1f} ", x_of(d.layer), y_of(d.rel_l2));
@@ -216,7 +334,7 @@ int run_diff(const DiffArgs& a) {
   if (a.prompt && !a.tokens_file.empty()) return report_error("diff: give -p or --tokens, not both");
   if (a.prompt && a.prompt->empty()) return report_error("diff: the prompt (-p) is empty");
   if (!(a.threshold > 0)) return report_error("diff: --threshold must be positive");
-  const std::vector<std::string> inputs = {a.a, a.b, a.tokens_file};
+  const std::vector<std::string> inputs = {a.a, a.b, a.tokens_file, a.image};
   for (const std::string* out : {&a.json, &a.svg}) {
     if (out->empty()) continue;
     if (Status st = bench::prepare_json_output(*out, inputs); !st.ok()) {
@@ -242,6 +360,18 @@ int run_diff(const DiffArgs& a) {
   TapComparer comparer(*recorder);
   auto rb = run_one(a.b, a, "B", tokens, comparer, logits_b);
   if (!rb.ok()) return report_error(rb.status().with_context("diff: B").message());
+  const auto kind_of = [](const std::string& scenario) {
+    return scenario == "embedding" || scenario == "image-classification" ? scenario
+                                                                         : std::string("llm");
+  };
+  if (kind_of(ra->scenario) != kind_of(rb->scenario)) {
+    return report_error(
+        fmt::format("diff: A is a {} recipe and B a {} one: rinfer diff compares "
+                    "variants of one model",
+                    ra->scenario, rb->scenario));
+  }
+  const bool encoder = ra->scenario == "embedding";
+  const bool images = ra->scenario == "image-classification";
   if (ra->n_layer != rb->n_layer || ra->n_embd != rb->n_embd || ra->n_vocab != rb->n_vocab) {
     return report_error(fmt::format(
         "diff: the recipes run different models (A: {} layers of {}, vocabulary {}; B: {} of {}, "
@@ -250,26 +380,31 @@ int run_diff(const DiffArgs& a) {
   }
   auto diffs = comparer.results();
   if (!diffs.ok()) return report_error(diffs.status().with_context("diff").message());
-  const auto n_tok = static_cast<int64_t>(tokens.size());
+  const int64_t n_tok = ra->rows;
   const LogitComparison lc =
-      compare_logits(logits_a.data(), logits_b.data(), n_tok, ra->n_vocab);
+      encoder ? LogitComparison{}
+              : compare_logits(logits_a.data(), logits_b.data(), n_tok, ra->n_vocab);
 
+  const std::string input =
+      images ? (a.image.empty() ? "the built-in image" : "one image (" + a.image + ")")
+             : count_of(n_tok, "token") + (encoder ? ", one encoder pass" : ", teacher-forced");
   std::string out = fmt::format("rinfer diff: A {} ({})\n             B {} ({})\n{}\n\n", a.a,
-                                ra->device, a.b, rb->device,
-                                count_of(n_tok, "token") + ", teacher-forced");
+                                ra->device, a.b, rb->device, input);
   out += fmt::format("{:>6}  {:<10} {:>10} {:>10} {:>10}\n", "layer", "op", "rel L2", "cosine",
                      "max |diff|");
   for (const TapDiff& d : *diffs) {
     if (d.kind == TapKind::kLogits) continue;
     const std::string layer =
-        d.kind == TapKind::kEmbed ? "-" : fmt::format("{}", d.layer);
+        d.kind == TapKind::kEmbed || d.kind == TapKind::kPooled ? "-" : fmt::format("{}", d.layer);
     out += fmt::format("{:>6}  {:<10} {:>10} {:>10.6f} {:>10}\n", layer, tap_name(d.kind),
                        num(d.rel_l2), d.cosine, num(d.max_abs));
   }
-  out += fmt::format(
-      "{:>6}  {:<10} {:>10} {:>10} {:>10}   top-1 {:.4f}, mean KL {} nats, max KL {}\n", "-",
-      "logits", num(lc.rel_l2), "", num(lc.max_abs), lc.top1_agreement, num(lc.mean_kl),
-      num(lc.max_kl));
+  if (!encoder) {
+    out += fmt::format(
+        "{:>6}  {:<10} {:>10} {:>10} {:>10}   top-1 {:.4f}, mean KL {} nats, max KL {}\n", "-",
+        "logits", num(lc.rel_l2), "", num(lc.max_abs), lc.top1_agreement, num(lc.mean_kl),
+        num(lc.max_kl));
+  }
   const auto first = first_past(*diffs, a.threshold);
   const auto differ = first_difference(*diffs);
   const auto growth = largest_growth(*diffs);
@@ -299,7 +434,11 @@ int run_diff(const DiffArgs& a) {
     nlohmann::ordered_json j;
     j["a"] = run_json(*ra);
     j["b"] = run_json(*rb);
-    j["tokens"] = n_tok;
+    if (images) {
+      j["images"] = n_tok;
+    } else {
+      j["tokens"] = n_tok;
+    }
     j["threshold"] = a.threshold;
     j["taps"] = nlohmann::ordered_json::array();
     for (const TapDiff& d : *diffs) {
@@ -311,12 +450,17 @@ int run_diff(const DiffArgs& a) {
                            {"cosine", json_num(d.cosine)},
                            {"max_abs", json_num(d.max_abs)}});
     }
-    j["logits"] = {{"rows", lc.rows},
-                   {"rel_l2", json_num(lc.rel_l2)},
-                   {"max_abs", json_num(lc.max_abs)},
-                   {"top1_agreement", json_num(lc.top1_agreement)},
-                   {"mean_kl", json_num(lc.mean_kl)},
-                   {"max_kl", json_num(lc.max_kl)}};
+    j["scenario"] = ra->scenario;
+    if (encoder) {
+      j["logits"] = nullptr;  // the pooled tap is the output
+    } else {
+      j["logits"] = {{"rows", lc.rows},
+                     {"rel_l2", json_num(lc.rel_l2)},
+                     {"max_abs", json_num(lc.max_abs)},
+                     {"top1_agreement", json_num(lc.top1_agreement)},
+                     {"mean_kl", json_num(lc.mean_kl)},
+                     {"max_kl", json_num(lc.max_kl)}};
+    }
     const auto at = [&](const std::optional<size_t>& i) {
       if (!i) return nlohmann::ordered_json(nullptr);
       const TapDiff& d = (*diffs)[*i];
@@ -336,8 +480,14 @@ int run_diff(const DiffArgs& a) {
     if (bench::write_json(a.json, j) != 0) return 1;
   }
   if (!a.svg.empty()) {
-    const Status st = write_file_atomically(a.svg, svg_plot(*diffs, ra->n_layer, a.threshold),
-                                            inputs);
+    // A network's taps are numbered by node: the plot spans the largest.
+    int64_t span = ra->n_layer;
+    for (const TapDiff& d : *diffs) {
+      if (d.kind != TapKind::kLogits && d.kind != TapKind::kPooled) {
+        span = std::max<int64_t>(span, d.layer + 1);
+      }
+    }
+    const Status st = write_file_atomically(a.svg, svg_plot(*diffs, span, a.threshold), inputs);
     if (!st.ok()) return report_error(st.with_context("writing --svg").message());
     std::fprintf(stderr, "wrote %s\n", a.svg.c_str());
   }
@@ -356,6 +506,9 @@ void add_diff_command(CLI::App& app, int& exit_code) {
                   "Text to run (default: a built-in sentence); tokenized by A's tokenizer");
   cmd->add_option("--tokens", a->tokens_file,
                   "A file of token ids (text: spaces, commas or a JSON list) instead of a prompt");
+  cmd->add_option("--image", a->image,
+                  "An image-classification recipe's input: a JPEG or PNG file (default: a "
+                  "built-in pattern)");
   cmd->add_option("--threshold", a->threshold,
                   "The rel L2 past which a tap is named (default 0.05)");
   cmd->add_option("--json", a->json, "Write every row (layer, op, metrics) as JSON");

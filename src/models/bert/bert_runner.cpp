@@ -46,6 +46,10 @@ class CpuRunner final : public EncoderRunner {
     RINFER_RETURN_IF_ERROR(forward(b));
     cpu::pool_rows(pooling.kind, pooling.normalize, x_.data(), m_.hparams().n_embd,
                    b.slot_starts.first(b.lengths.size()), b.lengths, out);
+    if (b.taps != nullptr && b.taps->wants(TapKind::kPooled)) {
+      b.taps->record(TapKind::kPooled, static_cast<int32_t>(m_.hparams().n_layer), out, b.n_seqs(),
+                     m_.hparams().n_embd);
+    }
     return ok_status();
   }
 
@@ -88,6 +92,13 @@ Status CpuRunner::forward(const EncoderBatch& b) {
   }
   cpu::layer_norm(ctx, x, nullptr, w.emb_ln_g.data_as<float>(), w.emb_ln_b.data_as<float>(), n, e,
                   hp.norm_eps, x);
+  // The taps (models/taps.h) the caller asked for: rows [n, e] of the batch.
+  const auto tap = [&](TapKind kind, int64_t layer, const float* rows) {
+    if (b.taps != nullptr && b.taps->wants(kind)) {
+      b.taps->record(kind, static_cast<int32_t>(layer), rows, n, e);
+    }
+  };
+  tap(TapKind::kEmbed, -1, x);
 
   seqs_.clear();
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
@@ -157,8 +168,11 @@ Status CpuRunner::forward(const EncoderBatch& b) {
     }
     RINFER_RETURN_IF_ERROR(
         mm(l.wo, p != nullptr ? &p->wo : nullptr, l.bo, attn_.data(), tmp_.data(), e));
+    const auto layer = static_cast<int64_t>(il);
+    tap(TapKind::kAttnOut, layer, tmp_.data());
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln1_g.data_as<float>(), l.ln1_b.data_as<float>(), n, e,
                     hp.norm_eps, x);
+    tap(TapKind::kMlpNorm, layer, x);
     // The intermediate bias goes with the GELU (one pass).
     if (p != nullptr) {
       RINFER_RETURN_IF_ERROR(cpu::matmul_bf16(ctx, p->w1, x, n, ff_.data()));
@@ -168,8 +182,10 @@ Status CpuRunner::forward(const EncoderBatch& b) {
     cpu::gelu_erf(ctx, ff_.data(), l.b1.data_as<float>(), n, hp.n_ff);
     RINFER_RETURN_IF_ERROR(
         mm(l.w2, p != nullptr ? &p->w2 : nullptr, l.b2, ff_.data(), tmp_.data(), e));
+    tap(TapKind::kMlpOut, layer, tmp_.data());
     cpu::layer_norm(ctx, tmp_.data(), x, l.ln2_g.data_as<float>(), l.ln2_b.data_as<float>(), n, e,
                     hp.norm_eps, x);
+    tap(TapKind::kBlockOut, layer, x);
   }
   return ok_status();
 }

@@ -8,16 +8,22 @@
 
 namespace rinfer::convnet {
 
-bool is_fusable_block(const Graph& g, size_t i) {
+namespace {
+
+// The chain expand -> depthwise -> project at node i; `folded`: its batch norms folded too (what
+// the fused kernels need), else the structure alone.
+bool chain_at(const Graph& g, size_t i, bool folded) {
   if (i + 2 >= g.nodes.size()) return false;
   const Node& a = g.nodes[i];
   const Node& b = g.nodes[i + 1];
   const Node& c = g.nodes[i + 2];
-  const auto pointwise = [](const Node& n) {
+  const auto pointwise = [&](const Node& n) {
     return n.kind == NodeKind::kConv && n.groups == 1 && n.k == 1 && n.stride == 1 &&
-           !n.bn.present();
+           !(folded && n.bn.present());
   };
-  if (!pointwise(a) || !pointwise(c) || b.kind != NodeKind::kConv || b.bn.present()) return false;
+  if (!pointwise(a) || !pointwise(c) || b.kind != NodeKind::kConv || (folded && b.bn.present())) {
+    return false;
+  }
   if (b.groups != b.c_in || b.c_out != b.c_in || b.input != static_cast<int>(i) ||
       c.input != static_cast<int>(i + 1) || a.residual >= 0 || b.residual >= 0) {
     return false;
@@ -30,6 +36,41 @@ bool is_fusable_block(const Graph& g, size_t i) {
     }
   }
   return c.residual < 0 || c.residual == a.input;
+}
+
+// The chains taken greedily in order (fusable_chains).
+std::vector<int8_t> chains(const Graph& g, bool folded) {
+  std::vector<int8_t> fused(g.nodes.size(), 0);
+  for (size_t i = 0; i + 2 < g.nodes.size(); ++i) {
+    if (fused[i] != 0 || !chain_at(g, i, folded)) continue;
+    fused[i] = 1;
+    fused[i + 1] = fused[i + 2] = 2;
+  }
+  return fused;
+}
+
+}  // namespace
+
+bool is_fusable_block(const Graph& g, size_t i) { return chain_at(g, i, true); }
+
+std::vector<int8_t> fusable_chains(const Graph& g) { return chains(g, true); }
+
+std::vector<bool> tapped_nodes(const Graph& g) {
+  // By the structure alone: the same outputs whether the batch norms are folded or not.
+  const std::vector<int8_t> fused = chains(g, false);
+  std::vector<bool> tapped(g.nodes.size(), true);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (fused[i] == 1) tapped[i] = tapped[i + 1] = false;  // the projection (i + 2) stays
+  }
+  return tapped;
+}
+
+TapKind tap_kind_of_node(const Node& n) {
+  switch (n.kind) {
+    case NodeKind::kGlobalAvgPool: return TapKind::kPooled;
+    case NodeKind::kLinear: return TapKind::kLogits;
+    default: return TapKind::kBlockOut;
+  }
 }
 
 namespace {

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/convnet/convnet_graph.h"
+#include "models/taps.h"
 #include "ops/cpu/gemm_packed_f32.h"
 
 namespace rinfer::convnet {
@@ -16,6 +18,20 @@ namespace rinfer::convnet {
 // The chain expand -> depthwise -> project starting at node i (each read only by the next), or
 // false.
 bool is_fusable_block(const Graph& g, size_t i);
+
+// The chains the CPU fuses, taken greedily in order: fused[i] = 1 where a chain starts, 2 inside
+// it (its depthwise and projection nodes), 0 elsewhere.
+std::vector<int8_t> fusable_chains(const Graph& g);
+
+// Whether node i's output is a tap (image_classifier.h: ImageBatch::taps): every node but a
+// chain's expansion and depthwise outputs (which fused blocks never write whole), the chains
+// found by their structure whether or not the batch norms are folded, so that every recipe of a
+// network taps the same outputs.
+std::vector<bool> tapped_nodes(const Graph& g);
+
+// The tap of node i's output (its kind: pooled for the global average pool, logits for the head,
+// else block_out).
+TapKind tap_kind_of_node(const Node& n);
 
 struct FusedBlock {
   const Node* expand = nullptr;

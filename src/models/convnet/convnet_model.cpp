@@ -34,14 +34,13 @@ class CpuRunner : public ImageClassifierRunner {
     // the while; the two nodes inside have no buffer.
     fused_.assign(g.nodes.size(), 0);
     if (m_.fused_blocks()) {
-      for (size_t i = 0; i + 2 < g.nodes.size(); ++i) {
-        if (fused_[i] != 0 || !is_fusable_block(g, i)) continue;
-        fused_[i] = 1;
-        fused_[i + 1] = fused_[i + 2] = 2;
+      fused_ = fusable_chains(g);
+      for (size_t i = 0; i < g.nodes.size(); ++i) {
         const auto in = static_cast<size_t>(g.nodes[i].input);
-        if (g.nodes[i].input >= 0) last_use[in] = std::max(last_use[in], i + 2);
+        if (fused_[i] == 1 && g.nodes[i].input >= 0) last_use[in] = std::max(last_use[in], i + 2);
       }
     }
+    tapped_ = tapped_nodes(g);
     std::vector<size_t> need(g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const bool inside = fused_[i] == 1 || (fused_[i] == 2 && fused_[i - 1] == 1);
@@ -65,6 +64,14 @@ class CpuRunner : public ImageClassifierRunner {
     const auto out_of = [&](int i) -> float* {
       return bufs_[static_cast<size_t>(slot_[static_cast<size_t>(i)])].data();
     };
+    // Node i's output to the taps (ImageBatch::taps), when it is one and they want its kind.
+    const auto tap = [&](size_t i) {
+      const TapKind kind = tap_kind_of_node(g.nodes[i]);
+      if (batch.taps == nullptr || !tapped_[i] || !batch.taps->wants(kind)) return;
+      const NodeDims& d = dims_[i];
+      batch.taps->record(kind, static_cast<int32_t>(i), out_of(static_cast<int>(i)), n,
+                         d.h * d.w * d.c);
+    };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& nd = g.nodes[i];
       const NodeDims in = nd.input < 0 ? NodeDims{batch.height, batch.width, 3}
@@ -77,6 +84,7 @@ class CpuRunner : public ImageClassifierRunner {
                                                pj.residual >= 0 ? out_of(pj.residual) : nullptr,
                                                out_of(static_cast<int>(i + 2))));
         i += 2;
+        tap(i);
         continue;
       }
       float* y = out_of(static_cast<int>(i));
@@ -95,6 +103,7 @@ class CpuRunner : public ImageClassifierRunner {
           if (!nd.bias.empty()) cpu::add_bias(ctx, y, nd.bias.data(), n, nd.c_out);
           break;
       }
+      tap(i);
     }
     const float* out = out_of(static_cast<int>(g.nodes.size()) - 1);
     std::copy(out, out + n * g.n_classes, logits);
@@ -134,6 +143,7 @@ class CpuRunner : public ImageClassifierRunner {
   std::vector<NodeDims> dims_;
   std::vector<int> slot_;      // node -> buffer (-1: none, inside a fused block)
   std::vector<int8_t> fused_;  // 1: a fused block starts here; 2: inside one
+  std::vector<bool> tapped_;   // node -> its output is a tap (tapped_nodes)
   std::vector<std::vector<float>> bufs_;
   std::array<int64_t, 3> planned_{0, 0, 0};
 };

@@ -8,6 +8,8 @@
 //              y = a Wo^T (f32); x = LayerNorm(y + bo + x)
 //              f = x W1^T (bf16); f = gelu(f + b1); y = f W2^T (f32); x = LayerNorm(y + b2 + x)
 //   pool_rows(x) -> out
+// With taps (models/taps.h), each tapped activation is copied back after its kernel, with the
+// bias that the fused LayerNorm adds on the device added on the host (attn_out, mlp_out).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -81,6 +83,10 @@ class CudaRunner final : public EncoderRunner {
   Status upload_matrix(std::initializer_list<const Tensor*> parts, DeviceWeight& out,
                        const std::string& what);
   Status forward(const EncoderBatch& b);
+  // Hands device rows [n, e] f32 to b.taps when it wants `kind` (models/taps.h), `bias` (host,
+  // [e], may be null) added: the bias the fused LayerNorm adds on the device.
+  Status tap(const EncoderBatch& b, TapKind kind, int64_t layer, const float* dev,
+             const Tensor* bias);
   Status gemm(const DeviceWeight& w, const uint16_t* x, int64_t n, DType y_dtype, void* y);
 
   const BertModel& m_;
@@ -107,6 +113,7 @@ class CudaRunner final : public EncoderRunner {
   void* pinned_ = nullptr;    // the inputs' staging, then the pooled vectors
   size_t pinned_bytes_ = 0;
   int64_t in_elems_ = 0;  // int32 elements of the input block
+  std::vector<float> tap_rows_;  // a tap's rows on the host
 };
 
 Status CudaRunner::upload_matrix(std::initializer_list<const Tensor*> parts, DeviceWeight& out,
@@ -246,6 +253,24 @@ Status CudaRunner::gemm(const DeviceWeight& w, const uint16_t* x, int64_t n, DTy
                     stream_.get());
 }
 
+Status CudaRunner::tap(const EncoderBatch& b, TapKind kind, int64_t layer, const float* dev,
+                       const Tensor* bias) {
+  if (b.taps == nullptr || !b.taps->wants(kind)) return ok_status();
+  const int64_t n = b.n_rows(), e = m_.hparams().n_embd;
+  tap_rows_.resize(static_cast<size_t>(n * e));
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(tap_rows_.data(), dev, tap_rows_.size() * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_.get()));
+  RINFER_RETURN_IF_ERROR(stream_.synchronize());
+  if (bias != nullptr) {
+    const float* bv = bias->data_as<float>();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < e; ++i) tap_rows_[static_cast<size_t>(r * e + i)] += bv[i];
+    }
+  }
+  b.taps->record(kind, static_cast<int32_t>(layer), tap_rows_.data(), n, e);
+  return ok_status();
+}
+
 Status CudaRunner::forward(const EncoderBatch& b) {
   const EncoderHParams& hp = m_.hparams();
   RINFER_RETURN_IF_ERROR(check_encoder_batch(b, hp, opts_.max_rows));
@@ -291,6 +316,7 @@ Status CudaRunner::forward(const EncoderBatch& b) {
   RINFER_RETURN_IF_ERROR(cuda::embed_sum(tables, d_ids, d_pos, d_types, n, y_, st));
   RINFER_RETURN_IF_ERROR(
       cuda::layer_norm(y_, nullptr, nullptr, emb_ln_g_, emb_ln_b_, n, e, hp.norm_eps, x_, xb_, st));
+  RINFER_RETURN_IF_ERROR(tap(b, TapKind::kEmbed, -1, x_, nullptr));
   // Padding rows get no attention output: zeros, so every later op sees finite values.
   if (padded) RINFER_CUDA_RETURN(cudaMemsetAsync(attn_, 0, un * static_cast<size_t>(e) * 2, st));
   cuda::VarlenAttentionParams ap;
@@ -312,14 +338,20 @@ Status CudaRunner::forward(const EncoderBatch& b) {
     RINFER_RETURN_IF_ERROR(gemm(l.wqkv, xb_, n, DType::kBF16, qkv_));
     ap.bias = l.bqkv;
     RINFER_RETURN_IF_ERROR(cuda::attention_varlen(ap, qkv_, attn_, st));
+    const BertLayer& hl = m_.weights().layers[il];  // the host biases of the taps
+    const auto layer = static_cast<int64_t>(il);
     RINFER_RETURN_IF_ERROR(gemm(l.wo, attn_, n, DType::kF32, y_));
+    RINFER_RETURN_IF_ERROR(tap(b, TapKind::kAttnOut, layer, y_, &hl.bo));
     RINFER_RETURN_IF_ERROR(
         cuda::layer_norm(y_, l.bo, x_, l.ln1_g, l.ln1_b, n, e, hp.norm_eps, x_, xb_, st));
+    RINFER_RETURN_IF_ERROR(tap(b, TapKind::kMlpNorm, layer, x_, nullptr));
     RINFER_RETURN_IF_ERROR(gemm(l.w1, xb_, n, DType::kBF16, ff_));
     RINFER_RETURN_IF_ERROR(cuda::bias_gelu_erf(ff_, DType::kBF16, l.b1, n, hp.n_ff, ff_, st));
     RINFER_RETURN_IF_ERROR(gemm(l.w2, ff_, n, DType::kF32, y_));
+    RINFER_RETURN_IF_ERROR(tap(b, TapKind::kMlpOut, layer, y_, &hl.b2));
     RINFER_RETURN_IF_ERROR(cuda::layer_norm(y_, l.b2, x_, l.ln2_g, l.ln2_b, n, e, hp.norm_eps, x_,
                                             last ? nullptr : xb_, st));
+    RINFER_RETURN_IF_ERROR(tap(b, TapKind::kBlockOut, layer, x_, nullptr));
   }
   return ok_status();
 }
@@ -344,6 +376,9 @@ Status CudaRunner::embed(const EncoderBatch& b, const PoolingOptions& pooling, f
       cudaMemcpyAsync(pinned_, pooled_, bytes, cudaMemcpyDeviceToHost, stream_.get()));
   RINFER_RETURN_IF_ERROR(stream_.synchronize());
   std::memcpy(out, pinned_, bytes);
+  if (b.taps != nullptr && b.taps->wants(TapKind::kPooled)) {
+    b.taps->record(TapKind::kPooled, static_cast<int32_t>(m_.hparams().n_layer), out, n_seqs, e);
+  }
   return ok_status();
 }
 

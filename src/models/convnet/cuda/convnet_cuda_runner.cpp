@@ -11,7 +11,8 @@
 // Unfolded batch norms (fusion.batchnorm off, the baseline) are a channel_epilogue pass of
 // scale and shift after their convolution. Batches run at a bucket of images (a power of two,
 // up to max_batch; the rest of the bucket zero), each bucket with its own cuDNN plans and, with
-// strategies.cuda_graphs, one CUDA graph replayed per batch.
+// strategies.cuda_graphs, one CUDA graph replayed per batch. A batch with taps runs eagerly, each
+// tapped node's output copied back after it (ImageBatch::taps).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/quantize.h"
+#include "models/convnet/convnet_blocks.h"
 #include "models/convnet/convnet_model.h"
 #include "ops/cuda/conv_cudnn.h"
 #include "ops/cuda/ops_cuda.h"
@@ -84,6 +86,9 @@ class CudaRunner final : public ImageClassifierRunner {
   Result<Bucket*> bucket_for(int64_t n);
   Status forward(Bucket& b);
   Status launch(Bucket& b);  // the graph (captured on first use) or the kernels one by one
+  // Node i's output to taps_ (ImageBatch::taps) when it is a tap: copied back and widened to f32
+  // (forward runs eagerly while taps_ is set).
+  Status tap(size_t i);
   uint16_t* out_of(int node) const {
     return buf_ptrs_[static_cast<size_t>(slot_[static_cast<size_t>(node)])];
   }
@@ -113,7 +118,39 @@ class CudaRunner final : public ImageClassifierRunner {
   std::map<int64_t, Bucket> buckets_;
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
+  TapSink* taps_ = nullptr;  // the taps of the batch in flight (null: off)
+  int64_t tap_n_ = 0;        // its images (the bucket's padding is not tapped)
+  std::vector<bool> tapped_;
+  std::vector<uint16_t> tap16_;
+  std::vector<float> tap32_;
 };
+
+Status CudaRunner::tap(size_t i) {
+  if (taps_ == nullptr || !tapped_[i]) return ok_status();
+  const Node& nd = m_.graph().nodes[i];
+  const TapKind kind = tap_kind_of_node(nd);
+  if (!taps_->wants(kind)) return ok_status();
+  const NodeDims& d = dims_[i];
+  const int64_t width = d.h * d.w * d.c;
+  const auto count = static_cast<size_t>(tap_n_ * width);
+  tap32_.resize(count);
+  cudaStream_t st = stream_.get();
+  if (nd.kind == NodeKind::kLinear) {  // the f32 logits
+    RINFER_CUDA_RETURN(
+        cudaMemcpyAsync(tap32_.data(), logits_, count * 4, cudaMemcpyDeviceToHost, st));
+    RINFER_RETURN_IF_ERROR(stream_.synchronize());
+  } else {
+    tap16_.resize(count);
+    RINFER_CUDA_RETURN(cudaMemcpyAsync(tap16_.data(), out_of(static_cast<int>(i)), count * 2,
+                                       cudaMemcpyDeviceToHost, st));
+    RINFER_RETURN_IF_ERROR(stream_.synchronize());
+    for (size_t k = 0; k < count; ++k) {
+      tap32_[k] = dtype_ == DType::kF16 ? f16_to_f32(tap16_[k]) : bf16_to_f32(tap16_[k]);
+    }
+  }
+  taps_->record(kind, static_cast<int32_t>(i), tap32_.data(), tap_n_, width);
+  return ok_status();
+}
 
 Status CudaRunner::upload_weights() {
   const Graph& g = m_.graph();
@@ -256,6 +293,7 @@ Status CudaRunner::init() {
   RINFER_ASSIGN_OR_RETURN(cudnn_, cuda::CudnnHandle::create(device_));
   RINFER_ASSIGN_OR_RETURN(lt_, cuda::CublasLt::create(device_));
   RINFER_RETURN_IF_ERROR(upload_weights());
+  tapped_ = tapped_nodes(m_.graph());
   return plan_buffers();
 }
 
@@ -365,6 +403,7 @@ Status CudaRunner::forward(Bucket& b) {
         }
         break;
     }
+    RINFER_RETURN_IF_ERROR(tap(i));
   }
   return ok_status();
 }
@@ -422,7 +461,15 @@ Status CudaRunner::classify(const ImageBatch& batch, float* logits) {
   std::fill(staged + batch.pixels.size(), staged + static_cast<size_t>(b->n) * px, 0.0f);
   RINFER_CUDA_RETURN(cudaMemcpyAsync(pixels_, staged, static_cast<size_t>(b->n) * px * 4,
                                      cudaMemcpyHostToDevice, st));
-  RINFER_RETURN_IF_ERROR(launch(*b));
+  if (batch.taps != nullptr) {  // eagerly, node by node, each tap copied back
+    taps_ = batch.taps;
+    tap_n_ = batch.n;
+    const Status ran = forward(*b);
+    taps_ = nullptr;
+    RINFER_RETURN_IF_ERROR(ran);
+  } else {
+    RINFER_RETURN_IF_ERROR(launch(*b));
+  }
   const size_t out_b = static_cast<size_t>(batch.n * m_.n_classes()) * 4;
   RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_, logits_, out_b, cudaMemcpyDeviceToHost, st));
   RINFER_RETURN_IF_ERROR(stream_.synchronize());
