@@ -33,6 +33,7 @@
 #include "strategies/registry.h"
 #include "tools/bench_report.h"
 #include "tools/output.h"
+#include "tools/serve_drive.h"
 #include "tools/serve_load.h"
 #include "tools/tools.h"
 
@@ -83,130 +84,9 @@ LoadSpec load_spec(const ServeArgs& a) {
   return LoadSpec{a.requests, a.input_len, a.output_len, a.mix, a.shared_prefix, a.rate, a.seed};
 }
 
-struct Done {
-  double submit_s = 0, first_s = 0, finish_s = 0;
-  int64_t input = 0, output = 0, cached = 0;
-};
-
-struct Outcome {
-  std::vector<Done> done;
-  double wall_s = 0;
-  double kv_used_mean = 0, kv_used_peak = 0;
-  kv::KvUsage kv;
-  int64_t preemptions = 0;
-  int64_t steps = 0;
-  double forward_s = 0;  // inside the runner's passes (device work and its wait)
-  int64_t kv_grows = 0;  // prealloc auto: times the pool grew
-  uint64_t kv_bytes = 0;
-  int64_t failed = 0;
-  std::string first_error;
-};
-
-// Drives one engine core through the workload.
-Result<Outcome> serve(EngineCore& core, const std::vector<LoadJob>& jobs, const ServeArgs& a,
-                      int64_t concurrency, const std::string& label) {
-  Outcome o;
-  o.done.resize(jobs.size());
-  const auto t0 = Clock::now();
-  auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  size_t next = 0, finished = 0;
-  int64_t in_flight = 0, out_tokens = 0;
-  Progress bar(label, static_cast<int64_t>(jobs.size()), "request");
-  auto submit = [&](size_t i) -> Status {
-    RequestParams p;
-    p.prompt = jobs[i].prompt;
-    p.max_tokens = jobs[i].output;
-    p.ignore_eos = true;
-    p.sampling.temperature = 0.0f;
-    p.sampling.repeat_penalty = 1.0f;
-    p.sampling.repeat_last_n = 0;
-    o.done[i].submit_s = now_s();
-    o.done[i].input = static_cast<int64_t>(jobs[i].prompt.size());
-    p.on_event = [&, i](const RequestEvent& ev) {
-      Done& d = o.done[i];
-      if (!ev.tokens.empty()) {
-        if (d.output == 0) d.first_s = now_s();
-        d.output += static_cast<int64_t>(ev.tokens.size());
-        out_tokens += static_cast<int64_t>(ev.tokens.size());
-      }
-      if (ev.finish != FinishReason::kNone) {
-        d.finish_s = now_s();
-        d.cached = ev.stats->cached_tokens;
-        if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAborted) {
-          ++o.failed;
-          if (o.first_error.empty()) o.first_error = ev.error.to_string();
-        }
-        ++finished;
-        --in_flight;
-      }
-    };
-    RINFER_RETURN_IF_ERROR(core.submit(std::move(p)).status());
-    ++in_flight;
-    return ok_status();
-  };
-  double used_sum = 0;
-  while (finished < jobs.size()) {
-    if (a.rate > 0) {
-      while (next < jobs.size() && jobs[next].arrival_s <= now_s())
-        RINFER_RETURN_IF_ERROR(submit(next++));
-      if (in_flight == 0 && next < jobs.size()) {
-        std::this_thread::sleep_for(
-            std::chrono::duration<double>(std::max(0.0, jobs[next].arrival_s - now_s())));
-        continue;
-      }
-    } else {
-      while (next < jobs.size() && in_flight < concurrency) RINFER_RETURN_IF_ERROR(submit(next++));
-    }
-    RINFER_ASSIGN_OR_RETURN(const StepStats st, core.step());
-    if (st.n_seqs > 0) {
-      const double used = core.kv_manager().usage().used_fraction();
-      used_sum += used;
-      o.kv_used_peak = std::max(o.kv_used_peak, used);
-      o.forward_s += st.forward_ms / 1000.0;
-      ++o.steps;
-    }
-    bar.update(static_cast<int64_t>(finished),
-               fmt::format("{:.0f} out tok/s", static_cast<double>(out_tokens) / now_s()));
-  }
-  bar.finish();
-  o.wall_s = now_s();
-  o.kv_used_mean = o.steps > 0 ? used_sum / static_cast<double>(o.steps) : 0;
-  const EngineStats es = core.stats();
-  o.kv = es.kv;
-  o.preemptions = es.preemptions;
-  o.kv_grows = es.kv_grows;
-  o.kv_bytes = core.kv_arena().bytes();  // after any growth (kv_cache.prealloc auto)
-  return o;
-}
-
-struct Summary {
-  double out_tps = 0, total_tps = 0;
-  double ttft_p50 = 0, ttft_p99 = 0, tpot_p50 = 0, tpot_p99 = 0;
-};
-
-Summary summarize(const Outcome& o) {
-  Summary s;
-  int64_t out = 0, in = 0;
-  std::vector<double> ttft, tpot;
-  for (const Done& d : o.done) {
-    out += d.output;
-    in += d.input;
-    if (d.output > 0) ttft.push_back(1e3 * (d.first_s - d.submit_s));
-    if (d.output > 1)
-      tpot.push_back(1e3 * (d.finish_s - d.first_s) / static_cast<double>(d.output - 1));
-  }
-  s.out_tps = static_cast<double>(out) / o.wall_s;
-  s.total_tps = static_cast<double>(out + in) / o.wall_s;
-  s.ttft_p50 = percentile(ttft, 0.5);
-  s.ttft_p99 = percentile(ttft, 0.99);
-  s.tpot_p50 = percentile(tpot, 0.5);
-  s.tpot_p99 = percentile(tpot, 0.99);
-  return s;
-}
-
 ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts,
-                          const Outcome& o) {
-  const Summary s = summarize(o);
+                          const LoadOutcome& o) {
+  const LoadSummary s = summarize_load(o);
   ordered_json j;
   j["variant"] = name;
   j["policy"] = batching_policy_name(opts.scheduler.policy);
@@ -231,7 +111,7 @@ ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts
   j["preemptions"] = o.preemptions;
   j["failed"] = o.failed;
   ordered_json reqs = ordered_json::array();
-  for (const Done& d : o.done) {
+  for (const LoadDone& d : o.done) {
     reqs.push_back({{"input", d.input},
                     {"output", d.output},
                     {"cached", d.cached},
@@ -243,9 +123,9 @@ ordered_json outcome_json(const std::string& name, const EngineCoreOptions& opts
   return j;
 }
 
-std::string table(const std::vector<std::pair<std::string, Outcome>>& runs) {
-  std::vector<Summary> s;
-  for (const auto& r : runs) s.push_back(summarize(r.second));
+std::string table(const std::vector<std::pair<std::string, LoadOutcome>>& runs) {
+  std::vector<LoadSummary> s;
+  for (const auto& r : runs) s.push_back(summarize_load(r.second));
   std::string t = "| |";
   std::string rule = "|---|";
   for (const auto& r : runs) {
@@ -395,11 +275,11 @@ int run_bench_serve(const ServeArgs& a) {
     std::vector<LoadJob> warm = make_load(load_spec(w), model.hparams().n_vocab, r.context_length);
     auto wcore = EngineCore::create(model, opts, nullptr);
     if (!wcore.ok()) return report_error(wcore.status().with_context(a.recipe).message());
-    auto o = serve(**wcore, warm, w, concurrency, "warm-up");
+    auto o = drive_load(**wcore, warm, w.rate, concurrency, "warm-up");
     if (!o.ok()) return report_error(o.status().message());
     report["settings"]["warmup_requests"] = w.requests;
   }
-  std::vector<std::pair<std::string, Outcome>> runs;
+  std::vector<std::pair<std::string, LoadOutcome>> runs;
   ordered_json variants = ordered_json::array();
   if (!a.no_baseline) {
     // The baseline: static batches over a contiguous cache with the same seats.
@@ -411,7 +291,7 @@ int run_bench_serve(const ServeArgs& a) {
     base.scheduler.policy = BatchingPolicy::kStatic;
     auto bcore = EngineCore::create(model, base, nullptr);
     if (!bcore.ok()) return report_error(bcore.status().message());
-    auto o = serve(**bcore, jobs, a, concurrency, "baseline");
+    auto o = drive_load(**bcore, jobs, a.rate, concurrency, "baseline");
     if (!o.ok()) return report_error(o.status().message());
     variants.push_back(outcome_json("baseline", (*bcore)->options(), *o));
     runs.emplace_back("baseline (static, contiguous)", std::move(*o));
@@ -421,7 +301,7 @@ int run_bench_serve(const ServeArgs& a) {
     auto core = EngineCore::create(model, opts, nullptr);
     if (!core.ok()) return report_error(core.status().with_context(a.recipe).message());
     opts = (*core)->options();
-    auto o = serve(**core, jobs, a, concurrency, "optimized");
+    auto o = drive_load(**core, jobs, a.rate, concurrency, "optimized");
     if (!o.ok()) return report_error(o.status().message());
     variants.push_back(outcome_json("recipe", opts, *o));
     runs.emplace_back(fmt::format("recipe ({}, {})", batching_policy_name(opts.scheduler.policy),

@@ -8,7 +8,10 @@
 // until a whole pass over the knobs keeps
 // nothing or the budget is spent. Each trial's first, short run is a probe: a trial 25% slower
 // than the best's probe is pruned there. Speed: one request of --prompt-tokens and
-// --gen-tokens through the engine core (medians of --repeat); precision: --precision-tokens of
+// --gen-tokens through the engine core (medians of --repeat); for an llm-serve recipe, the wall
+// time of a load instead (--requests of that size, --concurrency in flight, default the start's
+// seats; tools/serve_drive.h), over a knob space that adds the batching limits; precision:
+// --precision-tokens of
 // text teacher-forced through the trial and the reference (the folder's baseline, or --vs),
 // and the trial's decode steps over the text's last 64 positions against the reference's same
 // rows (engine/precision.h: decode_precision), under the recipe's `precision:` gate, the worse
@@ -37,6 +40,7 @@
 #include "engine/llm_engine.h"
 #include "engine/logit_metrics.h"
 #include "engine/precision.h"
+#include "engine/strategy_options.h"
 #include "formats/model_cache.h"
 #include "recipe/recipe.h"
 #include "strategies/registry.h"
@@ -44,6 +48,7 @@
 #include "tools/bench_run.h"
 #include "tools/bench_text.h"
 #include "tools/output.h"
+#include "tools/serve_drive.h"
 #include "tools/tools.h"
 #include "tools/tune_report.h"
 #include "tools/tune_space.h"
@@ -72,6 +77,10 @@ struct TuneArgs {
   int64_t gen_tokens = 64;
   int64_t repeat = 3;
   int64_t precision_tokens = 256;
+  // llm-serve: the load (requests of prompt_tokens + gen_tokens at `concurrency`, 0: the
+  // start's seats).
+  int64_t requests = 32;
+  int64_t concurrency = 0;
 };
 
 std::string default_cache() {
@@ -118,6 +127,9 @@ class Tuner {
   Status prepare_tokens();
   Result<TuneSpeed> measure(const RecipeConfig& r, double best_probe_ms, bool* pruned,
                             std::unique_ptr<LlmEngine>* keep);
+  // The same for a serving recipe: the load's wall time (and output, total tok/s).
+  Result<TuneSpeed> measure_serving(const RecipeConfig& r, double best_probe_ms, bool* pruned,
+                                    std::unique_ptr<LlmEngine>* keep);
   Result<TunePrecision> check_precision(LlmEngine& e, const RecipeConfig& r);
   // Runs trial t (measured, or from the cache); returns whether it is the new best.
   Result<bool> try_trial(TuneTrial& t);
@@ -133,6 +145,9 @@ class Tuner {
   std::string machine_, git_sha_;
   Clock::time_point t0_ = Clock::now();
   std::vector<int32_t> prompt_, ptokens_;
+  bool serving_ = false;               // llm-serve: throughput under a load
+  std::vector<LoadJob> jobs_, probe_;  // the load, and its probe (a wave of short requests)
+  int64_t concurrency_ = 1;
   std::vector<float> ref_logits_;
   int64_t n_vocab_ = 0;
   std::vector<TuneTrial> trials_;
@@ -160,6 +175,16 @@ Status Tuner::prepare_tokens() {
   prompt_.assign(toks.begin(), toks.begin() + a_.prompt_tokens);
   ptokens_.assign(toks.begin(), toks.begin() + a_.precision_tokens);
   const int64_t ctx = e->context_length();
+  serving_ = start_.scenario == "llm-serve";
+  if (serving_) {
+    concurrency_ = a_.concurrency > 0
+                       ? a_.concurrency
+                       : engine_core_options(start_.strategies, ctx).scheduler.max_seqs;
+    jobs_ = make_load(LoadSpec{a_.requests, a_.prompt_tokens, a_.gen_tokens, "fixed", 0, 0, 1},
+                      n_vocab_, ctx);
+    probe_.assign(jobs_.begin(), jobs_.begin() + std::min<int64_t>(a_.requests, concurrency_));
+    for (LoadJob& j : probe_) j.output = kProbeTokens;
+  }
   if (a_.prompt_tokens + a_.gen_tokens >= ctx || a_.precision_tokens > ctx) {
     return Status(
         StatusCode::kOutOfRange,
@@ -170,11 +195,49 @@ Status Tuner::prepare_tokens() {
   return ok_status();
 }
 
+Result<TuneSpeed> Tuner::measure_serving(const RecipeConfig& r, double best_probe_ms, bool* pruned,
+                                         std::unique_ptr<LlmEngine>* keep) {
+  LlmEngineOptions eo;
+  eo.seats = 0;  // the recipe's batching.max_seqs
+  RINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlmEngine> e, LlmEngine::create(r, eo));
+  EngineCore& core = *e->core();
+  const auto run = [&](const std::vector<LoadJob>& jobs) -> Result<LoadOutcome> {
+    core.clear_prefix_cache();
+    RINFER_ASSIGN_OR_RETURN(LoadOutcome o, drive_load(core, jobs, 0, concurrency_, ""));
+    if (o.failed > 0) {
+      return Status(StatusCode::kInternal, fmt::format("{} of {} requests failed: {}", o.failed,
+                                                       jobs.size(), o.first_error));
+    }
+    return o;
+  };
+  TuneSpeed s;
+  RINFER_ASSIGN_OR_RETURN(const LoadOutcome probe, run(probe_));
+  s.probe_ms = 1e3 * probe.wall_s;
+  if (best_probe_ms > 0 && s.probe_ms > kProbeSlack * best_probe_ms) {
+    *pruned = true;
+    return s;
+  }
+  std::vector<double> total, out, all;
+  for (int64_t i = 0; i < a_.repeat; ++i) {
+    RINFER_ASSIGN_OR_RETURN(const LoadOutcome o, run(jobs_));
+    const LoadSummary sum = summarize_load(o);
+    total.push_back(1e3 * o.wall_s);
+    out.push_back(sum.out_tps);
+    all.push_back(sum.total_tps);
+  }
+  s.total_ms = bench::median(total);
+  s.decode_tps = bench::median(out);
+  s.prefill_tps = bench::median(all);
+  *keep = std::move(e);
+  return s;
+}
+
 Result<TuneSpeed> Tuner::measure(const RecipeConfig& r, double best_probe_ms, bool* pruned,
                                  std::unique_ptr<LlmEngine>* keep) {
   *pruned = false;
   release_default_host_cache();
   malloc_trim(0);
+  if (serving_) return measure_serving(r, best_probe_ms, pruned, keep);
   RINFER_ASSIGN_OR_RETURN(std::unique_ptr<LlmEngine> e, LlmEngine::create(r));
   TuneSpeed s;
   RINFER_ASSIGN_OR_RETURN(RequestStats probe,
@@ -246,9 +309,10 @@ Result<bool> Tuner::try_trial(TuneTrial& t) {
   TuneTrial* best = best_ >= 0 ? &trials_[static_cast<size_t>(best_)] : nullptr;
   // The trial in its context (the best it is set against): a second run replays each decision.
   t.key = fnv1a_hex(
-      fmt::format("{}\n{}\n{}\n{} {} {} {}\n{}\n{}\nagainst {}", git_sha_, machine_, fp,
-                  a_.prompt_tokens, a_.gen_tokens, a_.repeat, a_.precision_tokens, ref_path_,
-                  gate_of_recipe(r->precision).to_string(),
+      fmt::format("{}\n{}\n{}\n{} {} {} {}{}\n{}\n{}\nagainst {}", git_sha_, machine_, fp,
+                  a_.prompt_tokens, a_.gen_tokens, a_.repeat, a_.precision_tokens,
+                  serving_ ? fmt::format(" load {} x {}", jobs_.size(), concurrency_) : "",
+                  ref_path_, gate_of_recipe(r->precision).to_string(),
                   best != nullptr ? fingerprints_[static_cast<size_t>(best->id)] : "none"));
   if (cache_.find(t.key, t)) {
     t.cached = true;
@@ -381,8 +445,9 @@ int Tuner::run() {
   }
 
   // Greedy: one knob at a time from the best, until a pass keeps nothing.
-  const std::vector<TuneKnob> knobs = tune_space(
-      start_.device, start_.scenario, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  const std::vector<TuneKnob> knobs =
+      tune_space(start_.device, start_.scenario,
+                 static_cast<int64_t>(std::thread::hardware_concurrency()), 2 * concurrency_);
   bool improved = true;
   while (improved && !budget_reached_) {
     improved = false;
@@ -429,9 +494,15 @@ int Tuner::finish() {
   s.machine = machine_;
   s.git_sha = git_sha_;
   s.date = bench::utc_date();
+  s.serving = serving_;
   s.objective =
-      fmt::format("the time of one request: {} prompt tokens, {} generated (median of {})",
-                  a_.prompt_tokens, a_.gen_tokens, a_.repeat);
+      serving_
+          ? fmt::format(
+                "the wall time of a load: {} requests of {} prompt tokens and {} "
+                "generated, {} in flight (median of {})",
+                jobs_.size(), a_.prompt_tokens, a_.gen_tokens, concurrency_, a_.repeat)
+          : fmt::format("the time of one request: {} prompt tokens, {} generated (median of {})",
+                        a_.prompt_tokens, a_.gen_tokens, a_.repeat);
   s.budget_min = a_.budget_min;
   s.elapsed_s = std::chrono::duration<double>(Clock::now() - t0_).count();
   s.budget_reached = budget_reached_;
@@ -452,14 +523,17 @@ int Tuner::finish() {
       near ? base_rel.string() : fs::absolute(best.base).lexically_normal().string(), best.settings,
       {fmt::format("rinfer tune {}: the fastest of {} trials inside the precision gate ({})",
                    a_.target, trials_.size(), s.date),
-       fmt::format(
-           "on {} ({}), git {}: one request of {} prompt + {} generated tokens in {:.1f} ms "
-           "(the start {}: {:.1f} ms),",
-           s.device, machine_, git_sha_, a_.prompt_tokens, a_.gen_tokens, best.speed->total_ms,
-           fs::path(start_path_).filename().string(), st.speed->total_ms),
-       fmt::format("decode {:.1f} tok/s, prefill {:.1f} tok/s; against {}: top-1 {:.4f}, mean KL "
+       fmt::format("on {} ({}), git {}: {} of {} prompt + {} generated tokens in {:.1f} ms "
+                   "(the start {}: {:.1f} ms),",
+                   s.device, machine_, git_sha_,
+                   serving_ ? fmt::format("{} requests, {} in flight,", jobs_.size(), concurrency_)
+                            : std::string("one request"),
+                   a_.prompt_tokens, a_.gen_tokens, best.speed->total_ms,
+                   fs::path(start_path_).filename().string(), st.speed->total_ms),
+       fmt::format("{} {:.1f} tok/s, {} {:.1f} tok/s; against {}: top-1 {:.4f}, mean KL "
                    "{:.4g}, ppl change {:+.2f}%.",
-                   best.speed->decode_tps, best.speed->prefill_tps,
+                   serving_ ? "output" : "decode", best.speed->decode_tps,
+                   serving_ ? "total" : "prefill", best.speed->prefill_tps,
                    fs::path(ref_path_).filename().string(), best.precision->top1,
                    best.precision->mean_kl, 100.0 * best.precision->ppl_change),
        "The trials: report.md beside this file."});
@@ -499,9 +573,10 @@ int run_tune(const TuneArgs& a) {
   }
   auto start = load_recipe(start_path);
   if (!start.ok()) return report_error(start.status().message());
-  if (start->scenario != "llm-chat") {
+  if (start->scenario != "llm-chat" && start->scenario != "llm-serve") {
     return report_error(fmt::format(
-        "tune: {} is a {} recipe; rinfer tune searches llm-chat recipes (one request's time)",
+        "tune: {} is a {} recipe; rinfer tune searches llm-chat recipes (one request's time) and "
+        "llm-serve recipes (a load's throughput)",
         start_path, start->scenario));
   }
   if (ref_path.empty()) {
@@ -543,6 +618,12 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--precision-tokens", a->precision_tokens,
                   "Text tokens teacher-forced for the precision gate (256)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  cmd->add_option("--requests", a->requests,
+                  "llm-serve: requests of the timed load (32; each --prompt-tokens + --gen-tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--concurrency", a->concurrency,
+                  "llm-serve: requests kept in flight (default: the start's batching.max_seqs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->callback([&exit_code, a] { exit_code = run_tune(*a); });
 }
 

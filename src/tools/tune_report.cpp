@@ -114,9 +114,11 @@ std::string tune_markdown(const TuneSummary& s, const std::vector<TuneTrial>& tr
       s.target, s.device, s.machine, s.git_sha, s.date, s.start, s.reference, s.objective,
       trials.size(), s.elapsed_s, s.budget_min,
       s.budget_reached ? " (reached: the search stopped)" : "", s.duplicates);
-  md +=
-      "| # | over | change | verdict | total ms | decode tok/s | prefill tok/s | top-1 | mean KL "
-      "| ppl change | cached |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md += fmt::format(
+      "| # | over | change | verdict | {} | top-1 | mean KL | ppl change | cached "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+      s.serving ? "load ms | output tok/s | total tok/s"
+                : "total ms | decode tok/s | prefill tok/s");
   const auto f = [](double v, const char* spec) {
     return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : std::string("-");
   };
@@ -173,12 +175,12 @@ std::string tune_svg(const TuneSummary& s, const std::vector<TuneTrial>& trials)
       "<line x1=\"{2}\" y1=\"{5}\" x2=\"{6}\" y2=\"{5}\" stroke=\"black\"/>\n"
       "<line x1=\"{2}\" y1=\"{7}\" x2=\"{2}\" y2=\"{5}\" stroke=\"black\"/>\n"
       "<text x=\"{8}\" y=\"{9}\" text-anchor=\"middle\">mean KL to the reference (nats)</text>\n"
-      "<text x=\"15\" y=\"{10}\" transform=\"rotate(-90 15 {10})\" text-anchor=\"middle\">decode "
+      "<text x=\"15\" y=\"{10}\" transform=\"rotate(-90 15 {10})\" text-anchor=\"middle\">{15} "
       "tokens/s</text>\n<text x=\"{2}\" y=\"{11}\" text-anchor=\"middle\">0</text>\n"
       "<text x=\"{6}\" y=\"{11}\" text-anchor=\"end\">{12:.3g}</text>\n"
       "<text x=\"{13}\" y=\"{7}\" text-anchor=\"end\">{14:.0f}</text>\n",
       W, H, L, xml(s.target), xml(s.device), H - B, W - R, T, (L + W - R) / 2, H - 10,
-      (T + H - B) / 2, H - B + 16, max_kl, L - 6, max_tps);
+      (T + H - B) / 2, H - B + 16, max_kl, L - 6, max_tps, s.serving ? "output" : "decode");
   for (const TuneTrial& t : trials) {
     if (!t.speed || !t.precision || !std::isfinite(t.speed->decode_tps) ||
         !std::isfinite(t.precision->mean_kl)) {

@@ -59,6 +59,9 @@ class TuneCache {
 struct TuneSummary {
   std::string target, start, reference, device, machine, git_sha, date;
   std::string objective;  // what was minimized, in words
+  // llm-serve: a load's wall time; TuneSpeed's decode_tps and prefill_tps are then the load's
+  // output and total (input + output) tokens/s.
+  bool serving = false;
   double budget_min = 0, elapsed_s = 0;
   bool budget_reached = false;
   int best = -1;  // trial id

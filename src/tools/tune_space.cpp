@@ -83,11 +83,14 @@ std::vector<std::string> domain_values(const std::string& type, int64_t int_cap,
   return {};
 }
 
-std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario, int64_t cores) {
+std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario, int64_t cores,
+                                 int64_t seats_cap) {
   const std::string kind = device.is_cuda() ? "cuda" : "cpu";
   std::vector<TuneKnob> out;
   for (const StrategyInfo& info : strategy_registry()) {
-    if (info.name == "batching" || info.name == "dynamic_batching") continue;  // serving
+    if (info.name == "dynamic_batching") continue;  // the encoders'
+    const bool batching = info.name == "batching";
+    if (batching && scenario != "llm-serve") continue;         // one request: nothing to batch
     if (device.is_cuda() && info.name == "threads") continue;  // host-side work only there
     for (const StrategyKey& k : info.keys) {
       const std::string key(k.name);
@@ -97,9 +100,14 @@ std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenar
         continue;
       }
       if (key.rfind("cuda.", 0) == 0 && !device.is_cuda()) continue;  // the CUDA kernels' switches
+      // The serving knobs worth a trial: the queue's order and the swap space are not speed.
+      if (batching && (key == "priority" || key == "swap_blocks")) continue;
       const bool threads = info.name == "threads";
-      std::vector<std::string> vals =
-          domain_values(std::string(k.type), threads ? cores : 0, threads ? 8 : 6);
+      const int64_t cap = threads                       ? cores
+                          : key == "max_seqs"           ? seats_cap
+                          : key == "max_batched_tokens" ? 16384
+                                                        : 0;
+      std::vector<std::string> vals = domain_values(std::string(k.type), cap, threads ? 8 : 6);
       if (vals.size() < 2) continue;
       out.push_back({fmt::format("{}.{}", info.name, key), std::move(vals)});
     }

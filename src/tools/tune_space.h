@@ -26,10 +26,13 @@ struct TuneKnob {
 std::vector<std::string> domain_values(const std::string& type, int64_t int_cap = 0,
                                        size_t max_int_points = 6);
 
-// Every knob for `device` and `scenario` ("llm-chat"): the strategies acting on the device
-// (StrategyInfo::devices), without the serving ones (batching, dynamic_batching) and the image
-// classifiers' keys; CUDA kernel switches only on CUDA; thread counts up to `cores` on the CPU.
-std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario, int64_t cores);
+// Every knob for `device` and `scenario` ("llm-chat", "llm-serve"): the strategies acting on the
+// device (StrategyInfo::devices), without the image classifiers' keys and dynamic_batching;
+// batching only for llm-serve (its policy, seats up to `seats_cap`, token budget up to 16384,
+// chunked prefill and preemption); CUDA kernel switches only on CUDA; thread counts up to
+// `cores` on the CPU.
+std::vector<TuneKnob> tune_space(const Device& device, const std::string& scenario, int64_t cores,
+                                 int64_t seats_cap = 0);
 
 // knob path -> value.
 using TuneSettings = std::map<std::string, std::string>;

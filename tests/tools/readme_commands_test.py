@@ -117,6 +117,10 @@ def main():
         ("tune $R --budget 15",
          "tune $R --budget 0.2 --prompt-tokens 16 --gen-tokens 8 --repeat 1 --precision-tokens 32 "
          "--cache " + shlex.quote(os.path.join(work, "tune-cache.json"))),
+        ("tune recipes/llm-serve/smollm2-135m --budget 5 --requests 16 --repeat 1",
+         "tune recipes/llm-serve/smollm2-135m --budget 0.2 --requests 4 --prompt-tokens 16 "
+         "--gen-tokens 8 --repeat 1 --precision-tokens 32 --cache " +
+         shlex.quote(os.path.join(work, "tune-serve-cache.json"))),
         ("--port 8080", "--port " + port),
         ("localhost:8080", "127.0.0.1:" + port),
         ("127.0.0.1:8080", "127.0.0.1:" + port),

@@ -134,6 +134,49 @@ TEST_F(TuneCli, FindsAFasterRecipeInsideTheGateRejectsThePlantedOneAndCaches) {
   EXPECT_EQ(again["trials"][static_cast<size_t>(best)]["settings"], b["settings"]);
 }
 
+// A serving folder: the start runs one request at a time (batching.max_seqs 1) under a load of
+// 8 requests, 4 in flight; the search, timing the load's wall time, raises the seats and keeps it.
+TEST_F(TuneCli, ServingRecipesAreTimedUnderALoadAndTheSeatsAreSearched) {
+  const std::string serve = dir_ + "/serve";
+  std::filesystem::create_directories(serve);
+  std::filesystem::copy_file(folder_ + "/model.gguf", serve + "/model.gguf");
+  const std::string common =
+      "model: ./model.gguf\ndevice: cpu\nscenario: llm-serve\ncontext_length: 128\n";
+  test::write_file(serve + "/baseline.yaml",
+                   common + "strategies:\n  kernels: {impl: reference}\n  threads: {count: 1}\n");
+  test::write_file(serve + "/optimized.yaml",
+                   common +
+                       "strategies:\n  threads: {count: 1}\n  quantization: {activations: "
+                       "float}\n  batching: {max_seqs: 1}\nprecision: {max_mean_kl: 0.00001}\n");
+  auto r = rinfer("tune '" + serve +
+                  "' --budget 2 --prompt-tokens 16 --gen-tokens 16 --requests 8 --concurrency 4 "
+                  "--repeat 1 --precision-tokens 40 --cache '" +
+                  dir_ + "/serve-cache.json' --out-dir '" + dir_ + "/serve-out'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("the wall time of a load: 8 requests of 16 prompt tokens and 16 "
+                       "generated, 4 in flight"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| load ms | output tok/s | total tok/s |"), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(slurp(dir_ + "/serve-out/report.json"), nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  bool seats_tried = false;
+  for (const auto& t : j["trials"]) {
+    if (t["settings"].contains("batching.max_seqs")) seats_tried = true;
+    EXPECT_EQ(t["settings"].contains("batching.priority"), false) << t.dump();
+  }
+  EXPECT_TRUE(seats_tried) << j.dump(1);
+  const int best = j["best"];
+  ASSERT_GT(best, 0) << "the start (one seat for four in flight) is not the fastest";
+  const auto& b = j["trials"][static_cast<size_t>(best)];
+  EXPECT_TRUE(b["precision"]["passed"].get<bool>()) << b.dump();
+  EXPECT_LT(b["speed"]["total_ms"].get<double>(),
+            j["trials"][0]["speed"]["total_ms"].get<double>());
+  auto tuned = load_recipe(dir_ + "/serve-out/tuned.yaml");
+  ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
+  EXPECT_GT(tuned->strategies.batching.max_seqs, 1);
+}
+
 TEST_F(TuneCli, ErrorsNameWhatIsWrong) {
   auto r = rinfer("tune '" + dir_ + "/nowhere'");
   EXPECT_NE(r.exit_code, 0);

@@ -60,6 +60,21 @@ TEST(TuneSpace, EachDeviceGetsItsKnobs) {
     EXPECT_NE(knob(gpu, p), nullptr) << p;
   }
   EXPECT_EQ(knob(gpu, "threads.count"), nullptr);
+
+  // A serving recipe adds the batching limits: seats up to the cap, a bounded token budget; not
+  // the queue's order or the swap space.
+  const auto serve = tune_space(Device::cpu(), "llm-serve", 4, 32);
+  for (const char* p : {"batching.policy", "batching.max_seqs", "batching.max_batched_tokens",
+                        "batching.chunked_prefill", "batching.preemption", "kv_cache.block_size"}) {
+    EXPECT_NE(knob(serve, p), nullptr) << p;
+  }
+  for (const std::string& v : knob(serve, "batching.max_seqs")->values) EXPECT_LE(std::stoi(v), 32);
+  for (const std::string& v : knob(serve, "batching.max_batched_tokens")->values) {
+    EXPECT_LE(std::stoi(v), 16384);
+  }
+  EXPECT_EQ(knob(serve, "batching.priority"), nullptr);
+  EXPECT_EQ(knob(serve, "batching.swap_blocks"), nullptr);
+  EXPECT_EQ(knob(serve, "dynamic_batching.policy"), nullptr);
 }
 
 TEST(TuneSpace, TrialRecipesNestTheirKnobsOverTheBase) {
