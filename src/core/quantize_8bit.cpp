@@ -11,14 +11,16 @@ namespace {
 constexpr float kF8Max = 448.0f;
 constexpr float kInt8Max = 127.0f;
 
-float row_absmax(const float* x, int64_t cols) {
+// The row's scale for a format whose largest code is `top`: max|x| / top, 1 for an all-zero
+// row, NaN when the row holds a non-finite value.
+float row_scale(const float* x, int64_t cols, float top) {
   float m = 0.0f;
   for (int64_t i = 0; i < cols; ++i) {
     const float a = std::fabs(x[i]);
-    if (std::isnan(a)) return a;
+    if (!std::isfinite(a)) return NAN;
     m = std::max(m, a);
   }
-  return m;
+  return m > 0.0f ? m / top : 1.0f;
 }
 
 }  // namespace
@@ -47,9 +49,7 @@ uint8_t f32_to_f8e4m3(float f) {
 void quantize_rows_f8e4m3(const float* x, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
-    const float m = row_absmax(xr, cols);
-    const float s = m > 0.0f ? m / kF8Max : (m == 0.0f ? 1.0f : m);
-    scale[r] = std::isfinite(s) ? s : NAN;
+    const float s = scale[r] = row_scale(xr, cols, kF8Max);
     const float inv = 1.0f / s;
     for (int64_t i = 0; i < cols; ++i) q[r * cols + i] = f32_to_f8e4m3(xr[i] * inv);
   }
@@ -58,9 +58,7 @@ void quantize_rows_f8e4m3(const float* x, int64_t rows, int64_t cols, uint8_t* q
 void quantize_rows_int8(const float* x, int64_t rows, int64_t cols, int8_t* q, float* scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
-    const float m = row_absmax(xr, cols);
-    const float s = m > 0.0f ? m / kInt8Max : (m == 0.0f ? 1.0f : m);
-    scale[r] = std::isfinite(s) ? s : NAN;
+    const float s = scale[r] = row_scale(xr, cols, kInt8Max);
     const float inv = 1.0f / s;
     for (int64_t i = 0; i < cols; ++i) {
       const float v = std::nearbyint(xr[i] * inv);

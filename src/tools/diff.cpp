@@ -93,17 +93,24 @@ Result<std::vector<int32_t>> read_token_file(const std::string& path) {
   return ids;
 }
 
+// What a run of `recipe` over `model` says of itself (its sizes set by the caller).
+RunInfo run_info(const RecipeConfig& recipe, const std::string& model) {
+  RunInfo info;
+  info.recipe = recipe.path;
+  info.model = model;
+  info.device = recipe.device.to_string();
+  info.summary = recipe.strategies_summary();
+  info.scenario = recipe.scenario;
+  return info;
+}
+
 // The same as run_one for an embedding recipe: the encoder's one pass over the input (the
 // prompt through this model's tokenizer, or --tokens wrapped in [CLS] ... [SEP]), with taps;
 // `tokens` the ids it ran (with a prompt, B must tokenize it the same way). No logits.
 Result<RunInfo> run_encoder(const RecipeConfig& recipe, const DiffArgs& a, const char* which,
                             std::vector<int32_t>& tokens, TapSink& taps) {
   RINFER_ASSIGN_OR_RETURN(auto embedder, Embedder::create(recipe));
-  RunInfo info;
-  info.recipe = recipe.path;
-  info.model = embedder->model_path();
-  info.device = recipe.device.to_string();
-  info.summary = recipe.strategies_summary();
+  RunInfo info = run_info(recipe, embedder->model_path());
   const EncoderHParams& hp = embedder->model().hparams();
   info.n_layer = hp.n_layer;
   info.n_embd = hp.n_embd;
@@ -157,11 +164,7 @@ Image builtin_image() {
 Result<RunInfo> run_classifier(const RecipeConfig& recipe, const DiffArgs& a, const char* which,
                                TapSink& taps, std::vector<float>& logits) {
   RINFER_ASSIGN_OR_RETURN(auto classifier, Classifier::create(recipe));
-  RunInfo info;
-  info.recipe = recipe.path;
-  info.model = classifier->model_path();
-  info.device = recipe.device.to_string();
-  info.summary = recipe.strategies_summary();
+  RunInfo info = run_info(recipe, classifier->model_path());
   info.n_embd = classifier->input_size();
   info.n_vocab = classifier->n_classes();
   info.rows = 1;
@@ -199,20 +202,14 @@ Result<RunInfo> run_one(const std::string& recipe_path, const DiffArgs& a, const
         "{} is an image-classification recipe: give --image, not -p or --tokens", recipe_path);
   }
   if (recipe.scenario == "embedding" || classifier) {
-    auto info = classifier ? run_classifier(recipe, a, which, taps, logits)
-                           : run_encoder(recipe, a, which, tokens, taps);
-    if (info.ok()) info->scenario = recipe.scenario;
-    return info;
+    return classifier ? run_classifier(recipe, a, which, taps, logits)
+                      : run_encoder(recipe, a, which, tokens, taps);
   }
   LlmEngineOptions eo;
   eo.model_only = true;
   RINFER_ASSIGN_OR_RETURN(auto engine, LlmEngine::create(recipe, eo));
   LlmEngine& e = *engine;
-  RunInfo info;
-  info.recipe = recipe_path;
-  info.model = e.model_path();
-  info.device = recipe.device.to_string();
-  info.summary = recipe.strategies_summary();
+  RunInfo info = run_info(recipe, e.model_path());
   const DecoderHParams& hp = e.decoder().hparams();
   info.n_layer = hp.n_layer;
   info.n_embd = hp.n_embd;
@@ -247,7 +244,6 @@ Result<RunInfo> run_one(const std::string& recipe_path, const DiffArgs& a, const
       },
       &taps));
   info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  info.scenario = recipe.scenario;
   info.rows = static_cast<int64_t>(tokens.size());
   return info;
 }
