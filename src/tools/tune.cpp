@@ -152,7 +152,9 @@ class Tuner {
   int64_t n_vocab_ = 0;
   std::vector<TuneTrial> trials_;
   std::map<std::string, int> seen_;        // fingerprint -> trial id
-  std::vector<std::string> fingerprints_;  // by trial id (trials that ran)
+  // Trial id -> its fingerprint, for the trials that ran (an invalid recipe has none, so the ids
+  // are not dense).
+  std::map<int, std::string> fingerprints_;
   int best_ = -1;
   int duplicates_ = 0;
   bool budget_reached_ = false;
@@ -305,7 +307,7 @@ Result<bool> Tuner::try_trial(TuneTrial& t) {
     return false;
   }
   seen_[fp] = t.id;
-  fingerprints_.push_back(fp);
+  fingerprints_[t.id] = fp;
   TuneTrial* best = best_ >= 0 ? &trials_[static_cast<size_t>(best_)] : nullptr;
   // The trial in its context (the best it is set against): a second run replays each decision.
   t.key = fnv1a_hex(
@@ -313,7 +315,7 @@ Result<bool> Tuner::try_trial(TuneTrial& t) {
                   a_.prompt_tokens, a_.gen_tokens, a_.repeat, a_.precision_tokens,
                   serving_ ? fmt::format(" load {} x {}", jobs_.size(), concurrency_) : "",
                   ref_path_, gate_of_recipe(r->precision).to_string(),
-                  best != nullptr ? fingerprints_[static_cast<size_t>(best->id)] : "none"));
+                  best != nullptr ? fingerprints_.at(best->id) : "none"));
   if (cache_.find(t.key, t)) {
     t.cached = true;
     return t.accepted;
@@ -387,7 +389,7 @@ int Tuner::run() {
   bench::device_json(start_.device, &machine_);
   git_sha_ = bench::git_sha(".");
   if (Status st = prepare_tokens(); !st.ok()) return report_error(st.message());
-  const fs::path dir = fs::path(start_path_).parent_path();
+  const fs::path dir = fs::absolute(start_path_).parent_path();
   const std::string kind = start_.device.is_cuda() ? "cuda" : "cpu";
 
   auto progress = [&](const TuneTrial& t) {
@@ -511,7 +513,7 @@ int Tuner::finish() {
 
   const fs::path out =
       a_.out_dir.empty()
-          ? fs::path("tune-" + fs::path(start_path_).parent_path().filename().string())
+          ? fs::path("tune-" + fs::absolute(start_path_).parent_path().filename().string())
           : fs::path(a_.out_dir);
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -580,7 +582,7 @@ int run_tune(const TuneArgs& a) {
         start_path, start->scenario));
   }
   if (ref_path.empty()) {
-    const fs::path dir = fs::path(start_path).parent_path();
+    const fs::path dir = fs::absolute(start_path).parent_path();
     const std::string k = start->device.is_cuda() ? "cuda" : "cpu";
     auto r = folder_recipe(dir, k, {"baseline.yaml", k + "-baseline.yaml"}, "baseline (--vs)");
     if (!r.ok()) return report_error(r.status().message());

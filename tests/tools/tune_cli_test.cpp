@@ -148,6 +148,11 @@ TEST_F(TuneCli, ServingRecipesAreTimedUnderALoadAndTheSeatsAreSearched) {
                    common +
                        "strategies:\n  threads: {count: 1}\n  quantization: {activations: "
                        "float}\n  batching: {max_seqs: 1}\nprecision: {max_mean_kl: 0.00001}\n");
+  // A hand-written variant that does not load: listed as invalid, and the trials after it (whose
+  // ids it leaves a gap in) are keyed by the right fingerprints.
+  test::write_file(serve + "/invalid.yaml",
+                   "base: optimized.yaml\nstrategies:\n  batching: {max_seqs: 4, "
+                   "max_batched_tokens: 1}\n");
   auto r = rinfer("tune '" + serve +
                   "' --budget 2 --prompt-tokens 16 --gen-tokens 16 --requests 8 --concurrency 4 "
                   "--repeat 1 --precision-tokens 40 --cache '" +
@@ -160,12 +165,17 @@ TEST_F(TuneCli, ServingRecipesAreTimedUnderALoadAndTheSeatsAreSearched) {
   EXPECT_NE(r.out.find("| load ms | output tok/s | total tok/s |"), std::string::npos) << r.out;
   auto j = nlohmann::json::parse(slurp(dir_ + "/serve-out/report.json"), nullptr, false);
   ASSERT_TRUE(j.is_object());
-  bool seats_tried = false;
+  bool seats_tried = false, invalid_listed = false;
   for (const auto& t : j["trials"]) {
+    if (t["verdict"].get<std::string>().rfind("invalid: ", 0) == 0 &&
+        t["base"].get<std::string>().ends_with("/invalid.yaml")) {
+      invalid_listed = true;
+    }
     if (t["settings"].contains("batching.max_seqs")) seats_tried = true;
     EXPECT_EQ(t["settings"].contains("batching.priority"), false) << t.dump();
   }
   EXPECT_TRUE(seats_tried) << j.dump(1);
+  EXPECT_TRUE(invalid_listed) << j.dump(1);
   const int best = j["best"];
   ASSERT_GT(best, 0) << "the start (one seat for four in flight) is not the fastest";
   const auto& b = j["trials"][static_cast<size_t>(best)];
