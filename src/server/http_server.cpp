@@ -29,10 +29,11 @@ std::string_view HttpRequest::header(std::string_view name) const {
 
 // libmicrohttpd's callbacks, with access to the exchange's state.
 struct HttpExchange::Internal {
-  static void attach(HttpExchange& ex, MHD_Connection* c, int fd) {
+  static void attach(HttpExchange& ex, MHD_Connection* c, int fd, const std::string& cors) {
     std::lock_guard<std::mutex> lock(ex.mu_);
     ex.conn_ = c;
     ex.fd_ = fd;
+    ex.cors_ = cors;
   }
   // After the handler returned: the response when there is one, else the connection waits.
   static MHD_Result after_handler(HttpExchange& ex, MHD_Connection* c);
@@ -54,29 +55,39 @@ void wake_locked(bool& suspended, MHD_Connection* conn) {
   }
 }
 
+// The CORS headers of a response when the server allows an origin (HttpLimits::cors_origin).
+void add_cors(MHD_Response* r, const std::string& cors) {
+  if (cors.empty()) return;
+  MHD_add_response_header(r, "Access-Control-Allow-Origin", cors.c_str());
+  if (cors != "*") MHD_add_response_header(r, "Vary", "Origin");
+}
+
 MHD_Result queue_plain(MHD_Connection* c, int status, std::string_view type, std::string_view body,
-                       const std::vector<std::pair<std::string, std::string>>& headers = {}) {
+                       const std::vector<std::pair<std::string, std::string>>& headers,
+                       const std::string& cors) {
   MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
                                                     MHD_RESPMEM_MUST_COPY);
   if (r == nullptr) return MHD_NO;
   MHD_add_response_header(r, "Content-Type", std::string(type).c_str());
   for (const auto& [k, v] : headers) MHD_add_response_header(r, k.c_str(), v.c_str());
+  add_cors(r, cors);
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(status), r);
   MHD_destroy_response(r);
   return ok;
 }
 
 // An error answered before the handler sees the request, in OpenAI's error shape.
-MHD_Result queue_error(MHD_Connection* c, int status, std::string_view message) {
+MHD_Result queue_error(MHD_Connection* c, int status, std::string_view message,
+                       const std::string& cors) {
   std::string escaped;
   for (char ch : message) {
     if (ch == '"' || ch == '\\') escaped += '\\';
     escaped += ch;
   }
   const std::string body = fmt::format(
-      R"({{"error":{{"message":"{}","type":"invalid_request_error","param":null,"code":{}}}}})",
-      escaped, status);
-  return queue_plain(c, status, "application/json", body);
+      R"({{"error":{{"message":"{}","type":"invalid_request_error","param":null,"code":null}}}})",
+      escaped);
+  return queue_plain(c, status, "application/json", body, {}, cors);
 }
 
 ssize_t stream_reader(void* cls, uint64_t /*pos*/, char* buf, size_t max) {
@@ -96,12 +107,13 @@ MHD_Result HttpExchange::Internal::after_handler(HttpExchange& ex, MHD_Connectio
   if (ex.queued_) return MHD_YES;
   ex.queued_ = true;
   const HttpResponse& r = ex.response_;
-  if (!r.stream) return queue_plain(c, r.status, r.content_type, r.body, r.headers);
+  if (!r.stream) return queue_plain(c, r.status, r.content_type, r.body, r.headers, ex.cors_);
   MHD_Response* resp =
       MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, &ex, nullptr);
   if (resp == nullptr) return MHD_NO;
   MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
   for (const auto& [k, v] : r.headers) MHD_add_response_header(resp, k.c_str(), v.c_str());
+  add_cors(resp, ex.cors_);
   const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
   MHD_destroy_response(resp);
   return ok;
@@ -283,7 +295,8 @@ MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char
       p->early_status = 431;
       return queue_error(c, 431,
                          fmt::format("the request has {} header fields; at most {} are accepted",
-                                     p->req.headers.size(), lim.max_header_count));
+                                     p->req.headers.size(), lim.max_header_count),
+                         lim.cors_origin);
     }
     const std::string_view length = p->req.header("content-length");
     if (!length.empty()) {
@@ -293,7 +306,8 @@ MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char
         p->early_status = 413;
         return queue_error(
             c, 413,
-            fmt::format("the body has {} bytes; at most {} are accepted", n, lim.max_body_bytes));
+            fmt::format("the body has {} bytes; at most {} are accepted", n, lim.max_body_bytes),
+            lim.cors_origin);
       }
     }
     p->req.remote = remote_of(c);
@@ -313,10 +327,11 @@ MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char
   if (p->too_large) {
     p->early_status = 413;
     return queue_error(c, 413,
-                       fmt::format("the body is over the limit of {} bytes", lim.max_body_bytes));
+                       fmt::format("the body is over the limit of {} bytes", lim.max_body_bytes),
+                       lim.cors_origin);
   }
   p->ex = std::make_shared<HttpExchange>(std::move(p->req));
-  HttpExchange::Internal::attach(*p->ex, c, fd_of(c));
+  HttpExchange::Internal::attach(*p->ex, c, fd_of(c), lim.cors_origin);
   try {
     server->handler_(p->ex);
   } catch (const std::exception& e) {
@@ -324,7 +339,8 @@ MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char
                   p->ex->request().path, e.what());
     HttpResponse r;
     r.status = 500;
-    r.body = R"({"error":{"message":"internal error","type":"server_error","code":500}})";
+    r.body =
+        R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})";
     p->ex->respond(std::move(r));
   }
   return HttpExchange::Internal::after_handler(*p->ex, c);

@@ -37,6 +37,9 @@ struct HttpLimits {
   unsigned io_timeout_s = 30;  // a client silent this long is disconnected
   unsigned max_connections = 4096;
   unsigned threads = 2;  // event loops serving the connections
+  // Non-empty: every response lets this origin read it (Access-Control-Allow-Origin; "*" for
+  // any), for a browser front-end served from elsewhere. Empty: no CORS header.
+  std::string cors_origin;
 };
 
 struct HttpRequest {
@@ -89,6 +92,7 @@ class HttpExchange {
  private:
   friend struct Internal;
   HttpRequest req_;
+  std::string cors_;  // HttpLimits::cors_origin
   std::mutex mu_;
   MHD_Connection* conn_ = nullptr;  // null once the connection is done with the request
   int fd_ = -1;

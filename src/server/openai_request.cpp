@@ -16,7 +16,7 @@ std::string ApiError::to_json() const {
       {"message", message},
       {"type", type},
       {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
-      {"code", status}};
+      {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)}};
   return nlohmann::ordered_json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -17,10 +18,21 @@ namespace rinfer::server {
 
 // An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
+  ApiError() = default;
+  ApiError(int status_, std::string message_, std::string param_ = {},
+           std::string type_ = "invalid_request_error", std::string code_ = {})
+      : status(status_),
+        message(std::move(message_)),
+        param(std::move(param_)),
+        type(std::move(type_)),
+        code(std::move(code_)) {}
   int status = 400;
   std::string message;
   std::string param;  // the field, or empty
   std::string type = "invalid_request_error";
+  // OpenAI's machine-readable code ("invalid_api_key", "model_not_found", "rate_limit_exceeded",
+  // "context_length_exceeded"), or empty: null. The status goes in the HTTP status line.
+  std::string code;
   std::string to_json() const;
 };
 

@@ -137,7 +137,7 @@ void ServedEmbedder::serve(const EmbeddingRequest& req, const std::shared_ptr<Ht
                                    fmt::format("the server is busy: {} embedding requests are "
                                                "waiting; retry later",
                                                queue_.size()),
-                                   "", "rate_limit_exceeded"}
+                                   "", "rate_limit_exceeded", "rate_limit_exceeded"}
                               .to_json());
     }
     queue_.push_back(std::move(job));

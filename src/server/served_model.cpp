@@ -174,12 +174,16 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
                         fmt::format("the server is busy: {} requests are in flight (at most {}: "
                                     "{} seats and a queue of {}); retry later",
                                     active_.size(), limit, seats(), limits_.max_queue),
-                        "", "rate_limit_exceeded"});
+                        "", "rate_limit_exceeded", "rate_limit_exceeded"});
     }
     auto id = core_->submit(std::move(p));
     if (!id.ok()) {
-      return respond_error(*ex, ApiError{400, id.status().message(),
-                                         req.endpoint == Endpoint::kChat ? "messages" : "prompt"});
+      // A prompt the context cannot hold is kOutOfRange: OpenAI's context_length_exceeded.
+      return respond_error(
+          *ex,
+          ApiError{400, id.status().message(),
+                   req.endpoint == Endpoint::kChat ? "messages" : "prompt", "invalid_request_error",
+                   id.status().code() == StatusCode::kOutOfRange ? "context_length_exceeded" : ""});
     }
     c->id.store(*id);
     active_.push_back(c);

@@ -202,7 +202,7 @@ void Server::reply_error(HttpExchange& ex, const ApiError& e) {
   reply(ex, HttpResponse{e.status, "application/json", e.to_json(), {}, false});
 }
 
-std::string Server::models_json() {
+std::string Server::models_json(const std::string* only) {
   nlohmann::ordered_json data = nlohmann::ordered_json::array();
   std::lock_guard<std::mutex> lock(mu_);
   for (const RecipeConfig& r : recipes_) {
@@ -239,8 +239,15 @@ std::string Server::models_json() {
     data.push_back(entry(name));
     for (const std::string& a : r.serve.aliases) data.push_back(entry(a));
   }
-  return nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}}.dump(
-      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  constexpr auto kReplace = nlohmann::ordered_json::error_handler_t::replace;
+  if (only != nullptr) {
+    for (const auto& m : data) {
+      if (m["id"] == *only) return m.dump(-1, ' ', false, kReplace);
+    }
+    return "";
+  }
+  return nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}}.dump(-1, ' ', false,
+                                                                                    kReplace);
 }
 
 void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
@@ -253,6 +260,20 @@ void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
                               "", "invalid_request_error"});
   };
 
+  // A browser's preflight, before the key check (it carries no credentials): what the allowed
+  // origin may send (HttpLimits::cors_origin; the origin header comes with every response).
+  if (req.method == "OPTIONS" && !opts_.http.cors_origin.empty()) {
+    const std::string_view asked = req.header("access-control-request-headers");
+    return reply(*ex,
+                 HttpResponse{204,
+                              "text/plain",
+                              "",
+                              {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                               {"Access-Control-Allow-Headers",
+                                asked.empty() ? "Authorization, Content-Type" : std::string(asked)},
+                               {"Access-Control-Max-Age", "600"}},
+                              false});
+  }
   if (path.starts_with("/v1/") && !opts_.api_key.empty()) {
     const std::string_view auth = req.header("authorization");
     constexpr std::string_view kBearer = "Bearer ";
@@ -260,7 +281,7 @@ void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
       return reply_error(*ex, ApiError{401,
                                        auth.empty() ? "no API key: send 'Authorization: Bearer KEY'"
                                                     : "the API key is not the server's",
-                                       "", "invalid_api_key"});
+                                       "", "invalid_request_error", "invalid_api_key"});
     }
   }
   if (path == "/health") {
@@ -279,6 +300,15 @@ void Server::handle(const std::shared_ptr<HttpExchange>& ex) {
   if (path == "/v1/models") {
     if (!get) return wrong_method("GET");
     return reply(*ex, HttpResponse{200, "application/json", models_json(), {}, false});
+  }
+  if (path.starts_with("/v1/models/")) {  // client.models.retrieve(id)
+    if (!get) return wrong_method("GET");
+    const std::string id = path.substr(std::string_view("/v1/models/").size());
+    if (std::string entry = models_json(&id); !entry.empty()) {
+      return reply(*ex, HttpResponse{200, "application/json", std::move(entry), {}, false});
+    }
+    return reply_error(*ex, ApiError{404, fmt::format("the model '{}' does not exist here", id),
+                                     "model", "invalid_request_error", "model_not_found"});
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (!post) return wrong_method("POST");
@@ -370,7 +400,7 @@ void Server::reply_unknown_model(HttpExchange& ex, const std::string& model) {
   }
   reply_error(ex,
               ApiError{404, fmt::format("model '{}' is not served here (served: {})", model, known),
-                       "model", "model_not_found"});
+                       "model", "invalid_request_error", "model_not_found"});
 }
 
 void Server::handle_embeddings(const std::shared_ptr<HttpExchange>& ex) {

@@ -64,7 +64,9 @@ class Server {
   std::string sole_model(HttpExchange& ex, bool embedding);
   void reply(HttpExchange& ex, HttpResponse r);
   void reply_error(HttpExchange& ex, const ApiError& e);
-  std::string models_json();
+  // /v1/models: every served name and alias; with `only`, that one entry (GET /v1/models/{id}),
+  // or "" when nothing is served by that id.
+  std::string models_json(const std::string* only = nullptr);
   ServedModel* find_model(std::string_view name);
   ServedEmbedder* find_embedder(std::string_view name);
 

@@ -101,6 +101,17 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/ routes (default: none)");
+  cmd->add_option("--cors-origin", o.http.cors_origin,
+                  "Let a browser page of this origin call the API (CORS: e.g. "
+                  "https://app.example.com, or *; default: none)")
+      ->check([](const std::string& v) {
+        if (v == "*" || v.starts_with("http://") || v.starts_with("https://")) {
+          return v.find_first_of(" \r\n,") == std::string::npos
+                     ? std::string()
+                     : std::string("one origin, without spaces or commas");
+        }
+        return std::string("an origin (http://host[:port] or https://...) or *");
+      });
   cmd->add_option("--max-queue", o.serve.max_queue,
                   "Requests waiting beyond the engine's seats before 429 (default 1024)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));

@@ -3,9 +3,11 @@ path as a real model (LlmEngine, the engine core) with no tokenizer: a prompt of
 each generated id as "<id>" out, through curl and the official openai client; a text prompt or
 a chat is a 400 that says why. Needs no reference model."""
 
+import http.client
 import json
 import os
 import re
+import subprocess
 import tempfile
 import unittest
 
@@ -66,6 +68,126 @@ class ServeRandomTest(unittest.TestCase):
             msg = json.loads(out)["error"]["message"]
             self.assertIn("no tokenizer", msg)
             self.assertIn("token ids", msg)
+
+
+class ServeSurfaceTest(unittest.TestCase):
+    """What OpenAI clients and browser front-ends expect beyond generation: GET /v1/models/{id}
+    (client.models.retrieve), OpenAI's string error codes (or null) with the status in the HTTP
+    line, and opt-in CORS (--cors-origin): the preflight answered before the key check, the origin
+    header on every reply, errors and streams included."""
+
+    ORIGIN = "https://app.example.com"
+    KEY = "surface-key"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.recipe = os.path.join(cls.dir.name, "random.yaml")
+        with open(cls.recipe, "w") as f:
+            f.write(RECIPE)
+        cls.srv = Server(cls.recipe, "--threads", "2", "--api-key", cls.KEY, "--cors-origin",
+                         cls.ORIGIN).__enter__()
+        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key=cls.KEY, max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+        cls.dir.cleanup()
+
+    def call(self, method, path, body=None, headers=None, key=True):
+        """(status, headers with lower-case names, body text)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=120)
+        h = {"Origin": self.ORIGIN, **(headers or {})}
+        if key:
+            h["Authorization"] = "Bearer " + self.KEY
+        if body is not None:
+            body = json.dumps(body)
+            h["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=body, headers=h)
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+        finally:
+            conn.close()
+
+    def test_models_retrieve(self):
+        m = self.client.models.retrieve("random:tiny:f32")
+        self.assertEqual(m.id, "random:tiny:f32")
+        self.assertEqual(m.object, "model")
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.models.retrieve("gpt-9")
+        self.assertEqual(e.exception.code, "model_not_found")
+        status, _, body = self.call("POST", "/v1/models/random:tiny:f32", {})
+        self.assertEqual(status, 405, body)
+
+    def test_error_codes_are_openais_strings_or_null(self):
+        cases = [
+            # (method, path, body, key, status, code)
+            ("POST", "/v1/completions", {"model": "random:tiny:f32", "prompt": [1]}, False, 401,
+             "invalid_api_key"),
+            ("POST", "/v1/completions", {"model": "gpt-9", "prompt": [1]}, True, 404,
+             "model_not_found"),
+            ("POST", "/v1/completions", {"model": "random:tiny:f32", "prompt": [3] * 300}, True,
+             400, "context_length_exceeded"),
+            ("POST", "/v1/completions", {"model": "random:tiny:f32", "prompt": [1],
+                                         "temperature": "hot"}, True, 400, None),
+            ("GET", "/v1/nowhere", None, True, 404, None),
+            ("GET", "/v1/completions", None, True, 405, None),
+        ]
+        for method, path, body, key, status, code in cases:
+            got, headers, text = self.call(method, path, body, key=key)
+            self.assertEqual(got, status, f"{path} {text}")
+            e = json.loads(text)["error"]
+            self.assertEqual(e["code"], code, text)
+            self.assertIsInstance(e["type"], str)
+            # Errors carry the origin header too, so that the page can read them.
+            self.assertEqual(headers.get("access-control-allow-origin"), self.ORIGIN, path)
+        # The pre-handler limits (a body over the limit) answer in the same shape.
+        got, headers, text = self.call("POST", "/v1/completions", None,
+                                       headers={"Content-Length": str(1 << 30)})
+        self.assertEqual(got, 413, text)
+        self.assertIsNone(json.loads(text)["error"]["code"])
+        self.assertEqual(headers.get("access-control-allow-origin"), self.ORIGIN)
+
+    def test_cors_preflight_and_replies(self):
+        status, headers, body = self.call(
+            "OPTIONS", "/v1/chat/completions", key=False,
+            headers={"Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": "authorization, content-type"})
+        self.assertEqual(status, 204, body)
+        self.assertEqual(headers.get("access-control-allow-origin"), self.ORIGIN)
+        self.assertIn("POST", headers.get("access-control-allow-methods", ""))
+        self.assertEqual(headers.get("access-control-allow-headers"), "authorization, content-type")
+        self.assertEqual(headers.get("vary"), "Origin")
+        req = {"model": "random:tiny:f32", "prompt": [5, 6, 7], "max_tokens": 3}
+        for stream in (False, True):
+            status, headers, body = self.call("POST", "/v1/completions", dict(req, stream=stream))
+            self.assertEqual(status, 200, body)
+            self.assertEqual(headers.get("access-control-allow-origin"), self.ORIGIN, stream)
+        status, headers, _ = self.call("GET", "/v1/models")
+        self.assertEqual((status, headers.get("access-control-allow-origin")), (200, self.ORIGIN))
+
+
+class ServeWithoutCorsTest(unittest.TestCase):
+    def test_no_cors_headers_unless_asked(self):
+        with tempfile.TemporaryDirectory() as d:
+            recipe = os.path.join(d, "random.yaml")
+            with open(recipe, "w") as f:
+                f.write(RECIPE)
+            with Server(recipe, "--threads", "1") as srv:
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+                conn.request("OPTIONS", "/v1/models", headers={"Origin": "https://x.example"})
+                r = conn.getresponse()
+                r.read()
+                self.assertEqual(r.status, 405)  # no preflight without --cors-origin
+                self.assertIsNone(r.getheader("Access-Control-Allow-Origin"))
+                conn.close()
+            # A malformed origin is refused at the command line.
+            out = subprocess.run(
+                [harness.RINFER, "serve", recipe, "--cors-origin", "app.example.com"],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("--cors-origin", out.stderr)
 
 
 if __name__ == "__main__":
