@@ -17,7 +17,8 @@ std::string_view openai_finish_reason(FinishReason r) {
 }
 
 Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
-                       const GenerationRequest& req, const Tokenizer* tokenizer, Metrics& metrics)
+                       const GenerationRequest& req, const Tokenizer* tokenizer, Metrics& metrics,
+                       std::string echo)
     : ex_(std::move(ex)),
       ids_(std::move(ids)),
       delta_(ids_),
@@ -26,7 +27,10 @@ Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
       stream_(req.stream),
       include_usage_(req.include_usage),
       want_logprobs_(req.logprobs),
-      top_logprobs_(req.top_logprobs) {}
+      top_logprobs_(req.top_logprobs),
+      echo_(std::move(echo)) {
+  if (!stream_) text_ = echo_;
+}
 
 std::string Completion::token_text(int32_t token) const {
   if (tokenizer_ == nullptr) return "<" + std::to_string(token) + ">";
@@ -68,9 +72,10 @@ void Completion::on_event(const RequestEvent& ev) {
   if (stream_) {
     if (sent_first_ && !want_logprobs_) {
       if (!ev.text.empty()) ex_->push(delta_(ev.text));
-    } else if (!ev.text.empty() || !lps.empty() ||
+    } else if (!ev.text.empty() || !lps.empty() || !echo_.empty() ||
                (!sent_first_ && ev.finish == FinishReason::kNone)) {
-      ex_->push(stream_chunk(ids_, ev.text, lps, want_logprobs_, "", !sent_first_));
+      const std::string text = sent_first_ ? std::string(ev.text) : echo_ + std::string(ev.text);
+      ex_->push(stream_chunk(ids_, text, lps, want_logprobs_, "", !sent_first_));
       sent_first_ = true;
     }
   } else {
@@ -118,7 +123,8 @@ void Completion::finish(const RequestEvent& ev) {
   metrics_.observe("rinfer_request_duration_seconds", model, st.total_ms / 1e3);
   done.store(true);
   if (stream_) {
-    std::string tail = stream_chunk(ids_, "", {}, false, reason, !sent_first_);
+    std::string tail =
+        stream_chunk(ids_, sent_first_ ? "" : echo_, {}, false, reason, !sent_first_);
     if (include_usage_) tail += stream_usage(ids_, u);
     tail += kStreamDone;
     ex_->push(tail);

@@ -18,9 +18,10 @@ namespace rinfer::server {
 
 class Completion {
  public:
-  // `tokenizer` may be null (a model without one: tokens show as "<id>").
+  // `tokenizer` may be null (a model without one: tokens show as "<id>"). `echo`: the text the
+  // reply starts with (the prompt, for completions' echo), sent with the first chunk.
   Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids, const GenerationRequest& req,
-             const Tokenizer* tokenizer, Metrics& metrics);
+             const Tokenizer* tokenizer, Metrics& metrics, std::string echo = {});
 
   // On the engine core's thread: the request's progress.
   void on_event(const RequestEvent& ev);
@@ -48,6 +49,7 @@ class Completion {
   bool want_logprobs_ = false;
   int32_t top_logprobs_ = 0;
   bool sent_first_ = false;
+  std::string echo_;                    // sent with the first chunk (streamed), or text_'s start
   std::string text_;                    // the whole reply (not streamed)
   std::vector<TokenLogprob> logprobs_;  // the whole reply's (not streamed)
 };

@@ -429,9 +429,18 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
   f.refuse_unless("logit_bias", bias == nullptr || (bias->is_object() && bias->empty()),
                   "logit biases are not applied");
   if (endpoint == Endpoint::kCompletion) {
-    const json* echo = f.get("echo");
-    f.refuse_unless("echo", echo == nullptr || (echo->is_boolean() && !echo->get<bool>()),
-                    "the prompt is not echoed");
+    if (const json* echo = f.get("echo"); echo != nullptr) {
+      if (!echo->is_boolean()) {
+        f.fail("echo", "expected a boolean, got " + type_name(*echo));
+      } else {
+        r.echo = echo->get<bool>();
+        if (r.echo && r.logprobs) {
+          f.fail("echo",
+                 "with logprobs (the prompt tokens' own logprobs) is not supported yet; "
+                 "leave one of them out");
+        }
+      }
+    }
     const json* best_of = f.get("best_of");
     f.refuse_unless("best_of", best_of == nullptr || *best_of == 1, "only best_of = 1");
     const json* suffix = f.get("suffix");

@@ -1,6 +1,7 @@
 // The bodies of POST /v1/chat/completions and /v1/completions, parsed and checked: every field
 // of OpenAI's API that the server honours, each with its type and range; fields it cannot
-// honour (n > 1, tools, a JSON response format, logit_bias, echo) are refused by name, and
+// honour (n > 1, tools, a JSON response format, logit_bias, echo with logprobs) are refused by
+// name, and
 // fields it does not know are ignored, as OpenAI's clients send many.
 #pragma once
 
@@ -58,6 +59,7 @@ struct GenerationRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;  // alternatives per token (chat top_logprobs, completions logprobs)
   bool ignore_eos = false;   // an extension for benchmarks: generate max_tokens regardless
+  bool echo = false;         // completions: the reply's text starts with the prompt (no logprobs)
 };
 
 // The limits of the API's numbers (OpenAI's where it states them).

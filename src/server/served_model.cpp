@@ -160,7 +160,20 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
                       std::chrono::system_clock::now().time_since_epoch())
                       .count(),
                   req.model, req.endpoint};
-  auto c = std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_);
+  // completions' echo: the prompt as text (token ids through the tokenizer, or "<id>" each).
+  std::string echo;
+  if (req.echo) {
+    if (req.prompt_ids.empty()) {
+      echo = req.prompt;
+    } else if (tokenizer_ != nullptr) {
+      auto text = tokenizer_->decode(req.prompt_ids);
+      echo = text.ok() ? std::move(text).value() : std::string();
+    } else {
+      for (int32_t t : req.prompt_ids) echo += "<" + std::to_string(t) + ">";
+    }
+  }
+  auto c =
+      std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_, std::move(echo));
   p.on_event = [c](const RequestEvent& ev) { c->on_event(ev); };
   {
     std::lock_guard<std::mutex> lock(mu_);

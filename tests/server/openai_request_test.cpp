@@ -151,7 +151,9 @@ INSTANTIATE_TEST_SUITE_P(
             Endpoint::kCompletion},
         Bad{R"({"model": "m", "prompt": [1, -2]})", "prompt", "one list of token ids",
             Endpoint::kCompletion},
-        Bad{R"({"model": "m", "prompt": "x", "echo": true})", "echo", "not supported",
+        Bad{R"({"model": "m", "prompt": "x", "echo": true, "logprobs": 1})", "echo",
+            "with logprobs", Endpoint::kCompletion},
+        Bad{R"({"model": "m", "prompt": "x", "echo": 1})", "echo", "expected a boolean",
             Endpoint::kCompletion},
         Bad{R"({"model": "m", "prompt": "x", "logprobs": 50})", "logprobs", "out of range",
             Endpoint::kCompletion}));

@@ -149,6 +149,34 @@ class ServeSurfaceTest(unittest.TestCase):
         self.assertIsNone(json.loads(text)["error"]["code"])
         self.assertEqual(headers.get("access-control-allow-origin"), self.ORIGIN)
 
+    def test_completions_echo_the_prompt(self):
+        req = {"model": "random:tiny:f32", "prompt": [5, 6, 7], "max_tokens": 3}
+        status, _, body = self.call("POST", "/v1/completions", req)
+        self.assertEqual(status, 200, body)
+        plain = json.loads(body)["choices"][0]["text"]
+        status, _, body = self.call("POST", "/v1/completions", dict(req, echo=True))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["choices"][0]["text"], "<5><6><7>" + plain)
+        # Streamed: the prompt comes with the first chunk; the whole text is the same.
+        status, _, body = self.call("POST", "/v1/completions", dict(req, echo=True, stream=True))
+        self.assertEqual(status, 200, body)
+        events, done = harness.sse_events(body)
+        self.assertTrue(done)
+        self.assertTrue(events[0]["choices"][0]["text"].startswith("<5><6><7>"), events[0])
+        self.assertEqual("".join(e["choices"][0]["text"] for e in events if e["choices"]),
+                         "<5><6><7>" + plain)
+        # The official client's echo, and what is refused with the reason.
+        r = self.client.completions.create(model="random:tiny:f32", prompt=[5, 6, 7],
+                                           max_tokens=3, echo=True)
+        self.assertEqual(r.choices[0].text, "<5><6><7>" + plain)
+        for extra, needle in (({"echo": True, "logprobs": 2}, "logprobs"),
+                              ({"echo": "yes"}, "expected a boolean")):
+            status, _, body = self.call("POST", "/v1/completions", dict(req, **extra))
+            self.assertEqual(status, 400, body)
+            e = json.loads(body)["error"]
+            self.assertEqual(e["param"], "echo")
+            self.assertIn(needle, e["message"])
+
     def test_cors_preflight_and_replies(self):
         status, headers, body = self.call(
             "OPTIONS", "/v1/chat/completions", key=False,
