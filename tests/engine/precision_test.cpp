@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "logits_hook.h"
 #include "models/model.h"
 #include "recipe/recipe.h"
 #include "test_util.h"
@@ -209,49 +210,20 @@ TEST(Precision, Errors) {
 // A model whose decode steps of at least `min_seqs` sequences (every sequence one new token) add
 // `bias` to token `at` of each logits row: a fault that only the decode path has, as a broken
 // decode kernel or graph would be. Prefill and teacher-forced passes are untouched.
-class DecodeFault final : public DecoderModel {
+class DecodeFault final : public test::LogitsHook {
  public:
   DecodeFault(const DecoderModel& m, int64_t min_seqs, float bias, int32_t at)
-      : m_(m), min_seqs_(min_seqs), bias_(bias), at_(at) {}
-  std::string_view architecture() const override { return m_.architecture(); }
-  std::string describe() const override { return m_.describe(); }
-  uint64_t weight_bytes_per_token() const override { return m_.weight_bytes_per_token(); }
-  const DecoderHParams& hparams() const override { return m_.hparams(); }
-  Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override {
-    return m_.kv_spec(n_ctx, block_size);
-  }
-  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
-    RINFER_ASSIGN_OR_RETURN(auto inner, m_.create_runner(o));
-    return std::unique_ptr<DecoderRunner>(new Runner(std::move(inner), *this));
-  }
+      : LogitsHook(m), min_seqs_(min_seqs), bias_(bias), at_(at) {}
   mutable int64_t faulty_passes = 0;
 
  private:
-  class Runner final : public DecoderRunner {
-   public:
-    Runner(std::unique_ptr<DecoderRunner> r, const DecodeFault& m) : r_(std::move(r)), m_(m) {}
-    const RunnerOptions& options() const override { return r_->options(); }
-    Device device() const override { return r_->device(); }
-    Status forward(const ForwardBatch& b, kv::KvArena& kv, float* logits) override {
-      RINFER_RETURN_IF_ERROR(r_->forward(b, kv, logits));
-      if (b.n_seq() >= m_.min_seqs_ && b.n_tokens() == b.n_seq()) {
-        ++m_.faulty_passes;
-        for (size_t r = 0; r < b.logit_rows.size(); ++r) {
-          logits[static_cast<int64_t>(r) * m_.hparams().n_vocab + m_.at_] += m_.bias_;
-        }
-      }
-      return ok_status();
+  void after_forward(const ForwardBatch& b, float* logits) const override {
+    if (b.n_seq() < min_seqs_ || b.n_tokens() != b.n_seq()) return;
+    ++faulty_passes;
+    for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+      logits[static_cast<int64_t>(r) * hparams().n_vocab + at_] += bias_;
     }
-    Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
-                                                      std::span<const int32_t> n) override {
-      return r_->create_arena(spec, n);
-    }
-
-   private:
-    std::unique_ptr<DecoderRunner> r_;
-    const DecodeFault& m_;
-  };
-  const DecoderModel& m_;
+  }
   int64_t min_seqs_;
   float bias_;
   int32_t at_;

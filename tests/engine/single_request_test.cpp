@@ -14,6 +14,7 @@
 
 #include "engine/engine_core.h"
 #include "gguf_copy.h"
+#include "logits_hook.h"
 #include "models/llama/llama_model.h"
 #include "test_util.h"
 
@@ -303,48 +304,20 @@ TEST(SingleRequestTest, NaNWeightsAreAnErrorNamingTheStep) {
 
 // A model whose runner's logits turn non-finite from its `clean`-th forward pass on (counting
 // from 0; the prefill is pass 0 when the prompt fits one step): `bad` at token `at` of every row.
-class NonFiniteAfter final : public DecoderModel {
+class NonFiniteAfter final : public test::LogitsHook {
  public:
   NonFiniteAfter(std::unique_ptr<DecoderModel> m, int clean, float bad, int32_t at)
-      : m_(std::move(m)), clean_(clean), bad_(bad), at_(at) {}
-  std::string_view architecture() const override { return m_->architecture(); }
-  std::string describe() const override { return m_->describe(); }
-  uint64_t weight_bytes_per_token() const override { return m_->weight_bytes_per_token(); }
-  const DecoderHParams& hparams() const override { return m_->hparams(); }
-  Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override {
-    return m_->kv_spec(n_ctx, block_size);
-  }
-  Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& o) const override {
-    RINFER_ASSIGN_OR_RETURN(auto inner, m_->create_runner(o));
-    return std::unique_ptr<DecoderRunner>(new Runner(std::move(inner), *this));
-  }
+      : LogitsHook(*m), m_(std::move(m)), clean_(clean), bad_(bad), at_(at) {}
   mutable bool armed = true;
 
  private:
-  class Runner final : public DecoderRunner {
-   public:
-    Runner(std::unique_ptr<DecoderRunner> r, const NonFiniteAfter& m) : r_(std::move(r)), m_(m) {}
-    const RunnerOptions& options() const override { return r_->options(); }
-    Device device() const override { return r_->device(); }
-    Status forward(const ForwardBatch& b, kv::KvArena& kv, float* logits) override {
-      RINFER_RETURN_IF_ERROR(r_->forward(b, kv, logits));
-      if (m_.armed && m_.calls_++ >= m_.clean_) {
-        for (size_t r = 0; r < b.logit_rows.size(); ++r) {
-          logits[static_cast<int64_t>(r) * m_.hparams().n_vocab + m_.at_] = m_.bad_;
-        }
-      }
-      return ok_status();
+  void after_forward(const ForwardBatch& b, float* logits) const override {
+    if (!armed || calls_++ < clean_) return;
+    for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+      logits[static_cast<int64_t>(r) * hparams().n_vocab + at_] = bad_;
     }
-    Result<std::unique_ptr<kv::KvArena>> create_arena(const kv::KvSpec& spec,
-                                                      std::span<const int32_t> n) override {
-      return r_->create_arena(spec, n);
-    }
-
-   private:
-    std::unique_ptr<DecoderRunner> r_;
-    const NonFiniteAfter& m_;
-  };
-  std::unique_ptr<DecoderModel> m_;
+  }
+  std::unique_ptr<DecoderModel> m_;  // the wrapped model
   int clean_;
   mutable int calls_ = 0;
   float bad_;

@@ -26,13 +26,19 @@ strategies:
 """
 
 
+def write_recipe(directory):
+    """RECIPE as random.yaml in `directory`; returns its path."""
+    path = os.path.join(directory, "random.yaml")
+    with open(path, "w") as f:
+        f.write(RECIPE)
+    return path
+
+
 class ServeRandomTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
-        cls.recipe = os.path.join(cls.dir.name, "random.yaml")
-        with open(cls.recipe, "w") as f:
-            f.write(RECIPE)
+        cls.recipe = write_recipe(cls.dir.name)
         cls.srv = Server(cls.recipe, "--threads", "2").__enter__()
 
     @classmethod
@@ -82,9 +88,7 @@ class ServeSurfaceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
-        cls.recipe = os.path.join(cls.dir.name, "random.yaml")
-        with open(cls.recipe, "w") as f:
-            f.write(RECIPE)
+        cls.recipe = write_recipe(cls.dir.name)
         cls.srv = Server(cls.recipe, "--threads", "2", "--api-key", cls.KEY, "--cors-origin",
                          cls.ORIGIN).__enter__()
         cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key=cls.KEY, max_retries=0)
@@ -199,9 +203,7 @@ class ServeSurfaceTest(unittest.TestCase):
 class ServeWithoutCorsTest(unittest.TestCase):
     def test_no_cors_headers_unless_asked(self):
         with tempfile.TemporaryDirectory() as d:
-            recipe = os.path.join(d, "random.yaml")
-            with open(recipe, "w") as f:
-                f.write(RECIPE)
+            recipe = write_recipe(d)
             with Server(recipe, "--threads", "1") as srv:
                 conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
                 conn.request("OPTIONS", "/v1/models", headers={"Origin": "https://x.example"})

@@ -28,6 +28,12 @@ Status LlamaCudaRunner::encode(const ForwardBatch& b, kv::KvArena& arena, int64_
   };
   // What the ops move (only when profiled: pass_costs()).
   const PassCosts pc = timer_ != nullptr ? pass_costs(hp, b, spec) : PassCosts{};
+  // Gemma's RMSNorm of a block's output before the residual (w null: none).
+  auto post_norm = [&](const float* w, int64_t il) -> Status {
+    if (w == nullptr) return ok_status();
+    OpScope op(timer_, "post_norm", il, pc.row);
+    return cuda::rms_norm(o, w, nt, e, hp.norm_eps, DType::kF32, o, st);
+  };
 
   {
     OpScope op(timer_, "embed", -1, pc.row);
@@ -97,11 +103,7 @@ Status LlamaCudaRunner::encode(const ForwardBatch& b, kv::KvArena& arena, int64_
     }));
     RINFER_RETURN_IF_ERROR(
         timed("wo", il, weight_cost(d.wo, nt), [&] { return gemm(d.wo, attnb, nt, o); }));
-    if (d.post_attn_norm != nullptr) {
-      OpScope op(timer_, "post_norm", il, pc.row);
-      RINFER_RETURN_IF_ERROR(
-          cuda::rms_norm(o, d.post_attn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
-    }
+    RINFER_RETURN_IF_ERROR(post_norm(d.post_attn_norm, il));
     RINFER_RETURN_IF_ERROR(tap(TapKind::kAttnOut, il, o, DType::kF32, nt, e));
     RINFER_RETURN_IF_ERROR(timed("norm", il, pc.norm, [&] {
       return cuda::add_rms_norm(x, o, d.ffn_norm, nt, e, hp.norm_eps, DType::kBF16, hb, st);
@@ -131,11 +133,7 @@ Status LlamaCudaRunner::encode(const ForwardBatch& b, kv::KvArena& arena, int64_
     act_op.reset();
     RINFER_RETURN_IF_ERROR(
         timed("down", il, weight_cost(d.w_down, nt), [&] { return gemm(d.w_down, actb, nt, o); }));
-    if (d.post_ffn_norm != nullptr) {
-      OpScope op(timer_, "post_norm", il, pc.row);
-      RINFER_RETURN_IF_ERROR(
-          cuda::rms_norm(o, d.post_ffn_norm, nt, e, hp.norm_eps, DType::kF32, o, st));
-    }
+    RINFER_RETURN_IF_ERROR(post_norm(d.post_ffn_norm, il));
     RINFER_RETURN_IF_ERROR(tap(TapKind::kMlpOut, il, o, DType::kF32, nt, e));
   }
   RINFER_RETURN_IF_ERROR(
