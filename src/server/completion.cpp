@@ -18,7 +18,7 @@ std::string_view openai_finish_reason(FinishReason r) {
 
 Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
                        const GenerationRequest& req, const Tokenizer* tokenizer, Metrics& metrics,
-                       std::string echo)
+                       std::vector<std::string> echoes)
     : ex_(std::move(ex)),
       ids_(std::move(ids)),
       delta_(ids_),
@@ -28,8 +28,15 @@ Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
       include_usage_(req.include_usage),
       want_logprobs_(req.logprobs),
       top_logprobs_(req.top_logprobs),
-      echo_(std::move(echo)) {
-  if (!stream_) text_ = echo_;
+      n_(std::max<int32_t>(req.n, 1)),
+      echoes_(std::move(echoes)) {
+  if (echoes_.empty()) echoes_.emplace_back();
+  choices_.resize(echoes_.size() * static_cast<size_t>(n_));
+  request_ids.assign(choices_.size(), 0);
+  deferred.resize(choices_.size());
+  if (!stream_) {
+    for (size_t k = 0; k < choices_.size(); ++k) choices_[k].text = echoes_[k / n_];
+  }
 }
 
 std::string Completion::token_text(int32_t token) const {
@@ -64,53 +71,62 @@ TokenLogprob Completion::logprob_of(std::span<const float> logits, int32_t token
   return t;
 }
 
-void Completion::on_event(const RequestEvent& ev) {
+void Completion::on_event(int32_t k, const RequestEvent& ev) {
+  Choice& c = choices_[static_cast<size_t>(k)];
+  c.started = true;
+  if (ev.finish != FinishReason::kNone) c.finished = true;
+  if (replied_) return;  // the request failed: its other choices are being aborted
   std::vector<TokenLogprob> lps;
   if (want_logprobs_ && !ev.logits.empty() && !ev.tokens.empty()) {
     lps.push_back(logprob_of(ev.logits, ev.tokens.front()));
   }
+  const std::string& echo = echoes_[static_cast<size_t>(k / n_)];
   if (stream_) {
-    if (sent_first_ && !want_logprobs_) {
-      if (!ev.text.empty()) ex_->push(delta_(ev.text));
-    } else if (!ev.text.empty() || !lps.empty() || !echo_.empty() ||
-               (!sent_first_ && ev.finish == FinishReason::kNone)) {
-      const std::string text = sent_first_ ? std::string(ev.text) : echo_ + std::string(ev.text);
-      ex_->push(stream_chunk(ids_, text, lps, want_logprobs_, "", !sent_first_));
-      sent_first_ = true;
+    if (c.sent_first && !want_logprobs_) {
+      if (!ev.text.empty()) ex_->push(delta_(k, ev.text));
+    } else if (!ev.text.empty() || !lps.empty() || !echo.empty() ||
+               (!c.sent_first && ev.finish == FinishReason::kNone)) {
+      const std::string text = c.sent_first ? std::string(ev.text) : echo + std::string(ev.text);
+      ex_->push(stream_chunk(ids_, k, text, lps, want_logprobs_, "", !c.sent_first));
+      c.sent_first = true;
     }
   } else {
-    text_.append(ev.text);
-    for (TokenLogprob& t : lps) logprobs_.push_back(std::move(t));
+    c.text.append(ev.text);
+    for (TokenLogprob& t : lps) c.logprobs.push_back(std::move(t));
   }
-  if (ev.finish != FinishReason::kNone) finish(ev);
-}
+  if (ev.finish == FinishReason::kNone) return;
 
-void Completion::finish(const RequestEvent& ev) {
-  const Labels model{{"model", ids_.model}};
-  const RequestStats st = ev.stats != nullptr ? *ev.stats : RequestStats{};
-  Usage u{st.prompt_tokens, st.generated_tokens, st.cached_tokens};
   const std::string_view reason = openai_finish_reason(ev.finish);
-  // The metrics are counted and the request marked done before the reply goes out: a client
-  // that reads /metrics, or sends again, the moment it has its answer sees this one finished.
-  metrics_.add("rinfer_prompt_tokens_total", model, static_cast<double>(st.prompt_tokens));
-  metrics_.add("rinfer_generation_tokens_total", model, static_cast<double>(st.generated_tokens));
+  record(ev, reason);
   if (reason.empty()) {  // aborted (client gone, shutdown) or failed
     const bool aborted = ev.finish == FinishReason::kAborted;
-    ApiError e{aborted ? 503 : 500,
-               aborted ? std::string("the request was cancelled (the client left, or the "
-                                     "server is shutting down)")
-                       : "the engine failed on this request: " + ev.error.message(),
-               "", aborted ? "server_shutting_down" : "server_error"};
+    fail(ApiError{aborted ? 503 : 500,
+                  aborted ? std::string("the request was cancelled (the client left, or the "
+                                        "server is shutting down)")
+                          : "the engine failed on this request: " + ev.error.message(),
+                  "", aborted ? "server_shutting_down" : "server_error"});
+    return;
+  }
+  c.finish = reason;
+  if (ev.stats != nullptr) c.stats = *ev.stats;
+  if (stream_) {
+    ex_->push(stream_chunk(ids_, k, c.sent_first ? "" : echo, {}, false, reason, !c.sent_first));
+    c.sent_first = true;
+  }
+  if (all_finished()) finish_all();
+}
+
+// A choice's figures, counted before any answer goes out: a client that reads /metrics, or sends
+// again, the moment it has its answer sees this one finished.
+void Completion::record(const RequestEvent& ev, std::string_view reason) {
+  const Labels model{{"model", ids_.model}};
+  const RequestStats st = ev.stats != nullptr ? *ev.stats : RequestStats{};
+  metrics_.add("rinfer_prompt_tokens_total", model, static_cast<double>(st.prompt_tokens));
+  metrics_.add("rinfer_generation_tokens_total", model, static_cast<double>(st.generated_tokens));
+  if (reason.empty()) {
     metrics_.add("rinfer_requests_total",
-                 {{"model", ids_.model}, {"finish", aborted ? "aborted" : "error"}});
-    done.store(true);
-    if (stream_) {
-      ex_->push(stream_error(e));
-      ex_->push(kStreamDone);
-      ex_->finish();
-    } else {
-      ex_->respond(HttpResponse{e.status, "application/json", e.to_json(), {}, false});
-    }
+                 {{"model", ids_.model},
+                  {"finish", ev.finish == FinishReason::kAborted ? "aborted" : "error"}});
     return;
   }
   metrics_.add("rinfer_requests_total", {{"model", ids_.model}, {"finish", std::string(reason)}});
@@ -121,21 +137,53 @@ void Completion::finish(const RequestEvent& ev) {
         (st.total_ms - st.ttft_ms) / 1e3 / static_cast<double>(st.generated_tokens - 1));
   }
   metrics_.observe("rinfer_request_duration_seconds", model, st.total_ms / 1e3);
+}
+
+bool Completion::all_finished() const {
+  return std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; });
+}
+
+void Completion::fail(const ApiError& e) {
+  if (replied_.exchange(true)) return;
+  // Done at once when nothing else of it runs; else the loop's sweep aborts the rest and marks
+  // it done when their last events have come.
+  if (all_finished()) done.store(true);
+  if (stream_) {
+    ex_->push(stream_error(e));
+    ex_->push(kStreamDone);
+    ex_->finish();
+  } else {
+    ex_->respond(HttpResponse{e.status, "application/json", e.to_json(), {}, false});
+  }
+}
+
+// Every choice ended well: the usage (each prompt's tokens once, as OpenAI counts them, and every
+// choice's completion tokens) and the answer's end.
+void Completion::finish_all() {
+  Usage u;
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    const RequestStats& st = choices_[k].stats;
+    if (k % static_cast<size_t>(n_) == 0) {
+      u.prompt_tokens += st.prompt_tokens;
+      u.cached_tokens += st.cached_tokens;
+    }
+    u.completion_tokens += st.generated_tokens;
+  }
+  if (replied_.exchange(true)) return;
   done.store(true);
   if (stream_) {
-    std::string tail =
-        stream_chunk(ids_, sent_first_ ? "" : echo_, {}, false, reason, !sent_first_);
+    std::string tail;
     if (include_usage_) tail += stream_usage(ids_, u);
     tail += kStreamDone;
     ex_->push(tail);
     ex_->finish();
-  } else {
-    ex_->respond(HttpResponse{200,
-                              "application/json",
-                              full_response(ids_, text_, logprobs_, want_logprobs_, reason, u),
-                              {},
-                              false});
+    return;
   }
+  std::vector<ChoiceText> out;
+  out.reserve(choices_.size());
+  for (const Choice& c : choices_) out.push_back(ChoiceText{c.text, c.logprobs, c.finish});
+  ex_->respond(HttpResponse{
+      200, "application/json", full_response(ids_, out, want_logprobs_, u), {}, false});
 }
 
 }  // namespace rinfer::server

@@ -207,29 +207,55 @@ std::optional<ApiError> parse_messages(const json& body, std::vector<ChatMessage
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* r) {
-  auto it = body.find("prompt");
-  if (it == body.end()) return bad("prompt", "'prompt': missing (required)");
-  const json* p = &*it;
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) p = &(*p)[0];
-  if (p->is_string()) {
-    r->prompt = p->get<std::string>();
-    if (r->prompt.empty()) return bad("prompt", "'prompt': the prompt is empty");
+// One prompt: a string or a list of token ids. `where` names it in errors ("prompt",
+// "prompt[2]").
+std::optional<ApiError> one_prompt(const json& p, const std::string& where, PromptInput* out) {
+  if (p.is_string()) {
+    out->text = p.get<std::string>();
+    if (out->text.empty()) return bad("prompt", fmt::format("'{}': the prompt is empty", where));
     return std::nullopt;
   }
-  if (p->is_array() && !p->empty()) {
-    for (const json& t : *p) {
+  if (p.is_array() && !p.empty()) {
+    for (const json& t : p) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
         return bad("prompt",
-                   "'prompt': expected a string or one list of token ids (one prompt per request)");
+                   fmt::format("'{}': expected a token id (an integer in [0, {}]), got "
+                               "{}",
+                               where, INT32_MAX, t.is_number() ? t.dump() : type_name(t)));
       }
-      r->prompt_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      out->ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
     return std::nullopt;
   }
-  return bad("prompt", fmt::format("'prompt': expected a string or a list of token ids, got {}",
-                                   p->is_array() ? "an empty or nested list" : type_name(*p)));
+  return bad("prompt", fmt::format("'{}': expected a string or a list of token ids, got {}", where,
+                                   p.is_array() ? "an empty list" : type_name(p)));
+}
+
+// "prompt": a string, a list of token ids, a list of strings or a list of token-id lists.
+std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end()) return bad("prompt", "'prompt': missing (required)");
+  const json& p = *it;
+  const bool batch = p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array());
+  if (!batch) {
+    r->prompts.emplace_back();
+    return one_prompt(p, "prompt", &r->prompts.back());
+  }
+  if (static_cast<int64_t>(p.size()) > kMaxChoices) {
+    return bad("prompt",
+               fmt::format("'prompt': {} prompts; at most {} per request", p.size(), kMaxChoices));
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string where = fmt::format("prompt[{}]", i);
+    if (p[i].is_string() != p[0].is_string() || (!p[i].is_string() && !p[i].is_array())) {
+      return bad("prompt", fmt::format("'{}': expected {} like prompt[0], got {}", where,
+                                       p[0].is_string() ? "a string" : "a list of token ids",
+                                       type_name(p[i])));
+    }
+    r->prompts.emplace_back();
+    if (auto e = one_prompt(p[i], where, &r->prompts.back())) return e;
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_stop(const json& body, GenerationRequest* r) {
@@ -411,9 +437,15 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
     r.logprobs = true;
     r.top_logprobs = static_cast<int32_t>(*k);
   }
-  auto n = f.integer("n", 1, 128);
-  if (n && *n != 1)
-    f.fail("n", fmt::format("only n = 1 is supported (one choice per request), got {}", *n));
+  if (auto n = f.integer("n", 1, kMaxChoices)) {
+    r.n = static_cast<int32_t>(*n);
+    const int64_t prompts =
+        endpoint == Endpoint::kChat ? 1 : static_cast<int64_t>(r.prompts.size());
+    if (prompts * *n > kMaxChoices) {
+      f.fail("n", fmt::format("{} prompts times n = {} is {} choices; at most {} per request",
+                              prompts, *n, prompts * *n, kMaxChoices));
+    }
+  }
   const json* tools = f.get("tools");
   f.refuse_unless("tools", tools == nullptr || (tools->is_array() && tools->empty()),
                   "this server does not call tools");

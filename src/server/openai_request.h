@@ -1,8 +1,7 @@
 // The bodies of POST /v1/chat/completions and /v1/completions, parsed and checked: every field
 // of OpenAI's API that the server honours, each with its type and range; fields it cannot
-// honour (n > 1, tools, a JSON response format, logit_bias, echo with logprobs) are refused by
-// name, and
-// fields it does not know are ignored, as OpenAI's clients send many.
+// honour (tools, a JSON response format, logit_bias, echo with logprobs) are refused by name,
+// and fields it does not know are ignored, as OpenAI's clients send many.
 #pragma once
 
 #include <cstdint>
@@ -42,12 +41,20 @@ using ApiResult = std::variant<T, ApiError>;
 
 enum class Endpoint { kChat, kCompletion };
 
+// One prompt of /v1/completions: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;  // empty when left out: the server's one text-generation model
   std::vector<ChatMessage> messages;  // chat
-  std::string prompt;                 // completions: text ...
-  std::vector<int32_t> prompt_ids;    // ... or token ids
+  // completions: one prompt, or a batch of them (a list of strings or of token-id lists, at
+  // most kMaxPrompts); every prompt gets n choices, prompt i's at indices i * n ... i * n + n - 1.
+  std::vector<PromptInput> prompts;
+  int32_t n = 1;  // choices per prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::optional<int64_t> max_tokens;
@@ -67,6 +74,8 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr size_t kMaxStop = 16;
 inline constexpr size_t kMaxStopBytes = 256;
 inline constexpr int kMaxJsonDepth = 64;
+// Choices of one request (prompts times n): each is a request of the engine core.
+inline constexpr int64_t kMaxChoices = 128;
 
 ApiResult<GenerationRequest> parse_generation_request(std::string_view body, Endpoint endpoint);
 

@@ -72,19 +72,13 @@ ordered_json head(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
 }
 
-// The object (`chat_object` for chat, text_completion otherwise) with its one choice, whose
-// index, text or message are set: the logprobs and finish_reason added.
-ordered_json one_choice(const ResponseIds& ids, const char* chat_object, ordered_json choice,
-                        std::span<const TokenLogprob> logprobs, bool want_logprobs,
-                        std::string_view finish) {
-  const bool chat = ids.endpoint == Endpoint::kChat;
+// A choice's logprobs and finish_reason, set after its index, text or message.
+void close_choice(ordered_json& choice, bool chat, std::span<const TokenLogprob> logprobs,
+                  bool want_logprobs, std::string_view finish) {
   choice["logprobs"] = !want_logprobs ? ordered_json(nullptr)
                        : chat         ? chat_logprobs(logprobs)
                                       : completion_logprobs(logprobs, 0);
   choice["finish_reason"] = finish_json(finish);
-  ordered_json j = head(ids, chat ? chat_object : "text_completion");
-  j["choices"] = ordered_json::array({std::move(choice)});
-  return j;
 }
 
 }  // namespace
@@ -144,27 +138,30 @@ DeltaChunkWriter::DeltaChunkWriter(const ResponseIds& ids) {
   head_ += chat ? ",\"object\":\"chat.completion.chunk\"" : ",\"object\":\"text_completion\"";
   head_ += fmt::format(",\"created\":{},\"model\":", ids.created);
   append_json_string(head_, ids.model);
-  head_ += chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
-                : ",\"choices\":[{\"index\":0,\"text\":";
+  head_ += ",\"choices\":[{\"index\":";
+  mid_ = chat ? ",\"delta\":{\"content\":" : ",\"text\":";
   tail_ = chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n";
 }
 
-std::string DeltaChunkWriter::operator()(std::string_view text) const {
+std::string DeltaChunkWriter::operator()(int32_t index, std::string_view text) const {
   std::string out;
-  out.reserve(head_.size() + text.size() + tail_.size() + 8);
+  out.reserve(head_.size() + mid_.size() + text.size() + tail_.size() + 16);
   out += head_;
+  out += std::to_string(index);
+  out += mid_;
   append_json_string(out, text);
   out += tail_;
   return out;
 }
 
-std::string stream_chunk(const ResponseIds& ids, std::string_view text,
+std::string stream_chunk(const ResponseIds& ids, int32_t index, std::string_view text,
                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
                          std::string_view finish, bool first) {
+  const bool chat = ids.endpoint == Endpoint::kChat;
   ordered_json choice;
-  choice["index"] = 0;
-  if (ids.endpoint == Endpoint::kChat) {
+  choice["index"] = index;
+  if (chat) {
     ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty() || (first && finish.empty())) delta["content"] = std::string(text);
@@ -172,9 +169,10 @@ std::string stream_chunk(const ResponseIds& ids, std::string_view text,
   } else {
     choice["text"] = std::string(text);
   }
-  return fmt::format("data: {}\n\n",
-                     dump(one_choice(ids, "chat.completion.chunk", std::move(choice), logprobs,
-                                     want_logprobs, finish)));
+  close_choice(choice, chat, logprobs, want_logprobs, finish);
+  ordered_json j = head(ids, chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return fmt::format("data: {}\n\n", dump(j));
 }
 
 std::string stream_usage(const ResponseIds& ids, const Usage& usage) {
@@ -187,18 +185,24 @@ std::string stream_usage(const ResponseIds& ids, const Usage& usage) {
 
 std::string stream_error(const ApiError& e) { return fmt::format("data: {}\n\n", e.to_json()); }
 
-std::string full_response(const ResponseIds& ids, std::string_view text,
-                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
-                          std::string_view finish, const Usage& usage) {
-  ordered_json choice;
-  choice["index"] = 0;
-  if (ids.endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
-  } else {
-    choice["text"] = std::string(text);
+std::string full_response(const ResponseIds& ids, std::span<const ChoiceText> choices,
+                          bool want_logprobs, const Usage& usage) {
+  const bool chat = ids.endpoint == Endpoint::kChat;
+  ordered_json list = ordered_json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceText& c = choices[i];
+    ordered_json choice;
+    choice["index"] = i;
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", std::string(c.text)}};
+    } else {
+      choice["text"] = std::string(c.text);
+    }
+    close_choice(choice, chat, c.logprobs, want_logprobs, c.finish);
+    list.push_back(std::move(choice));
   }
-  ordered_json j =
-      one_choice(ids, "chat.completion", std::move(choice), logprobs, want_logprobs, finish);
+  ordered_json j = head(ids, chat ? "chat.completion" : "text_completion");
+  j["choices"] = std::move(list);
   j["usage"] = usage_json(usage);
   return dump(j);
 }

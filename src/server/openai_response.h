@@ -31,9 +31,9 @@ struct Usage {
   int64_t cached_tokens = 0;
 };
 
-// One streamed event: `data: {chunk}\n\n`. `text` is the delta; `finish` empty while running;
-// `first` adds the assistant role (chat).
-std::string stream_chunk(const ResponseIds& ids, std::string_view text,
+// One streamed event of choice `index`: `data: {chunk}\n\n`. `text` is the delta; `finish` empty
+// while running; `first` adds the assistant role (chat).
+std::string stream_chunk(const ResponseIds& ids, int32_t index, std::string_view text,
                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
                          std::string_view finish, bool first);
 // stream_chunk for the common event, a non-empty text delta with no logprobs, not the first, not
@@ -42,10 +42,10 @@ std::string stream_chunk(const ResponseIds& ids, std::string_view text,
 class DeltaChunkWriter {
  public:
   explicit DeltaChunkWriter(const ResponseIds& ids);
-  std::string operator()(std::string_view text) const;
+  std::string operator()(int32_t index, std::string_view text) const;
 
  private:
-  std::string head_, tail_;
+  std::string head_, mid_, tail_;
 };
 
 // `s` as a JSON string (quoted), invalid UTF-8 replaced by U+FFFD as nlohmann's dump does.
@@ -57,10 +57,15 @@ inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
 // An error inside a stream that has started (the status line is gone): an event with the error.
 std::string stream_error(const ApiError& e);
 
+// One choice of a whole reply: index i of the choices given.
+struct ChoiceText {
+  std::string_view text;
+  std::span<const TokenLogprob> logprobs;
+  std::string_view finish;
+};
 // The whole reply of a request that did not stream.
-std::string full_response(const ResponseIds& ids, std::string_view text,
-                          std::span<const TokenLogprob> logprobs, bool want_logprobs,
-                          std::string_view finish, const Usage& usage);
+std::string full_response(const ResponseIds& ids, std::span<const ChoiceText> choices,
+                          bool want_logprobs, const Usage& usage);
 
 // The token's bytes, shown as text: invalid UTF-8 (half a character) replaced by U+FFFD.
 std::string token_display(std::string_view bytes);

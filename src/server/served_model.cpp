@@ -93,16 +93,18 @@ void ServedModel::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req) const {
+Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req,
+                                                 size_t prompt) const {
+  const PromptInput* in = req.endpoint == Endpoint::kCompletion ? &req.prompts.at(prompt) : nullptr;
   if (tokenizer_ == nullptr) {
-    if (req.endpoint == Endpoint::kCompletion && !req.prompt_ids.empty()) return req.prompt_ids;
+    if (in != nullptr && !in->ids.empty()) return in->ids;
     return invalid_argument(
         "model '{}' has random weights and no tokenizer: send a prompt of token ids to "
         "/v1/completions",
         name_);
   }
   const TextGenerationSample& s = engine_->sample();
-  if (req.endpoint == Endpoint::kChat) {
+  if (in == nullptr) {
     if (s.chat_template() == nullptr) {
       return invalid_argument(
           "model '{}' has no chat template (a base model): use /v1/completions, or set "
@@ -111,8 +113,20 @@ Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req) c
     }
     return s.preprocess(req.messages);
   }
-  if (!req.prompt_ids.empty()) return req.prompt_ids;  // submit() checks the vocabulary
-  return s.preprocess_raw(req.prompt);
+  if (!in->ids.empty()) return in->ids;  // submit() checks the vocabulary
+  return s.preprocess_raw(in->text);
+}
+
+// completions' echo: the prompt as text (token ids through the tokenizer, or "<id>" each).
+std::string ServedModel::echo_of(const PromptInput& in) const {
+  if (in.ids.empty()) return in.text;
+  if (tokenizer_ != nullptr) {
+    auto text = tokenizer_->decode(in.ids);
+    return text.ok() ? std::move(text).value() : std::string();
+  }
+  std::string echo;
+  for (int32_t t : in.ids) echo += "<" + std::to_string(t) + ">";
+  return echo;
 }
 
 void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<HttpExchange>& ex) {
@@ -120,16 +134,21 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
     return respond_error(*ex,
                          ApiError{503, "the server is shutting down", "", "server_shutting_down"});
   }
-  auto prompt = render(req);
-  if (!prompt.ok()) {
-    return respond_error(*ex, ApiError{400, prompt.status().message(),
-                                       req.endpoint == Endpoint::kChat ? "messages" : "prompt"});
+  const bool chat = req.endpoint == Endpoint::kChat;
+  const size_t n_prompts = chat ? 1 : req.prompts.size();
+  const char* param = chat ? "messages" : "prompt";
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < n_prompts; ++i) {
+    auto prompt = render(req, i);
+    if (!prompt.ok()) {
+      const std::string where = n_prompts > 1 ? fmt::format("prompt[{}]: ", i) : std::string();
+      return respond_error(*ex, ApiError{400, where + prompt.status().message(), param});
+    }
+    prompts.push_back(std::move(prompt).value());
   }
   const RecipeConfig& r = recipe_;
   RequestParams p;
-  p.prompt = std::move(prompt).value();
   p.sampling = r.sampling;
-  p.sampling.seed = req.seed.value_or(seed_ + calls_.fetch_add(1));
   if (req.temperature) p.sampling.temperature = *req.temperature;
   if (p.sampling.temperature > 0 && p.sampling.temperature < SamplingParams::kMinTemperature) {
     p.sampling.temperature = 0;  // below the smallest usable temperature: greedy
@@ -148,57 +167,67 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
     if (!req.presence_penalty) p.sampling.presence_penalty = 0.0f;
     if (!req.frequency_penalty) p.sampling.frequency_penalty = 0.0f;
   }
-  const int64_t room = context_length() - static_cast<int64_t>(p.prompt.size());
-  p.max_tokens = req.max_tokens.value_or(r.max_tokens > 0 ? r.max_tokens : room);
   p.stop = req.stop.value_or(r.stop);
   p.ignore_eos = req.ignore_eos;
   p.want_logits = req.logprobs;
 
-  const std::string prefix = req.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  const std::string prefix = chat ? "chatcmpl-" : "cmpl-";
   ResponseIds ids{prefix + random_hex(24),
                   std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count(),
                   req.model, req.endpoint};
-  // completions' echo: the prompt as text (token ids through the tokenizer, or "<id>" each).
-  std::string echo;
+  std::vector<std::string> echoes(n_prompts);
   if (req.echo) {
-    if (req.prompt_ids.empty()) {
-      echo = req.prompt;
-    } else if (tokenizer_ != nullptr) {
-      auto text = tokenizer_->decode(req.prompt_ids);
-      echo = text.ok() ? std::move(text).value() : std::string();
-    } else {
-      for (int32_t t : req.prompt_ids) echo += "<" + std::to_string(t) + ">";
-    }
+    for (size_t i = 0; i < n_prompts; ++i) echoes[i] = echo_of(req.prompts[i]);
   }
-  auto c =
-      std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_, std::move(echo));
-  p.on_event = [c](const RequestEvent& ev) { c->on_event(ev); };
+  auto c = std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_,
+                                        std::move(echoes));
+  const int32_t choices = c->choices();
+  // Choice k samples with seed + k: a request's choices differ, and the same request with the
+  // same seed gets the same choices again.
+  const uint64_t seed = req.seed.value_or(seed_ + calls_.fetch_add(static_cast<uint64_t>(choices)));
+  for (int32_t k = 0; k < choices; ++k) {
+    RequestParams& q = c->deferred[static_cast<size_t>(k)];
+    q = p;
+    q.prompt = prompts[static_cast<size_t>(k / c->n())];
+    const int64_t room = context_length() - static_cast<int64_t>(q.prompt.size());
+    q.max_tokens = req.max_tokens.value_or(r.max_tokens > 0 ? r.max_tokens : room);
+    q.sampling.seed = seed + static_cast<uint64_t>(k);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A request whose reply has gone out is no longer in flight, even before the loop's next
     // sweep drops it: a client that sends again the moment it has its answer finds the seat free.
     std::erase_if(active_, [](const std::shared_ptr<Completion>& a) { return a->done.load(); });
+    int64_t in_flight = 0;
+    for (const auto& a : active_) in_flight += a->choices();
     const int64_t limit = seats() + limits_.max_queue;
-    if (static_cast<int64_t>(active_.size()) >= limit) {
+    if (in_flight + choices > limit) {
       return respond_error(
           *ex, ApiError{429,
-                        fmt::format("the server is busy: {} requests are in flight (at most {}: "
-                                    "{} seats and a queue of {}); retry later",
-                                    active_.size(), limit, seats(), limits_.max_queue),
+                        fmt::format("the server is busy: {} choices are in flight and this request "
+                                    "adds {} (at most {}: {} seats and a queue of {}); retry later",
+                                    in_flight, choices, limit, seats(), limits_.max_queue),
                         "", "rate_limit_exceeded", "rate_limit_exceeded"});
     }
-    auto id = core_->submit(std::move(p));
-    if (!id.ok()) {
-      // A prompt the context cannot hold is kOutOfRange: OpenAI's context_length_exceeded.
-      return respond_error(
-          *ex,
-          ApiError{400, id.status().message(),
-                   req.endpoint == Endpoint::kChat ? "messages" : "prompt", "invalid_request_error",
-                   id.status().code() == StatusCode::kOutOfRange ? "context_length_exceeded" : ""});
+    // Each prompt's leader now; its followers once its prompt is computed (submit_followers).
+    for (int32_t k = 0; k < choices; k += c->n()) {
+      auto id = submit_choice(c, k);
+      if (!id.ok()) {
+        c->abandon();
+        for (RequestId done_id : c->request_ids) {
+          if (done_id != 0) core_->abort(done_id);
+        }
+        // A prompt the context cannot hold is kOutOfRange: OpenAI's context_length_exceeded.
+        const std::string where =
+            n_prompts > 1 ? fmt::format("prompt[{}]: ", k / c->n()) : std::string();
+        return respond_error(
+            *ex, ApiError{400, where + id.status().message(), param, "invalid_request_error",
+                          id.status().code() == StatusCode::kOutOfRange ? "context_length_exceeded"
+                                                                        : ""});
+      }
     }
-    c->id.store(*id);
     active_.push_back(c);
   }
   std::weak_ptr<Completion> weak = c;
@@ -214,6 +243,31 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   }
 }
 
+Result<RequestId> ServedModel::submit_choice(const std::shared_ptr<Completion>& c, int32_t k) {
+  RequestParams q = std::move(c->deferred[static_cast<size_t>(k)]);
+  // The engine keeps the callback (and so the completion) until the choice's last event.
+  q.on_event = [c, k](const RequestEvent& ev) { c->on_event(k, ev); };
+  auto id = core_->submit(std::move(q));
+  if (id.ok()) c->request_ids[static_cast<size_t>(k)] = *id;
+  return id;
+}
+
+void ServedModel::submit_followers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::shared_ptr<Completion>& c : active_) {
+    if (c->done.load() || c->replied() || c->n() == 1) continue;
+    for (int32_t k = 0; k < c->choices(); ++k) {
+      if (c->request_ids[static_cast<size_t>(k)] != 0 || !c->leader_started(k)) continue;
+      if (auto id = submit_choice(c, k); !id.ok()) {
+        c->fail(ApiError{500,
+                         fmt::format("choice {} could not start: {}", k, id.status().message()), "",
+                         "server_error"});
+        break;
+      }
+    }
+  }
+}
+
 void ServedModel::sweep() {
   std::lock_guard<std::mutex> lock(mu_);
   // One poll over every open connection: a hang-up (its end closed) aborts the request. A
@@ -223,8 +277,13 @@ void ServedModel::sweep() {
   fds_.clear();
   for (const std::shared_ptr<Completion>& c : active_) {
     if (c->done.load()) continue;
+    if (c->replied()) {
+      // It failed while other choices ran: they are aborted, and it is done once they ended.
+      if (abort_choices(*c) == 0) c->done.store(true);
+      continue;
+    }
     if (c->client_closed.load()) {
-      core_->abort(c->id.load());
+      abort_choices(*c);
       continue;
     }
     const int fd = c->exchange().socket_fd();
@@ -234,14 +293,22 @@ void ServedModel::sweep() {
   }
   if (!fds_.empty() && ::poll(fds_.data(), fds_.size(), 0) > 0) {
     for (size_t i = 0; i < fds_.size(); ++i) {
-      if ((fds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
-        core_->abort(polled_[i]->id.load());
-      }
+      if ((fds_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) abort_choices(*polled_[i]);
     }
   }
   std::erase_if(active_, [](const std::shared_ptr<Completion>& c) { return c->done.load(); });
   metrics_->set("rinfer_requests_in_flight", {{"model", name_}},
                 static_cast<double>(active_.size()));
+}
+
+int ServedModel::abort_choices(Completion& c) {
+  int running = 0;
+  for (size_t k = 0; k < c.request_ids.size(); ++k) {
+    if (c.request_ids[k] == 0 || c.finished(static_cast<int32_t>(k))) continue;
+    core_->abort(c.request_ids[k]);
+    ++running;
+  }
+  return running;
 }
 
 void ServedModel::publish(const EngineStats& s) {
@@ -271,6 +338,7 @@ void ServedModel::loop() {
       continue;
     }
     auto st = core_->step();
+    submit_followers();
     if (!st.ok()) {
       // The engine's own failure: every request in flight ends with it, and serving goes on.
       spdlog::error("{}: a step failed: {}", name_, st.status().to_string());
@@ -297,7 +365,9 @@ bool ServedModel::wait_idle(std::chrono::steady_clock::time_point deadline) {
 void ServedModel::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::shared_ptr<Completion>& c : active_) {
-    if (!c->done.load()) core_->abort(c->id.load());
+    for (RequestId id : c->request_ids) {
+      if (id != 0 && !c->done.load()) core_->abort(id);
+    }
   }
 }
 
@@ -309,7 +379,7 @@ void ServedModel::stop() {
   // answered, so none is left suspended when the HTTP server closes.
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::shared_ptr<Completion>& c : active_) {
-    if (c->done.load()) continue;
+    if (c->done.load() || c->replied()) continue;
     if (c->streaming()) {
       c->exchange().fail();
     } else {

@@ -65,7 +65,16 @@ class ServedModel {
   void loop();
   void sweep();  // aborts the requests of departed clients; forgets finished ones
   void publish(const EngineStats& s);
-  Result<std::vector<int32_t>> render(const GenerationRequest& req) const;
+  // The token ids of prompt `prompt` (completions) or of the chat.
+  Result<std::vector<int32_t>> render(const GenerationRequest& req, size_t prompt) const;
+  std::string echo_of(const PromptInput& in) const;
+  // Under mu_: submits choice k of c (its deferred parameters) and records its id.
+  Result<RequestId> submit_choice(const std::shared_ptr<Completion>& c, int32_t k);
+  // The loop, after each step: every follower whose leader has started is submitted, so it
+  // finds the prompt's blocks in the prefix cache.
+  void submit_followers();
+  // Under mu_: aborts c's submitted choices that have not ended; returns how many.
+  int abort_choices(Completion& c);
 
   // The model, its tokenizer and chat template and its engine core (a random-weight model has
   // no tokenizer: token ids in, ids as text out).

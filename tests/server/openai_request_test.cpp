@@ -66,16 +66,34 @@ TEST(OpenAiRequestTest, ParsesAChatRequestWithEveryField) {
 TEST(OpenAiRequestTest, ParsesCompletionPrompts) {
   GenerationRequest r = ok(R"({"model": "m", "prompt": "Once upon", "stop": "x", "logprobs": 2})",
                            Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt, "Once upon");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "Once upon");
+  EXPECT_EQ(r.n, 1);
   EXPECT_EQ(*r.stop, std::vector<std::string>{"x"});
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
   r = ok(R"({"model": "m", "prompt": ["one"]})", Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt, "one");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "one");
   r = ok(R"({"model": "m", "prompt": [1, 2, 3]})", Endpoint::kCompletion);
-  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(r.prompts[0].text.empty());
   EXPECT_FALSE(r.max_tokens.has_value());
   EXPECT_FALSE(r.temperature.has_value());
+}
+
+TEST(OpenAiRequestTest, ParsesPromptBatchesAndChoices) {
+  GenerationRequest r = ok(R"({"prompt": ["a", "bc", "d"], "n": 2})", Endpoint::kCompletion);
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[1].text, "bc");
+  EXPECT_EQ(r.n, 2);
+  r = ok(R"({"prompt": [[5, 6], [7]], "n": 64})", Endpoint::kCompletion);
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{7}));
+  r = ok(R"({"messages": [{"role": "user", "content": "hi"}], "n": 128})");
+  EXPECT_EQ(r.n, 128);
 }
 
 struct Bad {
@@ -137,7 +155,10 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{chat(
                 R"("stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"])"),
             "stop", "at most 16"},
-        Bad{chat(R"("n": 2)"), "n", "only n = 1"},
+        Bad{chat(R"("n": 0)"), "n", "out of range [1, 128]"},
+        Bad{chat(R"("n": 129)"), "n", "out of range [1, 128]"},
+        Bad{R"({"prompt": ["a", "b", "c"], "n": 43})", "n", "3 prompts times n = 43 is 129",
+            Endpoint::kCompletion},
         Bad{chat(R"("top_logprobs": 3)"), "top_logprobs", "needs \"logprobs\": true"},
         Bad{chat(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "out of range"},
         Bad{chat(R"("tools": [{"type": "function"}])"), "tools", "not supported"},
@@ -147,9 +168,22 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{chat(R"("stream_options": 1)"), "stream_options", "expected an object"},
         Bad{R"({"model": "m"})", "prompt", "'prompt': missing", Endpoint::kCompletion},
         Bad{R"({"model": "m", "prompt": ""})", "prompt", "empty", Endpoint::kCompletion},
-        Bad{R"({"model": "m", "prompt": ["a", "b"]})", "prompt", "token ids",
+        Bad{R"({"model": "m", "prompt": ["a", [1]]})", "prompt",
+            "'prompt[1]': expected a string like prompt[0], got an array", Endpoint::kCompletion},
+        Bad{R"({"model": "m", "prompt": [[1], "a"]})", "prompt",
+            "'prompt[1]': expected a list of token ids like prompt[0]", Endpoint::kCompletion},
+        Bad{R"({"model": "m", "prompt": ["a", ""]})", "prompt", "'prompt[1]': the prompt is empty",
             Endpoint::kCompletion},
-        Bad{R"({"model": "m", "prompt": [1, -2]})", "prompt", "one list of token ids",
+        Bad{R"({"model": "m", "prompt": [[1], []]})", "prompt",
+            "'prompt[1]': expected a string or "
+            "a list of token ids, got an empty list",
+            Endpoint::kCompletion},
+        Bad{R"({"model": "m", "prompt": [1, -2]})", "prompt",
+            "'prompt': expected a token id (an integer in [0, 2147483647]), got -2",
+            Endpoint::kCompletion},
+        Bad{R"({"model": "m", "prompt": [[1], [2, "x"]]})", "prompt",
+            "'prompt[1]': expected a "
+            "token id",
             Endpoint::kCompletion},
         Bad{R"({"model": "m", "prompt": "x", "echo": true, "logprobs": 1})", "echo",
             "with logprobs", Endpoint::kCompletion},

@@ -117,6 +117,37 @@ class ServeApiTest(unittest.TestCase):
         self.assertEqual("".join(e["choices"][0]["text"] for e in events),
                          whole["choices"][0]["text"])
 
+    def test_chat_choices_whole_streamed_and_through_openai(self):
+        """n = 3 chat choices: greedy ones agree with the one-choice reply; streamed, each index
+        opens with the assistant role and ends with its own finish_reason; text prompts batched."""
+        status, body = self.curl_post("/v1/chat/completions", chat_body())
+        one = json.loads(body)["choices"][0]["message"]["content"]
+        r = self.client.chat.completions.create(**chat_body(n=3))
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+        self.assertEqual([c.message.content for c in r.choices], [one] * 3)
+        self.assertEqual(r.usage.completion_tokens, 3 * json.loads(body)["usage"]["completion_tokens"])
+        status, body = self.curl_post("/v1/chat/completions", chat_body(n=2, stream=True), "-N")
+        self.assertEqual(status, 200, body)
+        events, done = sse_events(body)
+        self.assertTrue(done)
+        roles, texts, finishes = {}, {}, {}
+        for e in events:
+            ch = e["choices"][0]
+            if "role" in ch["delta"]:
+                self.assertNotIn(ch["index"], roles, "the role comes once per choice")
+                self.assertNotIn(ch["index"], texts, "the role comes first")
+                roles[ch["index"]] = ch["delta"]["role"]
+            texts[ch["index"]] = texts.get(ch["index"], "") + ch["delta"].get("content", "")
+            if ch["finish_reason"] is not None:
+                finishes[ch["index"]] = ch["finish_reason"]
+        self.assertEqual(roles, {0: "assistant", 1: "assistant"})
+        self.assertEqual(texts, {0: one, 1: one})
+        self.assertEqual(set(finishes), {0, 1})
+        c = self.client.completions.create(model=SMOLLM2, prompt=["The sky is", "Water is"],
+                                           max_tokens=5, temperature=0)
+        self.assertEqual([x.index for x in c.choices], [0, 1])
+        self.assertNotEqual(c.choices[0].text, c.choices[1].text)
+
     def test_error_statuses(self):
         url = self.srv.url
         with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:

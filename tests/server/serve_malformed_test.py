@@ -91,7 +91,8 @@ def cases():
                      [{"role": "user", "content": [{"type": "text"}]}],
                      [{"role": "tool", "content": "x"}], [{"role": "user", "content": None}]]:
         add("bad messages", raw_request(CHAT, json.dumps(valid_chat(messages=bad_msgs))))
-    for bad_prompt in ["", [], [[]], ["a", "b"], [1, "a"], [-1], [2**40], {}, 3, None]:
+    for bad_prompt in ["", [], [[]], ["a", ""], ["a", [1]], [[1], "a"], [[1], [-1]], [1, "a"],
+                       [-1], [2**40], ["a"] * 129, {}, 3, None]:
         body = {"model": SMOLLM2, "prompt": bad_prompt, "max_tokens": 1}
         add("bad prompt", raw_request(COMP, json.dumps(body)))
     add("model not a string",
@@ -102,7 +103,7 @@ def cases():
     ranges = {"temperature": [-0.1, 2.01, 1e308, -1e308], "top_p": [0, -0.5, 1.0001, 7],
               "min_p": [-0.01, 1, 2], "top_k": [-2, 2**40], "max_tokens": [0, -1, 2**31, 2**70],
               "presence_penalty": [-2.5, 2.5, 100], "frequency_penalty": [-2.01, 3],
-              "top_logprobs": [-1, 21, 1000], "n": [0, 2, 5], "seed": [2**64, -(2**64)]}
+              "top_logprobs": [-1, 21, 1000], "n": [0, 129, 2**40], "seed": [2**64, -(2**64)]}
     for f, vals in ranges.items():
         for v in vals:
             extra = {"logprobs": True} if f == "top_logprobs" else {}

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 import unittest
 
 import harness
@@ -74,6 +75,125 @@ class ServeRandomTest(unittest.TestCase):
             msg = json.loads(out)["error"]["message"]
             self.assertIn("no tokenizer", msg)
             self.assertIn("token ids", msg)
+
+
+class ServeChoicesTest(unittest.TestCase):
+    """Several choices in one request: n per prompt (chat and completions) and a batch of prompts
+    (completions), whole and streamed, through curl and the openai client. A prompt's followers
+    start after its leader has computed the prompt and take its KV blocks from the prefix cache
+    (rinfer_prefix_cache_hits_total rises by the shared blocks)."""
+
+    MODEL = "random:tiny:f32"
+    LONG = list(range(3, 43))  # 40 ids: two full 16-token blocks to share
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.recipe = write_recipe(cls.dir.name)
+        cls.srv = Server(cls.recipe, "--threads", "2").__enter__()
+        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+        cls.dir.cleanup()
+
+    def complete(self, **body):
+        status, out = self.srv.post("/v1/completions", {"model": self.MODEL, **body})
+        self.assertEqual(status, 200, out)
+        return json.loads(out)
+
+    def test_greedy_choices_agree_and_share_the_prompt(self):
+        hits = self.srv.metric("rinfer_prefix_cache_hits_total", {"model": self.MODEL})
+        r = self.complete(prompt=self.LONG, n=4, max_tokens=5, temperature=0)
+        self.assertEqual([c["index"] for c in r["choices"]], [0, 1, 2, 3])
+        texts = {c["text"] for c in r["choices"]}
+        self.assertEqual(len(texts), 1, r)
+        self.assertEqual(len(re.findall(r"<\d+>", texts.pop())), 5)
+        self.assertEqual(r["usage"]["prompt_tokens"], 40)  # once per prompt, as OpenAI counts
+        self.assertEqual(r["usage"]["completion_tokens"], 20)
+        # Three followers, each finding both full blocks of the prompt cached.
+        after = self.srv.metric("rinfer_prefix_cache_hits_total", {"model": self.MODEL})
+        self.assertGreaterEqual(after - hits, 6, (hits, after))
+
+    def test_sampled_choices_differ_and_repeat_with_the_seed(self):
+        body = dict(prompt=[5, 6, 7], n=3, max_tokens=8, temperature=1.0, seed=11)
+        first = [c["text"] for c in self.complete(**body)["choices"]]
+        self.assertEqual(len(first), 3)
+        self.assertGreater(len(set(first)), 1, first)
+        again = [c["text"] for c in self.complete(**body)["choices"]]
+        self.assertEqual(first, again)
+
+    def test_a_batch_of_prompts_answers_each_in_order(self):
+        single = [self.complete(prompt=p, max_tokens=4, temperature=0)["choices"][0]["text"]
+                  for p in ([5, 6, 7], [9, 10, 11, 12])]
+        r = self.complete(prompt=[[5, 6, 7], [9, 10, 11, 12]], n=2, max_tokens=4, temperature=0)
+        self.assertEqual([c["text"] for c in r["choices"]],
+                         [single[0], single[0], single[1], single[1]])
+        self.assertEqual(r["usage"]["prompt_tokens"], 7)
+        self.assertEqual(r["usage"]["completion_tokens"], 16)
+        # echo: each choice starts with its own prompt.
+        r = self.complete(prompt=[[5, 6, 7], [9, 10, 11, 12]], max_tokens=2, temperature=0,
+                          echo=True)
+        self.assertTrue(r["choices"][0]["text"].startswith("<5><6><7><"), r)
+        self.assertTrue(r["choices"][1]["text"].startswith("<9><10><11><12><"), r)
+        # The openai client: a list of token-id lists, n per prompt.
+        c = self.client.completions.create(model=self.MODEL, prompt=[[5, 6, 7], [9, 10, 11, 12]],
+                                           n=2, max_tokens=4, temperature=0)
+        self.assertEqual([x.index for x in c.choices], [0, 1, 2, 3])
+        self.assertEqual([x.text for x in c.choices], [single[0], single[0], single[1], single[1]])
+
+    def test_streamed_choices_match_the_whole_reply(self):
+        body = {"model": self.MODEL, "prompt": [[5, 6, 7], self.LONG], "n": 2, "max_tokens": 6,
+                "temperature": 0.9, "seed": 5, "logprobs": 2}
+        status, out = self.srv.post("/v1/completions", body)
+        self.assertEqual(status, 200, out)
+        whole = json.loads(out)
+        status, out = self.srv.post("/v1/completions",
+                                    {**body, "stream": True, "stream_options": {"include_usage": True}})
+        self.assertEqual(status, 200, out)
+        events, done = harness.sse_events(out.decode())
+        self.assertTrue(done)
+        texts, finishes, tokens = {}, {}, {}
+        for e in events[:-1]:
+            self.assertEqual(len(e["choices"]), 1, e)
+            ch = e["choices"][0]
+            texts[ch["index"]] = texts.get(ch["index"], "") + ch["text"]
+            if ch["logprobs"] is not None:
+                tokens.setdefault(ch["index"], []).extend(ch["logprobs"]["tokens"])
+            if ch["finish_reason"] is not None:
+                self.assertNotIn(ch["index"], finishes, "one finish per choice")
+                finishes[ch["index"]] = ch["finish_reason"]
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"], whole["usage"])
+        for c in whole["choices"]:
+            self.assertEqual(texts[c["index"]], c["text"])
+            self.assertEqual(finishes[c["index"]], c["finish_reason"])
+            self.assertEqual(tokens[c["index"]], c["logprobs"]["tokens"])
+        # Chat with n: a model without a tokenizer refuses the chat itself, whatever n is.
+        status, out = self.srv.post("/v1/chat/completions", {
+            "model": self.MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2})
+        self.assertEqual(status, 400, out)
+
+    def test_a_refused_prompt_refuses_the_batch_and_leaves_nothing_running(self):
+        status, out = self.srv.post("/v1/completions", {
+            "model": self.MODEL, "prompt": [[5, 6], list(range(1, 300))], "n": 3,
+            "max_tokens": 4})
+        self.assertEqual(status, 400, out)
+        err = json.loads(out)["error"]
+        self.assertIn("prompt[1]", err["message"])
+        self.assertEqual(err["code"], "context_length_exceeded")
+        status, out = self.srv.post("/v1/completions", {
+            "model": self.MODEL, "prompt": [[5, 6]] * 3, "n": 43})
+        self.assertEqual(status, 400, out)
+        self.assertEqual(json.loads(out)["error"]["param"], "n")
+        for _ in range(100):
+            if self.srv.metric("rinfer_requests_in_flight", {"model": self.MODEL}) == 0 and \
+                    self.srv.metric("rinfer_requests_running", {"model": self.MODEL}) == 0:
+                break
+            time.sleep(0.05)
+        self.assertEqual(self.srv.metric("rinfer_requests_running", {"model": self.MODEL}), 0)
+        self.assertEqual(self.srv.metric("rinfer_requests_in_flight", {"model": self.MODEL}), 0)
 
 
 class ServeSurfaceTest(unittest.TestCase):
