@@ -16,22 +16,24 @@ std::string_view trim(std::string_view s) {
 }
 
 // A template's literal "<|im_start|>system\n...<|im_end|>": the default system message, where
-// "\n" may be a real newline or the two characters of a Jinja escape.
+// "\n" may be a real newline or the two characters of a Jinja escape. Every occurrence is tried
+// in order: Qwen2.5's template opens system turns with Jinja expressions first (the tools
+// preamble, the user's own system message) and states its default in the third.
 std::string find_default_system(std::string_view t) {
   for (std::string_view opener : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
-    const size_t b = t.find(opener);
-    if (b == std::string_view::npos) continue;
-    const size_t start = b + opener.size();
-    const size_t e = t.find("<|im_end|>", start);
-    if (e == std::string_view::npos) continue;
-    std::string_view body = t.substr(start, e - start);
-    // Only a literal message: anything with Jinja syntax (message['content']) is not a default.
-    if (body.find("{{") != std::string_view::npos || body.find("{%") != std::string_view::npos ||
-        body.find('\'') != std::string_view::npos || body.find('"') != std::string_view::npos ||
-        body.find('+') != std::string_view::npos) {
-      continue;
+    for (size_t b = t.find(opener); b != std::string_view::npos; b = t.find(opener, b + 1)) {
+      const size_t start = b + opener.size();
+      const size_t e = t.find("<|im_end|>", start);
+      if (e == std::string_view::npos) break;
+      std::string_view body = t.substr(start, e - start);
+      // Only a literal message: anything with Jinja syntax (message['content']) is not a default.
+      if (body.find("{{") != std::string_view::npos || body.find("{%") != std::string_view::npos ||
+          body.find('\'') != std::string_view::npos || body.find('"') != std::string_view::npos ||
+          body.find('+') != std::string_view::npos) {
+        continue;
+      }
+      return std::string(body);
     }
-    return std::string(body);
   }
   return {};
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/token_trie.h"
 #include "tokenizer/tokenizer_model.h"
@@ -48,6 +49,9 @@ Result<std::unique_ptr<Tokenizer>> TokenizerBuilder::build(TokenizerKind kind, s
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->kind_ = kind;
   t->pre_name_ = std::move(pre_name);
+  // Qwen2's tokenizer.json normalizes to NFC before its pre-tokenizer (llama.cpp does not; the
+  // goldens are Hugging Face's).
+  t->nfc_ = kind == TokenizerKind::kByteLevelBpe && t->pre_name_ == "qwen2";
   t->specials_ = std::make_unique<TokenTrie>();
   t->special_always_.assign(vocab->pieces.size(), false);
   for (int32_t i = 0; i < vocab->size(); ++i) {
@@ -224,8 +228,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
         continue;
       }
       if (pos > frag) {
-        RINFER_RETURN_IF_ERROR(
-            model_->encode_fragment(text.substr(frag, pos - frag), starts_text, out));
+        RINFER_RETURN_IF_ERROR(encode_fragment(text.substr(frag, pos - frag), starts_text, out));
       }
       out.push_back(id);
       starts_text = true;
@@ -233,13 +236,21 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
       frag = pos;
     }
     if (frag < text.size()) {
-      RINFER_RETURN_IF_ERROR(model_->encode_fragment(text.substr(frag), starts_text, out));
+      RINFER_RETURN_IF_ERROR(encode_fragment(text.substr(frag), starts_text, out));
     }
   } else if (!text.empty()) {
-    RINFER_RETURN_IF_ERROR(model_->encode_fragment(text, starts_text, out));
+    RINFER_RETURN_IF_ERROR(encode_fragment(text, starts_text, out));
   }
   if (options.add_special && vocab_->add_eos && vocab_->eos >= 0) out.push_back(vocab_->eos);
   return out;
+}
+
+Status Tokenizer::encode_fragment(std::string_view frag, bool& starts_text,
+                                  std::vector<int32_t>& out) const {
+  if (nfc_ && unicode::may_need_nfc(frag)) {
+    return model_->encode_fragment(unicode::nfc(frag), starts_text, out);
+  }
+  return model_->encode_fragment(frag, starts_text, out);
 }
 
 Status Tokenizer::check_ids(std::span<const int32_t> ids) const {

@@ -133,6 +133,9 @@ class Tokenizer {
   Tokenizer();
 
   Status check_ids(std::span<const int32_t> ids) const;
+  // The model's encoding of text between special tokens, NFC-normalized first where the
+  // tokenizer normalizes (Qwen2's tokenizer.json: NFC before its pre-tokenizer).
+  Status encode_fragment(std::string_view frag, bool& starts_text, std::vector<int32_t>& out) const;
 
   TokenizerKind kind_ = TokenizerKind::kByteLevelBpe;
   std::string pre_name_;
@@ -142,6 +145,7 @@ class Tokenizer {
   std::unique_ptr<TokenTrie> specials_;
   std::vector<bool> special_always_;  // by id: matched even without parse_special
   bool has_always_ = false;
+  bool nfc_ = false;
   std::vector<int32_t> eog_ids_;
 };
 

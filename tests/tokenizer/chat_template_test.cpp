@@ -37,6 +37,29 @@ TEST(ChatTemplate, SmolLM2TemplateIsChatMLWithItsDefaultSystemMessage) {
             "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n");
 }
 
+// The system-turn part of Qwen2.5's template: the tools preamble and the user's own system
+// message open system turns with Jinja expressions before the default is stated.
+constexpr const char* kQwenTemplateHead =
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == "
+    "'system' %}\n        {{- messages[0]['content'] }}\n    {%- endif %}\n    {{- \"\\n</tools>"
+    "<|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- "
+    "'<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n";
+
+TEST(ChatTemplate, QwenDefaultSystemMessageIsFoundPastTheJinjaOpeners) {
+  auto t = ChatTemplate::detect(kQwenTemplateHead);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->name(), "chatml");
+  EXPECT_EQ(t->default_system(),
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  // A template with only Jinja system openers has no default.
+  auto none = ChatTemplate::detect(
+      "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->default_system(), "");
+}
+
 TEST(ChatTemplate, GemmaFoldsTheSystemMessageIntoTheFirstUserTurn) {
   auto t = ChatTemplate::from_name("gemma");
   ASSERT_TRUE(t.ok());

@@ -1,6 +1,7 @@
 // Exact parity with the reference tokenizers on the committed goldens (see
-// tests/tools/gen_tokenizer_goldens.py): SmolLM2 (byte-level BPE, smollm pre-tokenizer) against
-// Hugging Face tokenizers, Gemma 3 (SentencePiece BPE) against the sentencepiece library.
+// tests/tools/gen_tokenizer_goldens.py): SmolLM2 (byte-level BPE, smollm pre-tokenizer) and
+// Qwen2.5-Coder 1.5B and 0.5B (byte-level BPE, qwen2 pre-tokenizer, NFC) against Hugging Face
+// tokenizers, Gemma 3 (SentencePiece BPE) against the sentencepiece library.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -129,8 +130,16 @@ TEST_P(GoldenTest, AddsBosAsTheModelSays) {
 INSTANTIATE_TEST_SUITE_P(
     Models, GoldenTest,
     ::testing::Values(Model{"smollm2-135m-instruct-q4_1", "smollm2_goldens.json"},
-                      Model{"gemma3-270m-q4_k_m", "gemma3_goldens.json"}),
-    [](const auto& info) { return std::string(info.param.goldens).substr(0, 6); });
+                      Model{"gemma3-270m-q4_k_m", "gemma3_goldens.json"},
+                      Model{"qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2_goldens.json"},
+                      Model{"qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen2_goldens.json"}),
+    [](const auto& info) {
+      std::string n = info.param.name;
+      return n.substr(0, n.find('-')) == "qwen2.5"
+                 ? (n.find("1.5b") != std::string::npos ? std::string("qwen15")
+                                                        : std::string("qwen05"))
+                 : std::string(info.param.goldens).substr(0, 6);
+    });
 
 // from_hf_json on a tokenizer.json written from the SmolLM2 GGUF (vocab, merges, control tokens
 // as special added tokens, SmolLM2's real pre-tokenizer) gives the same ids as from_gguf.

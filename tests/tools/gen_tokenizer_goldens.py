@@ -32,7 +32,7 @@ import os
 import sys
 
 import gguf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
@@ -237,6 +237,31 @@ def smollm2_tokenizers(meta):
     return plain, special
 
 
+def qwen2_tokenizers(meta):
+    """Qwen2.5's tokenizer.json: NFC, Split(qwen2 regex, isolated) then ByteLevel without its own
+    regex, ByteLevel decoder. Control tokens (type 3) are special added tokens; user-defined ones
+    (type 4: <tool_call>, </tool_call>) are added tokens that match in any text, as in HF."""
+    vocab = {t: i for i, t in enumerate(meta["tokens"])}
+    merges = [tuple(m.split(" ", 1)) for m in meta["merges"]]
+
+    def make():
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t, ty in zip(meta["tokens"], meta["types"]) if ty == 4])
+        return tok
+
+    plain = make()
+    special = make()
+    special.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t, ty in zip(meta["tokens"], meta["types"]) if ty == 3])
+    return plain, special
+
+
 def gemma_sentencepiece(meta):
     m = sp_pb2.ModelProto()
     unk = meta["unknown_token_id"]
@@ -301,26 +326,33 @@ def main():
     mix = lcg_text(cs, 1_000_000, 20240630)
     repeat = "a" * 1_000_000
 
-    # SmolLM2
+    def hf_goldens(name, model, plain, special, generator):
+        """Cases and big texts through a `tokenizers` pair (plain, with special tokens)."""
+        out = []
+        for t in cs:
+            ids = plain.encode(t, add_special_tokens=False).ids
+            ids_sp = special.encode(t, add_special_tokens=False).ids
+            e = {"text": t, "ids": ids}
+            if ids_sp != ids:
+                e["ids_special"] = ids_sp
+            decoded = special.decode(ids, skip_special_tokens=False)
+            if decoded != t:
+                # SmolLM2: a byte without a token in the vocabulary is dropped; Qwen2: the NFC form
+                e["decoded"] = decoded
+            out.append(e)
+        bigs = [big_entry(n, x, plain.encode(x, add_special_tokens=False).ids)
+                for n, x in (("mix", mix), ("repeat", repeat))]
+        write(name, {"model": model, "generator": generator, "mix_seed": 20240630, "cases": out,
+                     "big": bigs})
+
+    version = __import__("tokenizers").__version__
     meta = read_gguf(os.path.join(MODEL_DIR, "smollm2-135m-instruct-q4_1.gguf"))
-    plain, special = smollm2_tokenizers(meta)
-    out = []
-    for t in cs:
-        ids = plain.encode(t, add_special_tokens=False).ids
-        ids_sp = special.encode(t, add_special_tokens=False).ids
-        e = {"text": t, "ids": ids}
-        if ids_sp != ids:
-            e["ids_special"] = ids_sp
-        decoded = special.decode(ids, skip_special_tokens=False)
-        if decoded != t:
-            e["decoded"] = decoded  # a byte without a token in the vocabulary is dropped
-        out.append(e)
-    bigs = [big_entry(n, x, plain.encode(x, add_special_tokens=False).ids)
-            for n, x in (("mix", mix), ("repeat", repeat))]
-    write("smollm2_goldens.json", {
-        "model": "smollm2-135m-instruct-q4_1",
-        "generator": "tokenizers %s BPE + Sequence[Digits(individual), ByteLevel]" % __import__("tokenizers").__version__,
-        "mix_seed": 20240630, "cases": out, "big": bigs})
+    hf_goldens("smollm2_goldens.json", "smollm2-135m-instruct-q4_1", *smollm2_tokenizers(meta),
+               "tokenizers %s BPE + Sequence[Digits(individual), ByteLevel]" % version)
+    # Qwen2.5-Coder (the 1.5B and 0.5B files share the vocabulary)
+    meta = read_gguf(os.path.join(MODEL_DIR, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
+    hf_goldens("qwen2_goldens.json", "qwen2.5-coder-1.5b-instruct-q4_k_m", *qwen2_tokenizers(meta),
+               "tokenizers %s BPE + NFC + Sequence[Split(qwen2), ByteLevel(no regex)]" % version)
 
     # Gemma 3
     meta = read_gguf(os.path.join(MODEL_DIR, "gemma3-270m-q4_k_m.gguf"))
