@@ -1,6 +1,5 @@
-// Unicode Normalization Form C (canonical decomposition, canonical ordering, canonical
-// composition; UAX #15), as Hugging Face tokenizers' NFC normalizer applies it before Qwen2's
-// pre-tokenizer. Data: src/tokenizer/nfc_tables.inc (scripts/gen_nfc_tables.py).
+// Unicode Normalization Form C, as Hugging Face tokenizers' NFC normalizer applies it before
+// Qwen2's pre-tokenizer: utf8proc's composition (the library the BERT normalizer uses).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// NFC (src/tokenizer/nfc.h) against Python's unicodedata.normalize on the committed goldens
+// NFC (src/tokenizer/nfc.h, utf8proc) against Python's unicodedata.normalize on the goldens
 // (tests/tools/gen_nfc_goldens.py), a few cases by hand, and the cheap pre-test.
 #include "tokenizer/nfc.h"
 
