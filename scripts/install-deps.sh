@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that recipes-infer's build and tests need. Idempotent: packages
-# already present are left alone, and apt is not touched at all when nothing is missing.
+# Installs every Debian package that recipes-infer's build and tests need, then builds the one
+# source dependency (XGrammar, scripts/install-xgrammar.sh). Idempotent: packages already present
+# are left alone, apt is not touched at all when nothing is missing, and a finished build stays.
 # The CUDA toolkit (nvcc, cuBLAS) is not a Debian package here; the `cuda` preset needs it.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ PACKAGES=(
   libmicrohttpd-dev  # the HTTP server of rinfer serve
   chromium  # the headless browser that drives the chat page in tests/server/serve_web_test.py
   ccache  # keeps compiled objects between builds (and CI runs) on one machine
+  curl  # scripts/install-xgrammar.sh fetches XGrammar's source distribution from PyPI
 )
 
 missing=()
@@ -28,11 +30,13 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Built from PyPI source distributions into the dependency cache (not Debian packages).
+bash "$(dirname "${BASH_SOURCE[0]}")/install-xgrammar.sh"

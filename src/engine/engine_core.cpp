@@ -153,6 +153,7 @@ Result<RequestId> EngineCore::submit(RequestParams p) {
   r->tokens = p.prompt;
   r->tokens.reserve(static_cast<size_t>(r->max_length(opts_.n_ctx)));
   r->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
+  if (p.constraint) r->constraint = p.constraint->start();
   if (text_factory_) r->text = text_factory_();
   r->stop = StopStringFilter(p.stop);
   r->stats.prompt_tokens = r->n_prompt;
@@ -278,6 +279,18 @@ Status EngineCore::build_batch(const SchedulerOutput& s) {
 
 void EngineCore::sample_and_stream(Request& r, std::span<float> row, StepStats& st) {
   if (r.params.want_logits) r.logits.assign(row.begin(), row.end());
+  if (r.constraint) {
+    // Structured output: only the tokens the grammar allows next can be drawn, and the one
+    // drawn advances it (logprobs keep the model's own row, taken above).
+    if (Status m = r.constraint->mask(row); !m.ok()) return stream_token(r, m, st);
+    Result<int32_t> tok = r.sampler->sample(row, r.tokens);
+    if (tok.ok()) {
+      if (Status a = r.constraint->accept(*tok); !a.ok()) {
+        return stream_token(r, a.with_context(r.params.constraint->describe()), st);
+      }
+    }
+    return stream_token(r, std::move(tok), st);
+  }
   stream_token(r, r.sampler->sample(row, r.tokens), st);
 }
 
@@ -431,8 +444,8 @@ Result<StepStats> EngineCore::step() {
   for (const ScheduledSeq& q : s.seqs) {
     const Request& r = *q.req;
     if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
-    on_device =
-        on_device && !r.params.want_logits && runner_->samples_on_device(r.sampler->params());
+    on_device = on_device && !r.params.want_logits && r.constraint == nullptr &&
+                runner_->samples_on_device(r.sampler->params());
   }
   Status fwd;
   const int64_t pass_begin = profile_ != nullptr ? now_ns() : 0;

@@ -111,7 +111,8 @@ void LlmEngine::reset() {
 
 Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
                                              const PieceCallback& on_piece,
-                                             const std::atomic<bool>* cancel) {
+                                             const std::atomic<bool>* cancel,
+                                             std::shared_ptr<const TokenConstraint> constraint) {
   if (!core_) {
     return invalid_argument("{}: this engine was made for its model alone (model_only)", recipe_.path);
   }
@@ -121,6 +122,7 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
   p.sampling.seed = seed_ + calls_++;
   p.max_tokens = recipe_.max_tokens;
   p.stop = recipe_.stop;
+  p.constraint = std::move(constraint);
   GenerationResult res;
   p.on_event = [&](const RequestEvent& ev) {
     res.tokens.insert(res.tokens.end(), ev.tokens.begin(), ev.tokens.end());
@@ -133,6 +135,19 @@ Result<GenerationResult> LlmEngine::generate(std::span<const int32_t> prompt,
   res.finish = out.finish;
   res.stats = out.stats;
   return res;
+}
+
+Result<GrammarCompiler*> LlmEngine::grammars() {
+  std::lock_guard<std::mutex> lock(grammars_mu_);
+  if (!grammars_) {
+    const Tokenizer* t = sample_->tokenizer();
+    if (t == nullptr) {
+      return invalid_argument("{}: the model has no tokenizer, so no grammar can constrain it",
+                              recipe_.path);
+    }
+    RINFER_ASSIGN_OR_RETURN(grammars_, GrammarCompiler::create(*t, decoder().hparams().n_vocab));
+  }
+  return grammars_.get();
 }
 
 std::string LlmEngine::tokenizer_text() const {

@@ -9,10 +9,12 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
+#include "engine/grammar.h"
 #include "models/text_generation.h"
 #include "recipe/recipe.h"
 #include "rinfer/status.h"
@@ -55,8 +57,13 @@ class LlmEngine {
   // on_piece, through the engine core. `cancel` (may be null) is checked
   // between steps; interrupt() stops a forward pass in flight. Each call draws from its own
   // random sequence (the seed plus the call's number).
+  // `constraint` (may be null): the grammar the reply follows (grammars()).
   Result<GenerationResult> generate(std::span<const int32_t> prompt, const PieceCallback& on_piece,
-                                    const std::atomic<bool>* cancel = nullptr);
+                                    const std::atomic<bool>* cancel = nullptr,
+                                    std::shared_ptr<const TokenConstraint> constraint = nullptr);
+  // Structured output: the grammar compiler over this model's vocabulary, made on first use
+  // (indexing a vocabulary takes a moment). An error for a model without a tokenizer.
+  Result<GrammarCompiler*> grammars();
   // Safe in a signal handler.
   void interrupt() {
     if (core_) core_->interrupt();
@@ -78,6 +85,8 @@ class LlmEngine {
   std::unique_ptr<ThreadPool> pool_;  // created once, before the model that uses it
   std::unique_ptr<TextGenerationSample> sample_;
   std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<GrammarCompiler> grammars_;
+  std::mutex grammars_mu_;
   std::string memory_hint_;  // the engine core's, naming the recipe's keys
   SamplingParams sampling_;  // the recipe's, with the seed drawn (seed())
   uint64_t calls_ = 0;

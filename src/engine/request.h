@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/stop_strings.h"
+#include "engine/token_constraint.h"
 #include "models/model.h"
 #include "ops/cpu/sampler.h"
 #include "rinfer/status.h"
@@ -85,6 +86,9 @@ struct RequestParams {
   // Teacher forcing: the reply's first tokens are these instead of the sampled ones (the
   // sampler still runs; RequestEvent::sampled says what it chose). For evaluation and tests.
   std::vector<int32_t> forced;
+  // Structured output: the grammar every generated token must follow (engine/token_constraint.h);
+  // null: none. Its rows are sampled on the host.
+  std::shared_ptr<const TokenConstraint> constraint;
   RequestCallback on_event;
 };
 
@@ -101,6 +105,7 @@ struct Request {
   bool reserved_max = false;  // prealloc max: blocks for its whole length taken at admission
   uint64_t arrival = 0;       // submission order
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TokenConstraintState> constraint;  // from params.constraint
   std::unique_ptr<TokenTextStream> text;
   StopStringFilter stop;
   RequestStats stats;

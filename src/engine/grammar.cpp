@@ -1,0 +1,169 @@
+#include "engine/grammar.h"
+
+#include <fmt/format.h>
+#include <xgrammar/xgrammar.h>
+
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+namespace {
+
+class XgrammarState final : public TokenConstraintState {
+ public:
+  XgrammarState(const xgrammar::CompiledGrammar& g, int64_t n_vocab)
+      : matcher_(g),
+        n_vocab_(n_vocab),
+        bits_(static_cast<size_t>(xgrammar::GetBitmaskSize(static_cast<int>(n_vocab)))) {
+    shape_ = static_cast<int64_t>(bits_.size());
+    tensor_.data = bits_.data();
+    tensor_.device = DLDevice{kDLCPU, 0};
+    tensor_.ndim = 1;
+    tensor_.dtype = xgrammar::GetBitmaskDLType();
+    tensor_.shape = &shape_;
+    tensor_.strides = nullptr;
+    tensor_.byte_offset = 0;
+  }
+
+  Status mask(std::span<float> row) override {
+    if (static_cast<int64_t>(row.size()) != n_vocab_) {
+      return invalid_argument("the logits row has {} entries, the grammar's vocabulary {}",
+                              row.size(), n_vocab_);
+    }
+    if (matcher_.IsTerminated()) return internal_error("the grammar has already ended");
+    try {
+      matcher_.FillNextTokenBitmask(&tensor_);
+    } catch (const std::exception& e) {
+      return internal_error("the grammar's token mask failed: {}", e.what());
+    }
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const auto n = static_cast<size_t>(n_vocab_);
+    for (size_t w = 0; w < bits_.size(); ++w) {
+      const auto word = static_cast<uint32_t>(bits_[w]);
+      if (word == 0xFFFFFFFFu) continue;  // every token of these 32 allowed
+      const size_t end = std::min(n, (w + 1) * 32);
+      for (size_t i = w * 32; i < end; ++i) {
+        if (((word >> (i - w * 32)) & 1u) == 0) row[i] = kNegInf;
+      }
+    }
+    return ok_status();
+  }
+
+  Status accept(int32_t token) override {
+    bool ok = false;
+    try {
+      ok = matcher_.AcceptToken(token);
+    } catch (const std::exception& e) {
+      return internal_error("the grammar could not take token {}: {}", token, e.what());
+    }
+    if (!ok) return internal_error("token {} does not follow the grammar", token);
+    return ok_status();
+  }
+
+ private:
+  xgrammar::GrammarMatcher matcher_;
+  int64_t n_vocab_;
+  std::vector<int32_t> bits_;
+  int64_t shape_ = 0;
+  DLTensor tensor_{};
+};
+
+class XgrammarConstraint final : public TokenConstraint {
+ public:
+  XgrammarConstraint(xgrammar::CompiledGrammar g, int64_t n_vocab, std::string what)
+      : grammar_(std::move(g)), n_vocab_(n_vocab), what_(std::move(what)) {}
+  std::unique_ptr<TokenConstraintState> start() const override {
+    return std::make_unique<XgrammarState>(grammar_, n_vocab_);
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  xgrammar::CompiledGrammar grammar_;
+  int64_t n_vocab_;
+  std::string what_;
+};
+
+}  // namespace
+
+struct GrammarCompiler::Impl {
+  explicit Impl(const xgrammar::TokenizerInfo& info) : compiler(info, /*max_threads=*/2) {}
+  xgrammar::GrammarCompiler compiler;
+};
+
+std::string_view grammar_kind_name(GrammarSpec::Kind k) {
+  switch (k) {
+    case GrammarSpec::Kind::kJsonObject: return "json_object";
+    case GrammarSpec::Kind::kJsonSchema: return "json_schema";
+    case GrammarSpec::Kind::kEbnf: return "grammar";
+  }
+  return "?";
+}
+
+GrammarCompiler::~GrammarCompiler() = default;
+
+Result<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokenizer& tok,
+                                                                 int64_t n_vocab) {
+  if (n_vocab < tok.vocab_size()) {
+    return invalid_argument("the model's {} logits are fewer than the tokenizer's {} tokens",
+                            n_vocab, tok.vocab_size());
+  }
+  std::vector<std::string> vocab(static_cast<size_t>(n_vocab));
+  std::vector<int32_t> stop;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.is_end_of_generation(id)) stop.push_back(id);
+    const TokenType t = tok.token_type(id);
+    // An empty entry is a special token to XGrammar: never allowed, but for the stop tokens.
+    if (tok.is_control(id) || t == TokenType::kUnused) continue;
+    vocab[static_cast<size_t>(id)] = std::string(tok.token_text(id));
+  }
+  if (stop.empty()) return invalid_argument("the tokenizer has no end-of-generation token");
+  std::unique_ptr<GrammarCompiler> c(new GrammarCompiler());
+  try {
+    xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, static_cast<int>(n_vocab), stop);
+    c->impl_ = std::make_unique<Impl>(info);
+  } catch (const std::exception& e) {
+    return internal_error("indexing the vocabulary for grammars failed: {}", e.what());
+  }
+  c->n_vocab_ = n_vocab;
+  return c;
+}
+
+Result<std::shared_ptr<const TokenConstraint>> GrammarCompiler::compile(const GrammarSpec& spec) {
+  std::string key = std::string(grammar_kind_name(spec.kind)) + '\n' + spec.text;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  std::optional<xgrammar::CompiledGrammar> g;
+  try {
+    switch (spec.kind) {
+      case GrammarSpec::Kind::kJsonObject:  // any object (OpenAI's json_object), compact
+        g = impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
+                                              std::nullopt, std::nullopt, /*strict_mode=*/false);
+        break;
+      case GrammarSpec::Kind::kJsonSchema:
+        g = impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
+        break;
+      case GrammarSpec::Kind::kEbnf:
+        g = impl_->compiler.CompileGrammar(xgrammar::Grammar::FromEBNF(spec.text, "root"));
+        break;
+    }
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return invalid_argument("{}: {}",
+                            spec.kind == GrammarSpec::Kind::kEbnf ? "the grammar does not parse"
+                                                                  : "the JSON schema is not usable",
+                            msg);
+  }
+  auto c = std::make_shared<XgrammarConstraint>(std::move(*g), n_vocab_,
+                                                std::string(grammar_kind_name(spec.kind)));
+  if (cache_.size() >= kCacheEntries) cache_.erase(cache_.begin());
+  cache_.emplace(std::move(key), c);
+  return std::shared_ptr<const TokenConstraint>(std::move(c));
+}
+
+}  // namespace rinfer
