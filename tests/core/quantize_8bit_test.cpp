@@ -1,14 +1,18 @@
 // The 8-bit per-row formats (core/quantize_8bit.h): the FP8 E4M3 encoder against a table-driven
 // reference (the nearest of the 126 finite magnitudes, ties to the even code) over every code, the
 // rounding midpoints, a dense sweep and random floats, with PyTorch's edge cases (NaN above 464,
-// no infinities, subnormals); then per-row FP8 and INT8 quantization against their error bounds.
+// no infinities, subnormals); bit for bit against PyTorch's float8_e4m3fn cast on 12,000 floats
+// (tests/data/fp8/e4m3_torch.json, tests/tools/gen_fp8_goldens.py on the GPU machine); then
+// per-row FP8 and INT8 quantization against their error bounds.
 #include "core/quantize_8bit.h"
 
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -138,6 +142,27 @@ TEST(Quantize8Bit, RowsKeepTheirErrorBounds) {
   quantize_rows_f8e4m3(x.data(), 1, kCols, q8.data(), s8.data());
   EXPECT_TRUE(std::isnan(si[0]));
   EXPECT_TRUE(std::isnan(s8[0]));
+}
+
+TEST(Fp8E4M3, BitExactAgainstPyTorch) {
+  std::ifstream f(test::test_data_path("fp8/e4m3_torch.json"));
+  ASSERT_TRUE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const std::vector<uint32_t> bits = j["bits"];
+  const std::vector<int> codes = j["codes"];
+  ASSERT_EQ(bits.size(), codes.size());
+  ASSERT_GE(bits.size(), 12000u);
+  int wrong = 0;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const float x = std::bit_cast<float>(bits[i]);
+    const int got = f32_to_f8e4m3(x);
+    // NaN inputs: PyTorch gives 0x7F or 0xFF by the sign bit; both are E4M3's NaN.
+    if (got != codes[i] && wrong++ < 10) {
+      ADD_FAILURE() << "x = " << x << " (bits 0x" << std::hex << bits[i] << "): got 0x" << got
+                    << ", torch 0x" << codes[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << bits.size() << " (torch " << j["torch"] << ")";
 }
 
 }  // namespace

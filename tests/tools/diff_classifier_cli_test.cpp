@@ -82,7 +82,11 @@ class DiffClassifierCli : public ::testing::Test {
     return path;
   }
 
-  void expect_fault_found(const std::string& a, const std::string& b, const std::string& what) {
+  // `exact`: the taps before the fault are bit-identical (the CPU). cuDNN picks its algorithms
+  // per process, so two CUDA runs of the same weights differ by rounding (rel L2 ~1e-6 to 2e-4
+  // measured on the H100) long before the fault, which only the threshold then names.
+  void expect_fault_found(const std::string& a, const std::string& b, const std::string& what,
+                          bool exact = true) {
     const std::string json = dir_ + "/diff.json";
     auto r = test::rinfer_cli("diff '" + a + "' '" + b + "' --json '" + json + "'");
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -91,14 +95,24 @@ class DiffClassifierCli : public ::testing::Test {
     ASSERT_FALSE(j.is_discarded());
     EXPECT_EQ(j["scenario"], "image-classification");
     EXPECT_EQ(j["images"], 1);
-    EXPECT_EQ(j["first_difference"]["layer"], node_) << what;
-    EXPECT_EQ(j["first_difference"]["op"], "block_out") << what;
+    if (exact) {
+      EXPECT_EQ(j["first_difference"]["layer"], node_) << what;
+      EXPECT_EQ(j["first_difference"]["op"], "block_out") << what;
+    } else {
+      EXPECT_LE(j["first_difference"]["layer"].get<int>(), node_) << what;
+    }
     EXPECT_EQ(j["first_past_threshold"]["layer"], node_) << what;
     bool before = true;
     for (const auto& t : j["taps"]) {
       EXPECT_EQ(t["rows"], 1) << what;
       if (t["layer"] == node_) before = false;
-      if (before) EXPECT_EQ(t["rel_l2"].get<double>(), 0.0) << what << ": " << t.dump();
+      if (before) {
+        if (exact) {
+          EXPECT_EQ(t["rel_l2"].get<double>(), 0.0) << what << ": " << t.dump();
+        } else {
+          EXPECT_LT(t["rel_l2"].get<double>(), 1e-3) << what << ": " << t.dump();
+        }
+      }
     }
     EXPECT_FALSE(before) << what;
     EXPECT_EQ(j["taps"].back()["op"], "logits") << what;
@@ -131,7 +145,8 @@ TEST_F(DiffClassifierCli, NamesThePlantedFaultOnTheCpu) {
 
 TEST_F(DiffClassifierCli, NamesThePlantedFaultOnCuda) {
   if (auto d = cuda_devices(); !d.ok()) GTEST_SKIP() << d.status().message();
-  expect_fault_found(recipe("a", "cuda", good_), recipe("b", "cuda", bad_), "cuda");
+  expect_fault_found(recipe("a", "cuda", good_), recipe("b", "cuda", bad_), "cuda",
+                     /*exact=*/false);
 }
 
 }  // namespace
