@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The Python the client-driven tests need, in a virtual environment of the checkout
-# (.venv-test/, git-ignored): the official `openai` client. The engine itself needs no Python.
+# (.venv-test/, git-ignored): the official `openai` client and `jsonschema` (structured output
+# replies are validated with it). The engine itself needs no Python.
 # Idempotent: an environment that already has the pinned versions is left alone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=.venv-test
-PINS=(openai==3.57.0)
+PINS=(openai==3.57.0 jsonschema==4.23.0)
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "${PINS[@]}" <<'PY' 2>/dev/null; then
 import sys

@@ -88,6 +88,18 @@ class XgrammarConstraint final : public TokenConstraint {
   std::string what_;
 };
 
+// XGrammar's exception text without its "[hh:mm:ss] /path/file.cc:123: " prefix and trailing
+// newlines: what went wrong, in its words.
+std::string xgrammar_message(std::string msg) {
+  if (msg.starts_with("[")) {
+    const size_t stamp = msg.find("] ");
+    const size_t where = stamp == std::string::npos ? stamp : msg.find(": ", stamp + 2);
+    if (where != std::string::npos) msg.erase(0, where + 2);
+  }
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return msg;
+}
+
 }  // namespace
 
 struct GrammarCompiler::Impl {
@@ -152,8 +164,7 @@ Result<std::shared_ptr<const TokenConstraint>> GrammarCompiler::compile(const Gr
         break;
     }
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    const std::string msg = xgrammar_message(e.what());
     return invalid_argument("{}: {}",
                             spec.kind == GrammarSpec::Kind::kEbnf ? "the grammar does not parse"
                                                                   : "the JSON schema is not usable",

@@ -258,6 +258,63 @@ std::optional<ApiError> parse_prompt(const json& body, GenerationRequest* r) {
   return std::nullopt;
 }
 
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+// "schema", "strict", "description"}}; or the `grammar` extension: an EBNF string.
+std::optional<ApiError> parse_response_format(const json& body, GenerationRequest* r) {
+  const auto rf = body.find("response_format");
+  if (rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object()) {
+      return bad("response_format",
+                 fmt::format("'response_format': expected an object, got {}", type_name(*rf)));
+    }
+    const auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) {
+      return bad("response_format",
+                 "'response_format.type': expected \"text\", \"json_object\" or \"json_schema\"");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      r->grammar = GrammarSpec{GrammarSpec::Kind::kJsonObject, ""};
+    } else if (t == "json_schema") {
+      const auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object()) {
+        return bad("response_format",
+                   "'response_format.json_schema': expected an object with the schema");
+      }
+      const auto schema = js->find("schema");
+      if (schema == js->end() || !schema->is_object()) {
+        return bad("response_format",
+                   fmt::format("'response_format.json_schema.schema': expected an object, got {}",
+                               schema == js->end() ? "nothing" : type_name(*schema)));
+      }
+      if (const auto name = js->find("name"); name != js->end() && !name->is_string()) {
+        return bad("response_format", "'response_format.json_schema.name': expected a string");
+      }
+      r->grammar = GrammarSpec{GrammarSpec::Kind::kJsonSchema, schema->dump()};
+    } else if (t != "text") {
+      return bad("response_format",
+                 fmt::format("'response_format.type': \"{}\" is not supported (text, json_object "
+                             "and json_schema are)",
+                             t));
+    }
+    r->grammar_param = "response_format";
+  }
+  const auto g = body.find("grammar");
+  if (g != body.end() && !g->is_null()) {
+    if (!g->is_string() || g->get<std::string>().empty()) {
+      return bad("grammar", "'grammar': expected an EBNF grammar (a non-empty string)");
+    }
+    if (r->grammar) {
+      return bad("grammar",
+                 "'grammar' and a JSON response_format both constrain the reply: "
+                 "give one");
+    }
+    r->grammar = GrammarSpec{GrammarSpec::Kind::kEbnf, g->get<std::string>()};
+    r->grammar_param = "grammar";
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_stop(const json& body, GenerationRequest* r) {
   auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -453,10 +510,7 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
   f.refuse_unless("functions",
                   functions == nullptr || (functions->is_array() && functions->empty()),
                   "this server does not call functions");
-  const json* rf = f.get("response_format");
-  f.refuse_unless("response_format",
-                  rf == nullptr || (rf->is_object() && rf->value("type", "") == "text"),
-                  "only {\"type\": \"text\"}");
+  if (auto e = parse_response_format(doc, &r)) return *e;
   const json* bias = f.get("logit_bias");
   f.refuse_unless("logit_bias", bias == nullptr || (bias->is_object() && bias->empty()),
                   "logit biases are not applied");

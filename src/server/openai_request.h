@@ -1,7 +1,7 @@
 // The bodies of POST /v1/chat/completions and /v1/completions, parsed and checked: every field
 // of OpenAI's API that the server honours, each with its type and range; fields it cannot
-// honour (tools, a JSON response format, logit_bias, echo with logprobs) are refused by name,
-// and fields it does not know are ignored, as OpenAI's clients send many.
+// honour (tools, logit_bias, echo with logprobs) are refused by name, and fields it does not
+// know are ignored, as OpenAI's clients send many.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace rinfer::server {
@@ -67,6 +68,10 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;  // alternatives per token (chat top_logprobs, completions logprobs)
   bool ignore_eos = false;   // an extension for benchmarks: generate max_tokens regardless
   bool echo = false;         // completions: the reply's text starts with the prompt (no logprobs)
+  // Structured output: response_format json_object / json_schema, or the `grammar` extension
+  // (EBNF); grammar_param names the field for errors.
+  std::optional<GrammarSpec> grammar;
+  std::string grammar_param;
 };
 
 // The limits of the API's numbers (OpenAI's where it states them).

@@ -170,6 +170,16 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   p.stop = req.stop.value_or(r.stop);
   p.ignore_eos = req.ignore_eos;
   p.want_logits = req.logprobs;
+  if (req.grammar) {
+    // Compiled on this HTTP thread (cached by text), shared by every choice.
+    auto grammars = engine_->grammars();
+    if (!grammars.ok()) {
+      return respond_error(*ex, ApiError{400, grammars.status().message(), req.grammar_param});
+    }
+    auto c = (*grammars)->compile(*req.grammar);
+    if (!c.ok()) return respond_error(*ex, ApiError{400, c.status().message(), req.grammar_param});
+    p.constraint = std::move(c).value();
+  }
 
   const std::string prefix = chat ? "chatcmpl-" : "cmpl-";
   ResponseIds ids{prefix + random_hex(24),

@@ -86,6 +86,12 @@ struct RunArgs {
   std::optional<double> top_p, min_p, repeat_penalty;
   std::vector<std::string> stop;
   bool json = false;
+  // Structured output: --json-object, --json-schema FILE or --grammar FILE (read before the
+  // model loads), compiled against the model's vocabulary once it has.
+  bool json_object = false;
+  std::string json_schema_file, grammar_file;
+  std::optional<GrammarSpec> grammar;
+  std::shared_ptr<const TokenConstraint> constraint;
 };
 
 // Streams a piece to stdout; a failed write (a full disk, a closed pipe) stops the reply.
@@ -113,6 +119,27 @@ Result<std::string> prompt_text(const RunArgs& a) {
     return invalid_argument("--system needs the chat template, which --raw turns off");
   }
   return text;
+}
+
+// --json-object, --json-schema FILE or --grammar FILE into a->grammar (files read and checked
+// before the model loads).
+Status read_grammar(RunArgs& a) {
+  if (a.json_object) a.grammar = GrammarSpec{GrammarSpec::Kind::kJsonObject, ""};
+  if (!a.json_schema_file.empty()) {
+    RINFER_ASSIGN_OR_RETURN(std::string text, read_text_input(a.json_schema_file, "--json-schema"));
+    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      return invalid_argument("--json-schema {}: not a JSON object (a JSON schema is one)",
+                              a.json_schema_file);
+    }
+    a.grammar = GrammarSpec{GrammarSpec::Kind::kJsonSchema, j.dump()};
+  }
+  if (!a.grammar_file.empty()) {
+    RINFER_ASSIGN_OR_RETURN(std::string text, read_text_input(a.grammar_file, "--grammar"));
+    if (text.empty()) return invalid_argument("--grammar {}: the file is empty", a.grammar_file);
+    a.grammar = GrammarSpec{GrammarSpec::Kind::kEbnf, std::move(text)};
+  }
+  return ok_status();
 }
 
 // One line from stdin without the newline; nullopt at EOF or on Ctrl-C.
@@ -159,12 +186,13 @@ void print_timing(const GenerationResult& r) {
 // Generates one reply to `prompt`, streaming it (unless !stream); returns the result
 // (cancellation included).
 Result<GenerationResult> reply(LlmEngine& engine, const std::vector<int32_t>& prompt,
-                               bool stream = true) {
+                               const RunArgs& a, bool stream = true) {
   g_cancel = false;
   g_interrupts = 0;
   g_generating = true;
   g_engine = &engine;
-  auto r = engine.generate(prompt, stream ? PieceCallback(write_out) : PieceCallback(), &g_cancel);
+  auto r = engine.generate(prompt, stream ? PieceCallback(write_out) : PieceCallback(), &g_cancel,
+                           a.constraint);
   g_engine = nullptr;
   g_generating = false;
   return r;
@@ -331,13 +359,13 @@ int run_prompt(LlmEngine& e, const RunArgs& a, const std::string& text) {
   if (!ids.ok()) return report_error(ids.status().message());
   if (a.json) {
     // One JSON object once the reply is done, nothing streamed.
-    auto r = reply(e, *ids, /*stream=*/false);
+    auto r = reply(e, *ids, a, /*stream=*/false);
     if (!r.ok()) return report_error(r.status().message());
     write_out(reply_json(*r).dump() + "\n");
     return reply_exit_code(*r);
   }
   if (a.raw) write_out(text);  // a raw prompt is continued: show it
-  auto r = reply(e, *ids);
+  auto r = reply(e, *ids, a);
   if (!r.ok()) return report_error(r.status().message());
   if (r->text.empty() || r->text.back() != '\n') write_out("\n");
   print_timing(*r);
@@ -387,7 +415,7 @@ int run_chat(LlmEngine& e, const RunArgs& a) {
       report_error(ids.status().message());
       continue;
     }
-    auto r = reply(e, *ids);
+    auto r = reply(e, *ids, a);
     if (!r.ok()) {
       messages.pop_back();
       report_error(r.status().message());
@@ -465,6 +493,17 @@ void add_run_command(CLI::App& app, int& exit_code) {
                 "With -p or --prompt-file: one JSON object (text, tokens, finish_reason, "
                 "timings) instead of the streamed text")
       ->excludes(chat);
+  auto* json_object = cmd->add_flag("--json-object", a->json_object,
+                                    "Structured output: the reply is a JSON object");
+  auto* schema = cmd->add_option("--json-schema", a->json_schema_file,
+                                 "Structured output: the reply is JSON that validates against "
+                                 "the JSON schema in FILE (docs/structured-output.md)");
+  auto* grammar = cmd->add_option("--grammar", a->grammar_file,
+                                  "Structured output: the reply follows the EBNF grammar in FILE "
+                                  "(root rule `root`)");
+  json_object->excludes(schema);
+  json_object->excludes(grammar);
+  schema->excludes(grammar);
   cmd->add_flag("-v,--verbose", a->verbose, "Print the model, strategies and sampling first");
   cmd->callback([&exit_code, a] {
     if (!a->chat && a->prompt.empty() && a->prompt_file.empty()) {
@@ -483,10 +522,28 @@ void add_run_command(CLI::App& app, int& exit_code) {
       }
       text = std::move(t).value();
     }
+    if (Status st = read_grammar(*a); !st.ok()) {
+      exit_code = report_error(st.message());
+      return;
+    }
     auto engine = make_engine(*a);
     if (!engine.ok()) {
       exit_code = report_error(engine.status().message());
       return;
+    }
+    if (a->grammar) {
+      auto grammars = (*engine)->grammars();
+      auto c = grammars.ok() ? (*grammars)->compile(*a->grammar)
+                             : Result<std::shared_ptr<const TokenConstraint>>(grammars.status());
+      if (!c.ok()) {
+        exit_code = report_error(fmt::format("{}: {}",
+                                             a->grammar_file.empty()
+                                                 ? "--json-schema " + a->json_schema_file
+                                                 : "--grammar " + a->grammar_file,
+                                             c.status().message()));
+        return;
+      }
+      a->constraint = std::move(c).value();
     }
     if (a->verbose) std::fprintf(stderr, "%s", (*engine)->describe().c_str());
     SigintScope sigint;

@@ -132,6 +132,10 @@ TEST_F(GrammarTest, BadSchemasAndGrammarsAreClearErrors) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("JSON schema"), std::string::npos) << s.status().message();
+  auto t = compiler_->compile({GrammarSpec::Kind::kJsonSchema, R"({"type": "nope"})"});
+  ASSERT_FALSE(t.ok());
+  // XGrammar's words, without its time stamp and source location.
+  EXPECT_EQ(t.status().message(), "the JSON schema is not usable: Unsupported type \"nope\"");
   auto g = compiler_->compile({GrammarSpec::Kind::kEbnf, "root ::= missing_rule"});
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("grammar does not parse"), std::string::npos)

@@ -3,10 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace rinfer::server {
 namespace {
+
+std::string chat_msgs(const std::string& fields) {
+  return std::string(R"({"messages": [{"role": "user", "content": "hi"}], )") + fields + "}";
+}
 
 GenerationRequest ok(const std::string& body, Endpoint ep = Endpoint::kChat) {
   auto r = parse_generation_request(body, ep);
@@ -81,6 +86,25 @@ TEST(OpenAiRequestTest, ParsesCompletionPrompts) {
   EXPECT_TRUE(r.prompts[0].text.empty());
   EXPECT_FALSE(r.max_tokens.has_value());
   EXPECT_FALSE(r.temperature.has_value());
+}
+
+TEST(OpenAiRequestTest, ParsesResponseFormatsAndGrammars) {
+  GenerationRequest r = ok(chat_msgs(R"("response_format": {"type": "text"})"));
+  EXPECT_FALSE(r.grammar.has_value());
+  r = ok(chat_msgs(R"("response_format": {"type": "json_object"})"));
+  ASSERT_TRUE(r.grammar.has_value());
+  EXPECT_EQ(r.grammar->kind, GrammarSpec::Kind::kJsonObject);
+  EXPECT_EQ(r.grammar_param, "response_format");
+  r = ok(chat_msgs(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})"));
+  ASSERT_TRUE(r.grammar.has_value());
+  EXPECT_EQ(r.grammar->kind, GrammarSpec::Kind::kJsonSchema);
+  EXPECT_EQ(nlohmann::json::parse(r.grammar->text)["properties"]["a"]["type"], "integer");
+  r = ok(R"({"prompt": "x", "grammar": "root ::= \"yes\""})", Endpoint::kCompletion);
+  ASSERT_TRUE(r.grammar.has_value());
+  EXPECT_EQ(r.grammar->kind, GrammarSpec::Kind::kEbnf);
+  EXPECT_EQ(r.grammar->text, "root ::= \"yes\"");
+  EXPECT_EQ(r.grammar_param, "grammar");
 }
 
 TEST(OpenAiRequestTest, ParsesPromptBatchesAndChoices) {
@@ -162,8 +186,19 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{chat(R"("top_logprobs": 3)"), "top_logprobs", "needs \"logprobs\": true"},
         Bad{chat(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "out of range"},
         Bad{chat(R"("tools": [{"type": "function"}])"), "tools", "not supported"},
-        Bad{chat(R"("response_format": {"type": "json_object"})"), "response_format",
-            "not supported"},
+        Bad{chat(R"("response_format": {"type": "json"})"), "response_format",
+            "\"json\" is not supported (text, json_object and json_schema are)"},
+        Bad{chat(R"("response_format": "json_object")"), "response_format",
+            "expected an object, got a string"},
+        Bad{chat(R"("response_format": {"type": "json_schema"})"), "response_format",
+            "'response_format.json_schema': expected an object"},
+        Bad{chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})"),
+            "response_format",
+            "'response_format.json_schema.schema': expected an object, got "
+            "nothing"},
+        Bad{chat(R"("grammar": "")"), "grammar", "expected an EBNF grammar"},
+        Bad{chat(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"),
+            "grammar", "give one"},
         Bad{chat(R"("logit_bias": {"1": 5})"), "logit_bias", "not supported"},
         Bad{chat(R"("stream_options": 1)"), "stream_options", "expected an object"},
         Bad{R"({"model": "m"})", "prompt", "'prompt': missing", Endpoint::kCompletion},

@@ -148,6 +148,77 @@ class ServeApiTest(unittest.TestCase):
         self.assertEqual([x.index for x in c.choices], [0, 1])
         self.assertNotEqual(c.choices[0].text, c.choices[1].text)
 
+    def test_structured_output_always_validates(self):
+        """response_format json_schema (sampled, several choices, streamed too), json_object, the
+        client's parse() with a pydantic model, and the `grammar` extension: every reply parses
+        and validates (jsonschema)."""
+        import jsonschema
+        import pydantic
+        # Bounded strings and arrays: a small model sampled at temperature 1 would otherwise
+        # fill an unbounded array until max_tokens (finish "length", the JSON cut short).
+        name = {"type": "string", "maxLength": 30}
+        schemas = [
+            {"type": "object", "properties": {
+                "name": name, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b \"c\""]},
+                         "maxItems": 3},
+                "address": {"type": "object", "properties": {"city": name, "zip": name},
+                            "required": ["city"]}},
+             "required": ["name", "age"]},
+            {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                              "score": {"type": "number"},
+                                              "items": {"type": "array", "maxItems": 4,
+                                                        "items": {"type": "integer",
+                                                                  "minimum": -99, "maximum": 99}}},
+             "required": ["ok", "score", "items"]},
+        ]
+        count = 0
+        for i, schema in enumerate(schemas):
+            r = self.client.chat.completions.create(
+                **chat_body("Describe a person as JSON.", temperature=1.0, seed=i, n=4,
+                            max_tokens=300),
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": f"s{i}", "schema": schema}})
+            for c in r.choices:
+                self.assertEqual(c.finish_reason, "stop", c.message.content)
+                jsonschema.validate(json.loads(c.message.content), schema)
+                count += 1
+        # Streamed: the deltas join into JSON that validates.
+        status, body = self.curl_post("/v1/chat/completions", chat_body(
+            "Describe a person as JSON.", stream=True, max_tokens=200,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "p", "schema": schemas[0]}}), "-N")
+        events, done = sse_events(body)
+        self.assertTrue(done)
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+        jsonschema.validate(json.loads(text), schemas[0])
+        r = self.client.chat.completions.create(
+            **chat_body('What is 2+2? Answer as a JSON object with the key "answer".',
+                        max_tokens=150),
+            response_format={"type": "json_object"})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+
+        class City(pydantic.BaseModel):
+            city: str = pydantic.Field(max_length=30)
+            country: str = pydantic.Field(max_length=30)
+            population: int = pydantic.Field(ge=0, le=100_000_000)
+
+        p = self.client.beta.chat.completions.parse(
+            **chat_body("Describe Paris.", max_tokens=200), response_format=City)
+        self.assertIsInstance(p.choices[0].message.parsed, City)
+        # The grammar extension (EBNF), on completions.
+        r = self.client.completions.create(model=SMOLLM2, prompt="Is the sky blue? Answer:",
+                                           max_tokens=5, extra_body={"grammar": 'root ::= " yes" | " no"'})
+        self.assertIn(r.choices[0].text, (" yes", " no"))
+        self.assertGreaterEqual(count, 8)
+        # A schema that does not compile is a 400 naming the field.
+        status, body = self.curl_post("/v1/chat/completions", chat_body(
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": {"type": "nope"}}}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(self.error_of(body)["param"], "response_format")
+
     def test_error_statuses(self):
         url = self.srv.url
         with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:

@@ -116,9 +116,21 @@ def cases():
     add("too many stops", raw_request(CHAT, json.dumps(valid_chat(stop=[str(i) for i in range(17)]))))
     add("empty stop", raw_request(CHAT, json.dumps(valid_chat(stop=[""]))))
     add("long stop", raw_request(CHAT, json.dumps(valid_chat(stop=["x" * 300]))))
-    for f, v in [("tools", [{"type": "function"}]), ("response_format", {"type": "json_object"}),
-                 ("logit_bias", {"5": 1}), ("functions", [{"name": "f"}])]:
+    for f, v in [("tools", [{"type": "function"}]), ("logit_bias", {"5": 1}),
+                 ("functions", [{"name": "f"}])]:
         add(f"unsupported {f}", raw_request(CHAT, json.dumps(valid_chat(**{f: v}))))
+    # Structured output that cannot be: malformed response formats, schemas and grammars.
+    for rf in [{"type": "json"}, {"type": 3}, {}, "json_object", {"type": "json_schema"},
+               {"type": "json_schema", "json_schema": {"name": "x"}},
+               {"type": "json_schema", "json_schema": {"name": "x", "schema": "str"}},
+               {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}},
+               {"type": "json_schema", "json_schema": {"name": 5, "schema": {}}}]:
+        add("bad response_format", raw_request(CHAT, json.dumps(valid_chat(response_format=rf))))
+    for g in ["", 5, "root ::= undefined_rule", "root ::= (", "no rule at all"]:
+        add("bad grammar", raw_request(CHAT, json.dumps(valid_chat(grammar=g))))
+    add("grammar and a json format",
+        raw_request(CHAT, json.dumps(valid_chat(grammar='root ::= "a"',
+                                                response_format={"type": "json_object"}))))
     add("prompt over the context",
         raw_request(CHAT, json.dumps(valid_chat(messages=[{"role": "user", "content": "ab " * 4000}]))))
     add("unknown model", raw_request(CHAT, json.dumps(valid_chat(model="no-such-model"))))

@@ -75,6 +75,13 @@ class ServeRandomTest(unittest.TestCase):
             msg = json.loads(out)["error"]["message"]
             self.assertIn("no tokenizer", msg)
             self.assertIn("token ids", msg)
+        # No tokenizer, no grammar over its tokens.
+        status, out = self.srv.post("/v1/completions", {
+            "model": "random:tiny:f32", "prompt": [5, 6], "response_format": {"type": "json_object"}})
+        self.assertEqual(status, 400, out)
+        err = json.loads(out)["error"]
+        self.assertEqual(err["param"], "response_format")
+        self.assertIn("no tokenizer", err["message"])
 
 
 class ServeChoicesTest(unittest.TestCase):
