@@ -142,6 +142,13 @@ Status read_grammar(RunArgs& a) {
   return ok_status();
 }
 
+// The structured-output flag given, for messages.
+std::string grammar_flag(const RunArgs& a) {
+  if (!a.json_schema_file.empty()) return "--json-schema " + a.json_schema_file;
+  if (!a.grammar_file.empty()) return "--grammar " + a.grammar_file;
+  return "--json-object";
+}
+
 // One line from stdin without the newline; nullopt at EOF or on Ctrl-C.
 std::optional<std::string> read_line() {
   std::string line;
@@ -536,11 +543,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       auto c = grammars.ok() ? (*grammars)->compile(*a->grammar)
                              : Result<std::shared_ptr<const TokenConstraint>>(grammars.status());
       if (!c.ok()) {
-        exit_code = report_error(fmt::format("{}: {}",
-                                             a->grammar_file.empty()
-                                                 ? "--json-schema " + a->json_schema_file
-                                                 : "--grammar " + a->grammar_file,
-                                             c.status().message()));
+        exit_code = report_error(fmt::format("{}: {}", grammar_flag(*a), c.status().message()));
         return;
       }
       a->constraint = std::move(c).value();

@@ -218,16 +218,22 @@ def read_gguf(path):
     return meta
 
 
-def smollm2_tokenizers(meta):
+def byte_level_tokenizers(meta, pre_tokenizer, normalizer=None, user_defined=False):
+    """A `tokenizers` BPE over the GGUF vocabulary and merges with a ByteLevel decoder, twice:
+    plain, and with the control tokens (type 3) as special added tokens. With `user_defined`,
+    the type-4 tokens are added tokens that match in any text, as in HF."""
     vocab = {t: i for i, t in enumerate(meta["tokens"])}
     merges = [tuple(m.split(" ", 1)) for m in meta["merges"]]
 
     def make():
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        if normalizer is not None:
+            tok.normalizer = normalizer
+        tok.pre_tokenizer = pre_tokenizer
         tok.decoder = decoders.ByteLevel()
+        if user_defined:
+            tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                            for t, ty in zip(meta["tokens"], meta["types"]) if ty == 4])
         return tok
 
     plain = make()
@@ -235,31 +241,22 @@ def smollm2_tokenizers(meta):
     special.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                 for t, ty in zip(meta["tokens"], meta["types"]) if ty == 3])
     return plain, special
+
+
+def smollm2_tokenizers(meta):
+    """SmolLM2's tokenizer.json: Digits(individual) then ByteLevel with its regex."""
+    return byte_level_tokenizers(meta, pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
 
 
 def qwen2_tokenizers(meta):
     """Qwen2.5's tokenizer.json: NFC, Split(qwen2 regex, isolated) then ByteLevel without its own
-    regex, ByteLevel decoder. Control tokens (type 3) are special added tokens; user-defined ones
-    (type 4: <tool_call>, </tool_call>) are added tokens that match in any text, as in HF."""
-    vocab = {t: i for i, t in enumerate(meta["tokens"])}
-    merges = [tuple(m.split(" ", 1)) for m in meta["merges"]]
-
-    def make():
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2), "isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        tok.decoder = decoders.ByteLevel()
-        tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                        for t, ty in zip(meta["tokens"], meta["types"]) if ty == 4])
-        return tok
-
-    plain = make()
-    special = make()
-    special.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                for t, ty in zip(meta["tokens"], meta["types"]) if ty == 3])
-    return plain, special
+    regex; user-defined tokens (<tool_call>, </tool_call>) are added tokens."""
+    return byte_level_tokenizers(meta, pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        normalizer=normalizers.NFC(), user_defined=True)
 
 
 def gemma_sentencepiece(meta):
