@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package that recipes-infer's build and tests need, then builds the one
-# source dependency (XGrammar, scripts/install-xgrammar.sh). Idempotent: packages already present
-# are left alone, apt is not touched at all when nothing is missing, and a finished build stays.
+# Installs every Debian package that recipes-infer's build and tests need, then the source
+# dependencies from PyPI sdists (XGrammar, scripts/install-xgrammar.sh; minja, install-minja.sh).
+# Idempotent: packages already present are left alone, apt is not touched at all when nothing is
+# missing, and a finished build stays.
 # The CUDA toolkit (nvcc, cuBLAS) is not a Debian package here; the `cuda` preset needs it.
 set -euo pipefail
 
@@ -18,7 +19,7 @@ PACKAGES=(
   libmicrohttpd-dev  # the HTTP server of rinfer serve
   chromium  # the headless browser that drives the chat page in tests/server/serve_web_test.py
   ccache  # keeps compiled objects between builds (and CI runs) on one machine
-  curl  # scripts/install-xgrammar.sh fetches XGrammar's source distribution from PyPI
+  curl  # install-xgrammar.sh and install-minja.sh fetch source distributions from PyPI
 )
 
 missing=()
@@ -40,3 +41,4 @@ fi
 
 # Built from PyPI source distributions into the dependency cache (not Debian packages).
 bash "$(dirname "${BASH_SOURCE[0]}")/install-xgrammar.sh"
+bash "$(dirname "${BASH_SOURCE[0]}")/install-minja.sh"

@@ -100,6 +100,23 @@ std::string xgrammar_message(std::string msg) {
   return msg;
 }
 
+// An EBNF grammar of the literal `s`.
+xgrammar::Grammar literal_grammar(std::string_view s) {
+  std::string ebnf = "root ::= \"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      ebnf += '\\';
+      ebnf += c;
+    } else if (c == '\n') {
+      ebnf += "\\n";
+    } else {
+      ebnf += c;
+    }
+  }
+  ebnf += "\"";
+  return xgrammar::Grammar::FromEBNF(ebnf, "root");
+}
+
 }  // namespace
 
 struct GrammarCompiler::Impl {
@@ -147,6 +164,9 @@ Result<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokenizer
 
 Result<std::shared_ptr<const TokenConstraint>> GrammarCompiler::compile(const GrammarSpec& spec) {
   std::string key = std::string(grammar_kind_name(spec.kind)) + '\n' + spec.text;
+  if (!spec.prefix.empty() || !spec.suffix.empty() || spec.spaced) {
+    key += '\n' + spec.prefix + '\n' + spec.suffix + (spec.spaced ? "\ns" : "\nc");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   std::optional<xgrammar::CompiledGrammar> g;
@@ -156,9 +176,22 @@ Result<std::shared_ptr<const TokenConstraint>> GrammarCompiler::compile(const Gr
         g = impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
                                               std::nullopt, std::nullopt, /*strict_mode=*/false);
         break;
-      case GrammarSpec::Kind::kJsonSchema:
-        g = impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false);
+      case GrammarSpec::Kind::kJsonSchema: {
+        std::optional<std::pair<std::string, std::string>> separators;
+        if (spec.spaced) separators = std::pair<std::string, std::string>(", ", ": ");
+        if (spec.prefix.empty() && spec.suffix.empty()) {
+          g = impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
+                                                separators);
+          break;
+        }
+        std::vector<xgrammar::Grammar> parts;
+        if (!spec.prefix.empty()) parts.push_back(literal_grammar(spec.prefix));
+        parts.push_back(xgrammar::Grammar::FromJSONSchema(spec.text, /*any_whitespace=*/false,
+                                                          std::nullopt, separators));
+        if (!spec.suffix.empty()) parts.push_back(literal_grammar(spec.suffix));
+        g = impl_->compiler.CompileGrammar(xgrammar::Grammar::Concat(parts));
         break;
+      }
       case GrammarSpec::Kind::kEbnf:
         g = impl_->compiler.CompileGrammar(xgrammar::Grammar::FromEBNF(spec.text, "root"));
         break;

@@ -22,8 +22,16 @@ namespace rinfer {
 
 struct GrammarSpec {
   enum class Kind { kJsonObject, kJsonSchema, kEbnf };
+  GrammarSpec() = default;
+  GrammarSpec(Kind k, std::string t = {}) : kind(k), text(std::move(t)) {}
+
   Kind kind = Kind::kJsonObject;
   std::string text;  // the schema (JSON) or the grammar (EBNF); empty for kJsonObject
+  // kJsonSchema: literal text before and after the JSON (a tool call's "<tool_call>\n" ...
+  // "\n</tool_call>"), and spaced JSON (", " and ": ", as Python's json.dumps writes it and
+  // tool-calling models were trained on) instead of compact.
+  std::string prefix, suffix;
+  bool spaced = false;
 };
 std::string_view grammar_kind_name(GrammarSpec::Kind k);
 

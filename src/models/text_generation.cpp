@@ -99,7 +99,10 @@ Result<std::unique_ptr<TextGenerationSample>> TextGenerationSample::load_model(
   } else if (!chat_template.empty()) {
     chat = ChatTemplate::from_name(chat_template);
   } else if (const std::string text = hf_chat_template_text(hf_dir); !text.empty()) {
-    chat = ChatTemplate::detect(text);
+    const int32_t eos = s->tokenizer_->eos();
+    chat = ChatTemplate::from_text(
+        text, eos >= 0 ? std::string(s->tokenizer_->token_text(eos)) : std::string(),
+        &s->chat_note_);
   }
   if (chat.ok()) {
     s->chat_ = std::move(chat).value();
@@ -123,14 +126,15 @@ Result<const Tokenizer*> TextGenerationSample::require_tokenizer(std::string_vie
   return tokenizer_.get();
 }
 
-Result<std::vector<int32_t>> TextGenerationSample::preprocess(
-    std::span<const ChatMessage> messages, bool allow_special) const {
+Result<std::vector<int32_t>> TextGenerationSample::preprocess(std::span<const ChatMessage> messages,
+                                                              bool allow_special,
+                                                              std::string_view tools_json) const {
   if (!chat_) {
     return invalid_argument(
         "this model has no chat template: use --raw, or set chat_template "
         "(chatml, gemma) in the recipe");
   }
-  RINFER_ASSIGN_OR_RETURN(RenderedChat chat, chat_->render(messages, true));
+  RINFER_ASSIGN_OR_RETURN(RenderedChat chat, chat_->render(messages, true, tools_json));
   EncodeOptions o{.add_special = true, .parse_special = true};
   if (!allow_special) {
     o.plain_ranges = chat.content;

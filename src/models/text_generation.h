@@ -45,9 +45,11 @@ class TextGenerationSample {
   // preprocess: the conversation rendered by the chat template, ending with the assistant's
   // turn opener, tokenized with the template's markers as control tokens. The messages'
   // content is plain text (control-token text a user typed stays text, so a message cannot
-  // close its turn or open a system one) unless `allow_special`. Errors without a template.
+  // close its turn or open a system one) unless `allow_special`. `tools_json`: an OpenAI
+  // `tools` array (JSON text) for the template to render, or empty. Errors without a template.
   Result<std::vector<int32_t>> preprocess(std::span<const ChatMessage> messages,
-                                          bool allow_special = false) const;
+                                          bool allow_special = false,
+                                          std::string_view tools_json = {}) const;
   // preprocess without a template: BOS as the model wants it, control-token text kept literal.
   Result<std::vector<int32_t>> preprocess_raw(std::string_view text) const;
 

@@ -39,6 +39,12 @@ Completion::Completion(std::shared_ptr<HttpExchange> ex, ResponseIds ids,
   }
 }
 
+void Completion::parse_tool_calls(const std::vector<FunctionTool>& tools) {
+  std::vector<std::string> names;
+  for (const FunctionTool& t : tools) names.push_back(t.name);
+  for (Choice& c : choices_) c.tool_parser.emplace(names);
+}
+
 std::string Completion::token_text(int32_t token) const {
   if (tokenizer_ == nullptr) return "<" + std::to_string(token) + ">";
   return std::string(tokenizer_->token_text(token));
@@ -81,22 +87,41 @@ void Completion::on_event(int32_t k, const RequestEvent& ev) {
     lps.push_back(logprob_of(ev.logits, ev.tokens.front()));
   }
   const std::string& echo = echoes_[static_cast<size_t>(k / n_)];
+  // With tools, the calls leave the text (held back while a call may be starting).
+  std::string_view delta = ev.text;
+  ToolCallParser::Out parsed;
+  if (c.tool_parser) {
+    parsed = c.tool_parser->feed(ev.text);
+    if (ev.finish != FinishReason::kNone) {
+      ToolCallParser::Out tail = c.tool_parser->finish();
+      parsed.text += tail.text;
+      for (ParsedToolCall& t : tail.calls) parsed.calls.push_back(std::move(t));
+    }
+    delta = parsed.text;
+  }
   if (stream_) {
     if (c.sent_first && !want_logprobs_) {
-      if (!ev.text.empty()) ex_->push(delta_(k, ev.text));
-    } else if (!ev.text.empty() || !lps.empty() || !echo.empty() ||
-               (!c.sent_first && ev.finish == FinishReason::kNone)) {
-      const std::string text = c.sent_first ? std::string(ev.text) : echo + std::string(ev.text);
+      if (!delta.empty()) ex_->push(delta_(k, delta));
+    } else if (!delta.empty() || !lps.empty() || !echo.empty() ||
+               (!c.sent_first && ev.finish == FinishReason::kNone && parsed.calls.empty())) {
+      const std::string text = c.sent_first ? std::string(delta) : echo + std::string(delta);
       ex_->push(stream_chunk(ids_, k, text, lps, want_logprobs_, "", !c.sent_first));
       c.sent_first = true;
     }
+    if (!parsed.calls.empty()) {
+      ex_->push(stream_tool_calls(ids_, k, parsed.calls, c.n_calls, !c.sent_first));
+      c.sent_first = true;
+    }
   } else {
-    c.text.append(ev.text);
+    c.text.append(delta);
     for (TokenLogprob& t : lps) c.logprobs.push_back(std::move(t));
+    for (ParsedToolCall& t : parsed.calls) c.calls.push_back(std::move(t));
   }
+  c.n_calls += parsed.calls.size();
   if (ev.finish == FinishReason::kNone) return;
 
-  const std::string_view reason = openai_finish_reason(ev.finish);
+  std::string_view reason = openai_finish_reason(ev.finish);
+  if (reason == "stop" && c.n_calls > 0) reason = "tool_calls";
   record(ev, reason);
   if (reason.empty()) {  // aborted (client gone, shutdown) or failed
     const bool aborted = ev.finish == FinishReason::kAborted;
@@ -181,7 +206,9 @@ void Completion::finish_all() {
   }
   std::vector<ChoiceText> out;
   out.reserve(choices_.size());
-  for (const Choice& c : choices_) out.push_back(ChoiceText{c.text, c.logprobs, c.finish});
+  for (const Choice& c : choices_) {
+    out.push_back(ChoiceText{c.text, c.logprobs, c.finish, c.calls});
+  }
   ex_->respond(HttpResponse{
       200, "application/json", full_response(ids_, out, want_logprobs_, u), {}, false});
 }

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rinfer::server {
@@ -36,6 +38,10 @@ class Completion {
   // On the engine core's thread: the request cannot go on (a follower's submission failed);
   // answers with `e` unless an answer went out already.
   void fail(const ApiError& e);
+
+  // Before any event: the replies are searched for calls of the tools offered (a chat request
+  // with tools), which leave the text and come as tool_calls (finish_reason "tool_calls").
+  void parse_tool_calls(const std::vector<FunctionTool>& tools);
 
   HttpExchange& exchange() { return *ex_; }
   bool streaming() const { return stream_; }
@@ -64,8 +70,11 @@ class Completion {
     bool sent_first = false;
     std::string text;                    // the whole reply (not streamed)
     std::vector<TokenLogprob> logprobs;  // the whole reply's (not streamed)
-    std::string_view finish;             // "stop" or "length" once finished
+    std::string_view finish;             // "stop", "length" or "tool_calls" once finished
     RequestStats stats;
+    std::optional<ToolCallParser> tool_parser;  // a chat request with tools
+    std::vector<ParsedToolCall> calls;          // the whole reply's (not streamed)
+    size_t n_calls = 0;
   };
   int32_t leader(int32_t k) const { return k / n_ * n_; }
   // The logprob of the chosen token (and the top alternatives) from the event's logits row.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "server/tool_request.h"
 #include "tokenizer/unicode.h"
 
 namespace rinfer::server {
@@ -192,13 +193,37 @@ std::optional<ApiError> parse_messages(const json& body, std::vector<ChatMessage
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool") {
       return bad(where + ".role",
-                 fmt::format("'{}.role': expected system, developer, user or assistant, got '{}'",
+                 fmt::format("'{}.role': expected system, developer, user, assistant or tool, "
+                             "got '{}'",
                              where, role->get<std::string>()));
+    }
+    if (msg.role == "assistant") {
+      if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+        if (auto e = parse_tool_calls(*calls, where + ".tool_calls", &msg.tool_calls)) return e;
+      }
+    }
+    if (msg.role == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string()) {
+        return bad(
+            where + ".tool_call_id",
+            fmt::format("'{}.tool_call_id': expected the id of the call this answers", where));
+      }
+      msg.tool_call_id = id->get<std::string>();
+    }
+    if (auto name = m.find("name"); name != m.end() && name->is_string()) {
+      msg.name = name->get<std::string>();
     }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
+      // An assistant's turn that only calls tools has no content.
+      if (!msg.tool_calls.empty()) {
+        out->push_back(std::move(msg));
+        continue;
+      }
       return bad(where + ".content", fmt::format("'{}.content': missing (required)", where));
     }
     if (auto e = content_of(*content, where + ".content", &msg.content)) return e;
@@ -503,14 +528,20 @@ ApiResult<GenerationRequest> parse_generation_request(std::string_view body, End
                               prompts, *n, prompts * *n, kMaxChoices));
     }
   }
-  const json* tools = f.get("tools");
-  f.refuse_unless("tools", tools == nullptr || (tools->is_array() && tools->empty()),
-                  "this server does not call tools");
-  const json* functions = f.get("functions");
-  f.refuse_unless("functions",
-                  functions == nullptr || (functions->is_array() && functions->empty()),
-                  "this server does not call functions");
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = parse_tools(doc, body, &r)) return *e;
+  } else if (const json* tools = f.get("tools")) {
+    f.refuse_unless("tools", tools->is_null() || (tools->is_array() && tools->empty()),
+                    "tools are offered through /v1/chat/completions");
+  }
   if (auto e = parse_response_format(doc, &r)) return *e;
+  if (r.grammar && (r.tool_choice.kind == ToolChoice::Kind::kRequired ||
+                    r.tool_choice.kind == ToolChoice::Kind::kFunction)) {
+    return bad("tool_choice",
+               "'tool_choice' required or a function constrains the reply to a "
+               "tool call: it cannot be combined with " +
+                   r.grammar_param);
+  }
   const json* bias = f.get("logit_bias");
   f.refuse_unless("logit_bias", bias == nullptr || (bias->is_object() && bias->empty()),
                   "logit biases are not applied");

@@ -1,6 +1,6 @@
 // The bodies of POST /v1/chat/completions and /v1/completions, parsed and checked: every field
 // of OpenAI's API that the server honours, each with its type and range; fields it cannot
-// honour (tools, logit_bias, echo with logprobs) are refused by name, and fields it does not
+// honour (functions, logit_bias, echo with logprobs) are refused by name, and fields it does not
 // know are ignored, as OpenAI's clients send many.
 #pragma once
 
@@ -42,6 +42,21 @@ using ApiResult = std::variant<T, ApiError>;
 
 enum class Endpoint { kChat, kCompletion };
 
+// A function tool offered to the model (chat `tools`).
+struct FunctionTool {
+  std::string name;
+  std::string parameters;  // its JSON schema, as text
+};
+
+// `tool_choice`: none (the default without tools; tools are then left out of the prompt), auto
+// (the default with tools: the model decides), required (at least one call), or one function.
+struct ToolChoice {
+  enum class Kind { kNone, kAuto, kRequired, kFunction };
+  Kind kind = Kind::kNone;
+  std::string function;  // kFunction
+};
+inline constexpr size_t kMaxTools = 128;
+
 // One prompt of /v1/completions: text, or token ids.
 struct PromptInput {
   std::string text;
@@ -72,6 +87,12 @@ struct GenerationRequest {
   // (EBNF); grammar_param names the field for errors.
   std::optional<GrammarSpec> grammar;
   std::string grammar_param;
+  // Tools (chat): the `tools` array as JSON text in the client's key order (for the chat
+  // template), each tool's name and schema, the choice, and whether several calls may come.
+  std::string tools_json;
+  std::vector<FunctionTool> tools;
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
 };
 
 // The limits of the API's numbers (OpenAI's where it states them).

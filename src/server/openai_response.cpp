@@ -175,6 +175,35 @@ std::string stream_chunk(const ResponseIds& ids, int32_t index, std::string_view
   return fmt::format("data: {}\n\n", dump(j));
 }
 
+namespace {
+
+ordered_json tool_call_json(const ParsedToolCall& c) {
+  return {{"id", c.id},
+          {"type", "function"},
+          {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+}  // namespace
+
+std::string stream_tool_calls(const ResponseIds& ids, int32_t index,
+                              std::span<const ParsedToolCall> calls, size_t first_index,
+                              bool first) {
+  ordered_json list = ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ordered_json c = {{"index", first_index + i}};
+    c.update(tool_call_json(calls[i]));
+    list.push_back(std::move(c));
+  }
+  ordered_json delta = ordered_json::object();
+  if (first) delta["role"] = "assistant";
+  delta["tool_calls"] = std::move(list);
+  ordered_json choice = {{"index", index}, {"delta", std::move(delta)}};
+  close_choice(choice, true, {}, false, "");
+  ordered_json j = head(ids, "chat.completion.chunk");
+  j["choices"] = ordered_json::array({std::move(choice)});
+  return fmt::format("data: {}\n\n", dump(j));
+}
+
 std::string stream_usage(const ResponseIds& ids, const Usage& usage) {
   ordered_json j =
       head(ids, ids.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
@@ -194,7 +223,14 @@ std::string full_response(const ResponseIds& ids, std::span<const ChoiceText> ch
     ordered_json choice;
     choice["index"] = i;
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", std::string(c.text)}};
+      ordered_json message = {{"role", "assistant"}, {"content", std::string(c.text)}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        ordered_json calls = ordered_json::array();
+        for (const ParsedToolCall& t : c.tool_calls) calls.push_back(tool_call_json(t));
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = std::string(c.text);
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace rinfer::server {
 
@@ -51,6 +52,12 @@ class DeltaChunkWriter {
 // `s` as a JSON string (quoted), invalid UTF-8 replaced by U+FFFD as nlohmann's dump does.
 void append_json_string(std::string& out, std::string_view s);
 
+// A streamed event of choice `index` with tool calls (numbered from `first_index` within the
+// choice), each whole: id, type, function name and arguments in one delta.
+std::string stream_tool_calls(const ResponseIds& ids, int32_t index,
+                              std::span<const ParsedToolCall> calls, size_t first_index,
+                              bool first);
+
 // The last events of a stream: the usage chunk (choices empty) when asked, then [DONE].
 std::string stream_usage(const ResponseIds& ids, const Usage& usage);
 inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
@@ -62,6 +69,8 @@ struct ChoiceText {
   std::string_view text;
   std::span<const TokenLogprob> logprobs;
   std::string_view finish;
+  // Chat: the calls the reply made; with calls, empty text is content null.
+  std::span<const ParsedToolCall> tool_calls = {};
 };
 // The whole reply of a request that did not stream.
 std::string full_response(const ResponseIds& ids, std::span<const ChoiceText> choices,

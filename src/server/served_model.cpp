@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/tool_calls.h"
 
 namespace rinfer::server {
 
@@ -111,7 +112,14 @@ Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req,
           "chat_template in its recipe",
           name_);
     }
-    return s.preprocess(req.messages);
+    const bool tools = !req.tools.empty() && req.tool_choice.kind != ToolChoice::Kind::kNone;
+    if (tools && !s.chat_template()->renders_tools()) {
+      return invalid_argument(
+          "model '{}' renders chats with the '{}' template, which has no tools: tools need the "
+          "model's own Jinja template (leave chat_template unset in its recipe)",
+          name_, s.chat_template()->name());
+    }
+    return s.preprocess(req.messages, false, tools ? std::string_view(req.tools_json) : "");
   }
   if (!in->ids.empty()) return in->ids;  // submit() checks the vocabulary
   return s.preprocess_raw(in->text);
@@ -170,14 +178,26 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   p.stop = req.stop.value_or(r.stop);
   p.ignore_eos = req.ignore_eos;
   p.want_logits = req.logprobs;
-  if (req.grammar) {
+  // Tools in the prompt: the replies are searched for calls; tool_choice required or a function
+  // constrains each reply to one call, in the template's format.
+  const bool tools = chat && !req.tools.empty() && req.tool_choice.kind != ToolChoice::Kind::kNone;
+  const ToolCallFormat tool_format =
+      tools ? engine_->sample().chat_template()->tool_call_format() : ToolCallFormat::kJson;
+  std::optional<GrammarSpec> grammar = req.grammar;
+  std::string grammar_param = req.grammar_param;
+  if (tools && (req.tool_choice.kind == ToolChoice::Kind::kRequired ||
+                req.tool_choice.kind == ToolChoice::Kind::kFunction)) {
+    grammar = tool_call_grammar(tool_format, req.tools, req.tool_choice);
+    grammar_param = "tools";
+  }
+  if (grammar) {
     // Compiled on this HTTP thread (cached by text), shared by every choice.
     auto grammars = engine_->grammars();
     if (!grammars.ok()) {
-      return respond_error(*ex, ApiError{400, grammars.status().message(), req.grammar_param});
+      return respond_error(*ex, ApiError{400, grammars.status().message(), grammar_param});
     }
-    auto c = (*grammars)->compile(*req.grammar);
-    if (!c.ok()) return respond_error(*ex, ApiError{400, c.status().message(), req.grammar_param});
+    auto c = (*grammars)->compile(*grammar);
+    if (!c.ok()) return respond_error(*ex, ApiError{400, c.status().message(), grammar_param});
     p.constraint = std::move(c).value();
   }
 
@@ -193,6 +213,7 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   }
   auto c = std::make_shared<Completion>(ex, std::move(ids), req, tokenizer_, *metrics_,
                                         std::move(echoes));
+  if (tools) c->parse_tool_calls(req.tools);
   const int32_t choices = c->choices();
   // Choice k samples with seed + k: a request's choices differ, and the same request with the
   // same seed gets the same choices again.

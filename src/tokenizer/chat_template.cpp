@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "tokenizer/jinja_chat.h"
 
 namespace rinfer {
 
@@ -38,10 +39,58 @@ std::string find_default_system(std::string_view t) {
   return {};
 }
 
+constexpr std::string_view kChatMLMarkers[] = {"<|im_start|>", "<|im_end|>"};
+constexpr std::string_view kGemmaMarkers[] = {"<start_of_turn>", "<end_of_turn>"};
+constexpr std::string_view kLlama3Markers[] = {"<|start_header_id|>", "<|end_header_id|>",
+                                               "<|eot_id|>", "<|eom_id|>"};
+
+std::span<const std::string_view> markers_in(std::string_view text) {
+  if (text.find("<|im_start|>") != std::string_view::npos) return kChatMLMarkers;
+  if (text.find("<start_of_turn>") != std::string_view::npos) return kGemmaMarkers;
+  if (text.find("<|start_header_id|>") != std::string_view::npos) return kLlama3Markers;
+  return {};
+}
+
 }  // namespace
 
 std::string_view ChatTemplate::name() const {
-  return family_ == ChatTemplateFamily::kGemma ? "gemma" : "chatml";
+  switch (family_) {
+    case ChatTemplateFamily::kGemma: return "gemma";
+    case ChatTemplateFamily::kJinja: return "jinja";
+    case ChatTemplateFamily::kChatML: break;
+  }
+  return "chatml";
+}
+
+bool ChatTemplate::native_tools() const { return jinja_ != nullptr && jinja_->supports_tools(); }
+
+Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view text, std::string eos) {
+  RINFER_ASSIGN_OR_RETURN(std::shared_ptr<const JinjaChat> jinja,
+                          JinjaChat::compile(text, std::string(), std::move(eos)));
+  ChatTemplate t;
+  t.family_ = ChatTemplateFamily::kJinja;
+  t.jinja_ = std::move(jinja);
+  t.markers_ = markers_in(text);
+  if (text.find("<tool_call>") != std::string_view::npos) t.tool_format_ = ToolCallFormat::kHermes;
+  if (text.find("<|im_start|>") != std::string_view::npos) {
+    t.default_system_ = find_default_system(text);
+  }
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::from_text(std::string_view text, std::string eos,
+                                             std::string* note) {
+  auto jinja = from_jinja(text, std::move(eos));
+  if (jinja.ok()) {
+    if (note != nullptr) *note = "using the model's chat template (Jinja)";
+    return jinja;
+  }
+  auto family = detect(text);
+  if (family.ok() && note != nullptr) {
+    *note = "using chat template '" + std::string(family->name()) +
+            "' (the model's Jinja template does not parse: " + jinja.status().message() + ")";
+  }
+  return family;
 }
 
 Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
@@ -85,11 +134,15 @@ Result<ChatTemplate> ChatTemplate::for_model(const GgufFile& file, std::string_v
     return from_name(override_name);
   }
   if (auto text = file.get_string("tokenizer.chat_template")) {
-    auto t = detect(*text);
-    if (!t.ok()) return t.status().with_context(file.path());
-    if (note != nullptr) {
-      *note = "using chat template '" + std::string(t->name()) + "' (from tokenizer.chat_template)";
+    // eos_token as the template sees it: the text of tokenizer.ggml.eos_token_id.
+    std::string eos;
+    const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
+    const std::optional<uint64_t> eos_id = file.get_uint("tokenizer.ggml.eos_token_id");
+    if (tokens != nullptr && eos_id && *eos_id < tokens->array_strings().size()) {
+      eos = std::string(tokens->array_strings()[*eos_id]);
     }
+    auto t = from_text(*text, std::move(eos), note);
+    if (!t.ok()) return t.status().with_context(file.path());
     return t;
   }
   const std::string_view arch = file.get_string("general.architecture").value_or("");
@@ -106,22 +159,43 @@ Result<ChatTemplate> ChatTemplate::for_model(const GgufFile& file, std::string_v
 }
 
 Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
-                                        bool add_generation_prompt) const {
-  RINFER_ASSIGN_OR_RETURN(RenderedChat r, render(messages, add_generation_prompt));
+                                        bool add_generation_prompt,
+                                        std::string_view tools_json) const {
+  RINFER_ASSIGN_OR_RETURN(RenderedChat r, render(messages, add_generation_prompt, tools_json));
   return std::move(r.text);
 }
 
 Result<RenderedChat> ChatTemplate::render(std::span<const ChatMessage> messages,
-                                          bool add_generation_prompt) const {
+                                          bool add_generation_prompt,
+                                          std::string_view tools_json) const {
+  const bool tools = jinja_ != nullptr;
   for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant") {
-      return invalid_argument("message {}: unknown role '{}' (system, user or assistant)", i, r);
+    const ChatMessage& m = messages[i];
+    const std::string& r = m.role;
+    if (r != "system" && r != "user" && r != "assistant" && !(tools && r == "tool")) {
+      return invalid_argument(
+          "message {}: unknown role '{}' ({})", i, r,
+          tools ? "system, user, assistant or tool" : "system, user or assistant");
+    }
+    if (!tools && !m.tool_calls.empty()) {
+      return invalid_argument(
+          "message {}: chat template '{}' cannot render tool calls (the model's own Jinja "
+          "template can: leave chat_template unset)",
+          i, name());
     }
   }
-  static constexpr std::string_view kChatMLMarkers[] = {"<|im_start|>", "<|im_end|>"};
-  static constexpr std::string_view kGemmaMarkers[] = {"<start_of_turn>", "<end_of_turn>"};
+  if (!tools && !tools_json.empty()) {
+    return invalid_argument(
+        "tools: chat template '{}' cannot render tools (the model's own Jinja template can: "
+        "leave chat_template unset)",
+        name());
+  }
   RenderedChat out;
+  if (jinja_ != nullptr) {
+    out.markers = markers_;
+    RINFER_RETURN_IF_ERROR(jinja_->render(messages, tools_json, add_generation_prompt, &out));
+    return out;
+  }
   out.markers = family_ == ChatTemplateFamily::kChatML
                     ? std::span<const std::string_view>(kChatMLMarkers)
                     : std::span<const std::string_view>(kGemmaMarkers);
