@@ -18,6 +18,7 @@ import harness
 QWEN = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 RECIPE = os.path.join(harness.SOURCE_DIR, "recipes/llm-chat/qwen2.5-coder-1.5b/optimized.yaml")
 EXAMPLE = os.path.join(harness.SOURCE_DIR, "examples/openai/tool_loop.py")
+PARSE_EXAMPLE = os.path.join(harness.SOURCE_DIR, "examples/openai/structured_parse.py")
 
 TOOLS = [
     {"type": "function", "function": {
@@ -49,8 +50,8 @@ class SmolLM2ToolsTest(unittest.TestCase):
         harness.require_model()
         cls.server = harness.Server(harness.SMOLLM2_RECIPE).__enter__()
         from openai import OpenAI
-        cls.client = OpenAI(base_url=f"http://127.0.0.1:{cls.server.port}/v1", api_key="none",
-                            max_retries=0, timeout=600)
+        cls.base = f"http://127.0.0.1:{cls.server.port}/v1"
+        cls.client = OpenAI(base_url=cls.base, api_key="none", max_retries=0, timeout=600)
 
     @classmethod
     def tearDownClass(cls):
@@ -78,6 +79,13 @@ class SmolLM2ToolsTest(unittest.TestCase):
         self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
         self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
         self.assertFalse("".join(ch.choices[0].delta.content or "" for ch in chunks))
+
+    def test_the_pydantic_example_parses(self):
+        out = subprocess.run([sys.executable, PARSE_EXAMPLE, "--base-url", self.base],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(out.stdout.startswith("City {"), out.stdout)
+        self.assertIn('"population":', out.stdout)
 
     def test_history_with_calls_and_results(self):
         r = self.client.chat.completions.create(
