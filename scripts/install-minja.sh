@@ -16,13 +16,10 @@ if [ -f "$prefix/include/minja/minja.hpp" ] && [ -f "$prefix/include/minja/chat-
   echo "install-minja: minja (llama-cpp-python $VERSION) present in $prefix"
   exit 0
 fi
-command -v curl >/dev/null || { echo "install-minja: curl is missing" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "install-minja: downloading llama_cpp_python-$VERSION.tar.gz from PyPI (50 MB)"
-curl -fsSL --retry 3 -o "$work/src.tar.gz" "$URL"
-got="$(sha256sum "$work/src.tar.gz" | cut -d' ' -f1)"
-[ "$got" = "$SHA256" ] || { echo "install-minja: sha256 $got, expected $SHA256" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/fetch-sdist.sh"
+fetch_sdist install-minja "$URL" "$SHA256" "$work/src.tar.gz"
 inner="llama_cpp_python-$VERSION/vendor/llama.cpp"
 tar -xzf "$work/src.tar.gz" -C "$work" "$inner/vendor/minja" "$inner/LICENSE"
 rm -rf "$prefix.tmp"

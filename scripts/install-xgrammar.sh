@@ -15,13 +15,10 @@ if [ -f "$prefix/lib/libxgrammar.a" ] && [ -f "$prefix/include/xgrammar/xgrammar
   echo "install-xgrammar: xgrammar $VERSION present in $prefix"
   exit 0
 fi
-command -v curl >/dev/null || { echo "install-xgrammar: curl is missing" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "install-xgrammar: downloading xgrammar-$VERSION.tar.gz from PyPI"
-curl -fsSL --retry 3 -o "$work/src.tar.gz" "$URL"
-got="$(sha256sum "$work/src.tar.gz" | cut -d' ' -f1)"
-[ "$got" = "$SHA256" ] || { echo "install-xgrammar: sha256 $got, expected $SHA256" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/fetch-sdist.sh"
+fetch_sdist install-xgrammar "$URL" "$SHA256" "$work/src.tar.gz"
 tar -xzf "$work/src.tar.gz" -C "$work"
 src="$work/xgrammar-$VERSION"
 # The static C++ library only: no Python bindings, no LTO objects (our link is not LTO), its

@@ -16,7 +16,8 @@ import unittest
 import harness
 
 QWEN = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-RECIPE = os.path.join(harness.SOURCE_DIR, "recipes/llm-chat/qwen2.5-coder-1.5b/optimized.yaml")
+QWEN_RECIPE = os.path.join(harness.SOURCE_DIR,
+                           "recipes/llm-chat/qwen2.5-coder-1.5b/optimized.yaml")
 EXAMPLE = os.path.join(harness.SOURCE_DIR, "examples/openai/tool_loop.py")
 PARSE_EXAMPLE = os.path.join(harness.SOURCE_DIR, "examples/openai/structured_parse.py")
 
@@ -44,18 +45,29 @@ def validate_call(test, call, params):
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-class SmolLM2ToolsTest(unittest.TestCase):
+class ServerTest(unittest.TestCase):
+    """A server of RECIPE for the class, and an openai client of it."""
+    RECIPE = None
+
     @classmethod
     def setUpClass(cls):
-        harness.require_model()
-        cls.server = harness.Server(harness.SMOLLM2_RECIPE).__enter__()
+        cls.server = harness.Server(cls.RECIPE).__enter__()
         from openai import OpenAI
         cls.base = f"http://127.0.0.1:{cls.server.port}/v1"
-        cls.client = OpenAI(base_url=cls.base, api_key="none", max_retries=0, timeout=600)
+        cls.client = OpenAI(base_url=cls.base, api_key="none", max_retries=0, timeout=900)
 
     @classmethod
     def tearDownClass(cls):
         cls.server.__exit__(None, None, None)
+
+
+class SmolLM2ToolsTest(ServerTest):
+    RECIPE = harness.SMOLLM2_RECIPE
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_model()
+        super().setUpClass()
 
     def test_forced_calls_whole_and_streamed(self):
         r = self.client.chat.completions.create(
@@ -109,20 +121,15 @@ class SmolLM2ToolsTest(unittest.TestCase):
 @unittest.skipIf(os.environ.get("RINFER_SANITIZE") == "ON",
                  "a 1.5B model is too slow under the sanitizers (SmolLM2 covers the server's "
                  "paths there)")
-class QwenToolsTest(unittest.TestCase):
+class QwenToolsTest(ServerTest):
+    RECIPE = QWEN_RECIPE
+
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(os.path.join(harness.model_dir(), QWEN + ".gguf")):
             raise unittest.SkipTest(f"{QWEN} is not in {harness.model_dir()} (run "
                                     "scripts/fetch-models.sh)")
-        cls.server = harness.Server(RECIPE).__enter__()
-        from openai import OpenAI
-        cls.base = f"http://127.0.0.1:{cls.server.port}/v1"
-        cls.client = OpenAI(base_url=cls.base, api_key="none", max_retries=0, timeout=900)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.__exit__(None, None, None)
+        super().setUpClass()
 
     def test_tool_loop_whole_and_streamed(self):
         for stream in (False, True):
