@@ -139,6 +139,24 @@ Result<std::vector<int32_t>> TextGenerationSample::preprocess(std::span<const Ch
   if (!allow_special) {
     o.plain_ranges = chat.content;
     o.markers = chat.markers;
+    if (!chat.content_tracked) {
+      // The template changed some content in a way that could not be followed: no message may
+      // hold text that would parse as a control token.
+      for (size_t i = 0; i < messages.size(); ++i) {
+        RINFER_ASSIGN_OR_RETURN(
+            std::vector<int32_t> ids,
+            tokenizer_->encode(messages[i].content,
+                               EncodeOptions{.add_special = false, .parse_special = true}));
+        for (int32_t id : ids) {
+          if (tokenizer_->is_control(id) || tokenizer_->is_end_of_generation(id)) {
+            return invalid_argument(
+                "message {}: its content holds the control token '{}', and this chat template "
+                "changes content in a way that cannot keep it plain text",
+                i, tokenizer_->token_text(id));
+          }
+        }
+      }
+    }
   }
   return tokenizer_->encode(chat.text, o);
 }

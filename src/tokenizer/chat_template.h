@@ -68,6 +68,9 @@ struct RenderedChat {
   std::vector<TextRange> content;
   // The family's turn markers ("<|im_start|>", "<|im_end|>"), for EncodeOptions::markers.
   std::span<const std::string_view> markers;
+  // False when a Jinja template changed some content in a way that could not be followed
+  // (content is then empty): the caller must check that no message holds control-token text.
+  bool content_tracked = true;
 };
 
 class ChatTemplate {

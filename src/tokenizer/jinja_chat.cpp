@@ -188,22 +188,9 @@ Status JinjaChat::render(std::span<const ChatMessage> messages, std::string_view
   }
   const std::vector<Piece> pieces = split_skeleton(skeleton, messages.size());
   out->content.clear();
-  if (track(pieces, messages, real, *out)) {
-    out->text = std::move(real);
-    return ok_status();
-  }
-  // The skeleton with each content put in verbatim.
-  out->content.clear();
-  out->text.clear();
-  for (const Piece& piece : pieces) {
-    if (!piece.content) {
-      out->text += piece.literal;
-      continue;
-    }
-    const size_t begin = out->text.size();
-    out->text += messages[piece.message].content;
-    add_range(*out, begin, out->text.size());
-  }
+  out->content_tracked = track(pieces, messages, real, *out);
+  if (!out->content_tracked) out->content.clear();
+  out->text = std::move(real);
   return ok_status();
 }
 

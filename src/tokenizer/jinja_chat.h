@@ -5,8 +5,9 @@
 // Message content is tracked through the template: each non-empty content is rendered once as a
 // unique placeholder, which shows where the template puts it; the real render is then matched
 // against that skeleton (the content verbatim, trimmed, or JSON-escaped, as templates insert it)
-// to find the content's byte ranges. When the template does something else with a content, the
-// prompt is the skeleton with the content put in verbatim, so the ranges are always exact.
+// to find the content's byte ranges. When the template does something else with a content (a
+// filter that changes it, an escape), the prompt is the real rendering and
+// RenderedChat::content_tracked is false.
 #pragma once
 
 #include <memory>

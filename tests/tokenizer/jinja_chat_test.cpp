@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "formats/gguf.h"
 #include "golden_fixture.h"
 #include "tokenizer/chat_template.h"
 
@@ -46,13 +47,33 @@ std::string_view range_text(const RenderedChat& r, size_t i) {
   return std::string_view(r.text).substr(r.content[i].begin, r.content[i].end - r.content[i].begin);
 }
 
+// A golden's template, from its source: a reference model's GGUF or the templates kept beside
+// minja; empty when the model is not in the cache.
+std::string template_of(const std::string& source) {
+  if (source.starts_with("minja:")) {
+    std::ifstream f(std::string(RINFER_MINJA_TEMPLATES) + "/" + source.substr(6), std::ios::binary);
+    EXPECT_TRUE(f.good()) << source << ": run scripts/install-minja.sh";
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  auto path = test::reference_model(source.substr(5));
+  if (!path) return {};
+  auto file = GgufFile::open(*path);
+  if (!file.ok()) return {};
+  return std::string(file->get_string("tokenizer.chat_template").value_or(""));
+}
+
 TEST(JinjaChat, RendersLikeJinja2WithToolsToolCallsAndToolReplies) {
   const nlohmann::ordered_json& g = goldens();
-  ASSERT_GE(g.at("cases").size(), 10u);
+  ASSERT_GE(g.at("cases").size(), 15u);
+  size_t ran = 0;
   for (const auto& c : g.at("cases")) {
-    const std::string label =
-        c.at("template").get<std::string>() + " / " + c.at("name").get<std::string>();
-    auto t = ChatTemplate::from_jinja(g.at("templates").at(c.at("template")).get<std::string>());
+    const std::string name = c.at("template").get<std::string>();
+    const std::string label = name + " / " + c.at("name").get<std::string>();
+    const std::string text = template_of(g.at("sources").at(name).get<std::string>());
+    if (text.empty()) continue;  // the model is not in the cache
+    auto t = ChatTemplate::from_jinja(text);
     ASSERT_TRUE(t.ok()) << label << ": " << t.status().to_string();
     EXPECT_EQ(t->name(), "jinja");
     const std::vector<ChatMessage> messages = messages_from(c.at("messages"));
@@ -60,24 +81,42 @@ TEST(JinjaChat, RendersLikeJinja2WithToolsToolCallsAndToolReplies) {
     auto r = t->render(messages, c.at("add_generation_prompt").get<bool>(), tools);
     ASSERT_TRUE(r.ok()) << label << ": " << r.status().to_string();
     EXPECT_EQ(r->text, c.at("expected").get<std::string>()) << label;
-    // Every non-empty content is a range of the text, in order (these templates insert each
-    // content once and verbatim).
+    ++ran;
+    // Every non-empty content is a range of the text, in order: verbatim, trimmed (Llama 3.1's
+    // system and user turns) or JSON-escaped (its tool replies).
+    EXPECT_TRUE(r->content_tracked) << label;
     std::vector<std::string_view> contents;
     for (const ChatMessage& m : messages) {
       if (!m.content.empty()) contents.push_back(m.content);
     }
-    std::vector<std::string_view> found;
-    for (size_t i = 0; i < r->content.size(); ++i) found.push_back(range_text(*r, i));
     // Adjacent contents would merge into one range; none of these conversations has any.
-    EXPECT_EQ(found, contents) << label;
+    ASSERT_EQ(r->content.size(), contents.size()) << label;
+    for (size_t i = 0; i < contents.size(); ++i) {
+      const std::string escaped = nlohmann::json(contents[i]).dump();
+      const std::string_view got = range_text(*r, i);
+      const std::string_view trimmed = contents[i].substr(
+          contents[i].find_first_not_of(" \n"),
+          contents[i].find_last_not_of(" \n") - contents[i].find_first_not_of(" \n") + 1);
+      EXPECT_TRUE(got == contents[i] || got == trimmed ||
+                  got == std::string_view(escaped).substr(1, escaped.size() - 2))
+          << label << ": range " << i << " is '" << got << "'";
+    }
   }
+  EXPECT_GE(ran, 4u);  // Llama 3.1's are always there (scripts/install-minja.sh)
 }
 
 TEST(JinjaChat, QwenToolsAreNativeAndSmolLM2GetsThePreamble) {
   const nlohmann::ordered_json& g = goldens();
-  auto qwen = ChatTemplate::from_jinja(g["templates"]["qwen2.5-coder"].get<std::string>());
-  auto smol = ChatTemplate::from_jinja(g["templates"]["smollm2"].get<std::string>());
+  const std::string qwen_text = template_of(g["sources"]["qwen2.5-coder"].get<std::string>());
+  const std::string smol_text = template_of(g["sources"]["smollm2"].get<std::string>());
+  if (qwen_text.empty() || smol_text.empty()) {
+    GTEST_SKIP() << test::missing_model_message("qwen2.5-coder-1.5b-instruct-q4_k_m");
+  }
+  auto qwen = ChatTemplate::from_jinja(qwen_text);
+  auto smol = ChatTemplate::from_jinja(smol_text);
   ASSERT_TRUE(qwen.ok() && smol.ok());
+  EXPECT_EQ(qwen->tool_call_format(), ToolCallFormat::kHermes);
+  EXPECT_EQ(smol->tool_call_format(), ToolCallFormat::kJson);
   EXPECT_TRUE(qwen->native_tools());
   EXPECT_FALSE(smol->native_tools());
   EXPECT_TRUE(smol->renders_tools());
@@ -93,18 +132,19 @@ TEST(JinjaChat, QwenToolsAreNativeAndSmolLM2GetsThePreamble) {
   EXPECT_EQ(range_text(*r, 0), "Weather?");
 }
 
-// A template that changes content some other way (here: upper-cases it): the prompt keeps the
-// template's markup with the content verbatim, so the range still holds exactly the user's text.
-TEST(JinjaChat, ContentTheTemplateTransformsStaysExactlyTheUsersText) {
+// A template that changes content some other way (here: upper-cases it): the prompt is the
+// template's, and the content is marked as not tracked (the caller then refuses control-token
+// text in messages).
+TEST(JinjaChat, ContentTheTemplateTransformsIsMarkedUntracked) {
   auto t = ChatTemplate::from_jinja(
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n"
       "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  const std::vector<ChatMessage> m = {{"user", "hi <|im_end|>"}};
+  const std::vector<ChatMessage> m = {{"user", "hi there"}};
   auto r = t->render(m).value();
-  EXPECT_EQ(r.text, "<|im_start|>user\nhi <|im_end|><|im_end|>\n<|im_start|>assistant\n");
-  ASSERT_EQ(r.content.size(), 1u);
-  EXPECT_EQ(range_text(r, 0), "hi <|im_end|>");
+  EXPECT_EQ(r.text, "<|im_start|>user\nHI THERE<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(r.content_tracked);
+  EXPECT_TRUE(r.content.empty());
   EXPECT_EQ(r.markers.size(), 2u);
 }
 

@@ -7,9 +7,11 @@ loopcontrols extension, `tojson` as json.dumps(ensure_ascii=False), raise_except
     pip install gguf jinja2
     RINFER_MODEL_DIR=~/.cache/recipes-infer/models python3 tests/tools/gen_chat_template_goldens.py
 
-The templates are read from the GGUFs (tokenizer.chat_template) and stored in the goldens, so the
-test needs no model. Tool-call arguments are objects, as rinfer hands them to templates (and as
-vLLM does): OpenAI sends them as JSON strings, which Qwen2.5's `arguments | tojson` would quote.
+The templates are read from the GGUFs (tokenizer.chat_template) and from the dependency cache
+(Llama 3.1's, which scripts/install-minja.sh keeps beside minja); the goldens name their source,
+and the test reads them from there (skipping what is missing). Tool-call arguments are objects,
+as rinfer hands them to templates (and as vLLM does): OpenAI sends them as JSON strings, which
+Qwen2.5's `arguments | tojson` would quote.
 """
 import json
 import os
@@ -20,10 +22,13 @@ import jinja2
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MODELS = {
-    "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    "smollm2": "smollm2-135m-instruct-q4_1.gguf",
+# name: source ("gguf:MODEL" or "minja:FILE" in the minja install's templates/).
+SOURCES = {
+    "qwen2.5-coder": "gguf:qwen2.5-coder-1.5b-instruct-q4_k_m",
+    "smollm2": "gguf:smollm2-135m-instruct-q4_1",
+    "llama3.1": "minja:meta-llama-Llama-3.1-8B-Instruct.jinja",
 }
+MINJA = "minja-llama-cpp-python-0.3.16"
 
 WEATHER = {
     "type": "function",
@@ -49,8 +54,9 @@ CALL2 = {"id": "call_2", "type": "function", "function": {"name": "get_time", "a
 
 CASES = [
     # (name, templates, messages, tools, add_generation_prompt)
-    ("user", ["qwen2.5-coder", "smollm2"], [{"role": "user", "content": "Hi there"}], None, True),
-    ("system and turns", ["qwen2.5-coder", "smollm2"],
+    ("user", ["qwen2.5-coder", "smollm2", "llama3.1"], [{"role": "user", "content": "Hi there"}],
+     None, True),
+    ("system and turns", ["qwen2.5-coder", "smollm2", "llama3.1"],
      [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
       {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}], None, False),
     ("control text and spaces", ["qwen2.5-coder", "smollm2"],
@@ -58,6 +64,9 @@ CASES = [
      True),
     ("tools", ["qwen2.5-coder"], [{"role": "user", "content": "Weather in Paris?"}],
      [WEATHER, TIME], True),
+    # Llama 3.1 writes tools with tojson(indent=4); minja then writes an empty object over two
+    # lines where Python writes {} (TIME's empty properties), so its tools here are not empty.
+    ("tools", ["llama3.1"], [{"role": "user", "content": "Weather in Paris?"}], [WEATHER], True),
     ("tools with system", ["qwen2.5-coder"],
      [{"role": "system", "content": "You answer about weather."},
       {"role": "user", "content": "Weather in Paris?"}], [WEATHER], True),
@@ -66,6 +75,11 @@ CASES = [
       {"role": "assistant", "content": None, "tool_calls": [CALL, CALL2]},
       {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 18, \"sky\": \"clear\"}"},
       {"role": "tool", "tool_call_id": "call_2", "content": "14:05"}], [WEATHER, TIME], True),
+    ("one call and its result", ["qwen2.5-coder", "llama3.1"],
+     [{"role": "system", "content": "You answer about weather."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": None, "tool_calls": [CALL]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 18}"}], [WEATHER], True),
     ("tool call with words", ["qwen2.5-coder"],
      [{"role": "user", "content": "Paris?"},
       {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL]},
@@ -91,16 +105,24 @@ def main():
                                         extensions=[loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    deps_dir = os.environ.get("RINFER_DEPS_DIR", os.path.expanduser("~/.cache/recipes-infer/deps"))
     templates = {}
-    for name, file in MODELS.items():
-        reader = gguf.GGUFReader(os.path.join(model_dir, file))
-        field = reader.fields["tokenizer.chat_template"]
-        templates[name] = bytes(field.parts[field.data[0]]).decode("utf-8")
+    for name, source in SOURCES.items():
+        kind, what = source.split(":", 1)
+        if kind == "gguf":
+            reader = gguf.GGUFReader(os.path.join(model_dir, what + ".gguf"))
+            field = reader.fields["tokenizer.chat_template"]
+            templates[name] = bytes(field.parts[field.data[0]]).decode("utf-8")
+        else:
+            with open(os.path.join(deps_dir, MINJA, "templates", what), encoding="utf-8") as f:
+                templates[name] = f.read()
     cases = []
     for name, which, messages, tools, gen in CASES:
         for t in which:
             kwargs = {"messages": messages, "add_generation_prompt": gen, "bos_token": "",
                       "eos_token": ""}
+            # No strftime_now: Llama 3.1's template then states its own date ("26 Jul 2024"),
+            # as it does under minja, which the test asks for no date either.
             if tools is not None:
                 kwargs["tools"] = tools
             text = env.from_string(templates[t]).render(**kwargs)
@@ -110,7 +132,7 @@ def main():
                        "chat_template_goldens.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"generator": "tests/tools/gen_chat_template_goldens.py (jinja2 %s)" %
-                   jinja2.__version__, "templates": templates, "cases": cases}, f,
+                   jinja2.__version__, "sources": SOURCES, "cases": cases}, f,
                   ensure_ascii=False, indent=1)
         f.write("\n")
     print("wrote %d cases to %s" % (len(cases), out), file=sys.stderr)

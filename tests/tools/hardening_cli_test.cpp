@@ -212,6 +212,28 @@ TEST(HardeningCli, AModelWithoutAUsableTemplateNeedsRaw) {
   EXPECT_EQ(raw.out.rfind("Once upon a time", 0), 0u) << raw.out;
 }
 
+// A Jinja template that changes content in a way the renderer cannot follow (here: upper-cases
+// it) cannot keep the user's text plain: a message holding control-token text is refused, and
+// others go through.
+TEST(HardeningCli, ATemplateThatChangesContentRefusesControlTokenText) {
+  auto smol = test::reference_model(kSmol);
+  if (!smol) GTEST_SKIP() << test::missing_model_message(kSmol);
+  const std::string model = test::write_temp_file("upper_template.gguf", "");
+  ASSERT_TRUE(test::copy_gguf(*smol, model,
+                              {{"tokenizer.chat_template",
+                                GgufWriter::Value::string(
+                                    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                    "{{ m.content | upper }}<|im_end|>\n{% endfor %}"
+                                    "<|im_start|>assistant\n")}})
+                  .ok());
+  const std::string r = quote(recipe_for("upper_template.yaml", model));
+  auto bad = run_command(rinfer() + " run " + r + " -p 'hi <|im_end|>' -n 3");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_NE(bad.err.find("holds the control token '<|im_end|>'"), std::string::npos) << bad.err;
+  auto ok = run_command(rinfer() + " run " + r + " -p 'Hi there' -n 3 --temperature 0");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 // ---- 13, 14. prompts from stdin and files, one UTF-8 rule ----------------------------------
 
 TEST(HardeningCli, PromptsFromStdinAndFilesAreTheSamePrompt) {
