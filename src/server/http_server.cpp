@@ -17,6 +17,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "server/tcp_front.h"
 
 namespace rinfer::server {
 
@@ -218,22 +219,8 @@ struct HttpServer::Internal {
   static MHD_Result access(void* cls, MHD_Connection* c, const char* url, const char* method,
                            const char* /*version*/, const char* upload, size_t* upload_size,
                            void** req_cls);
-  static void completed(void* cls, MHD_Connection* /*c*/, void** req_cls,
-                        MHD_RequestTerminationCode /*why*/) {
-    auto* p = static_cast<PendingRequest*>(*req_cls);
-    if (p == nullptr) return;
-    int status = p->early_status;
-    std::string path = p->req.path;
-    if (p->ex) {
-      path = p->ex->request().path;
-      status = HttpExchange::Internal::status(*p->ex);
-      HttpExchange::Internal::closed(*p->ex);
-    }
-    auto* server = static_cast<HttpServer*>(cls);
-    if (server->observer_) server->observer_(path, status);
-    delete p;
-    *req_cls = nullptr;
-  }
+  static void completed(void* cls, MHD_Connection* c, void** req_cls,
+                        MHD_RequestTerminationCode /*why*/);
   static void log(void* /*cls*/, const char* fmt, va_list ap) {
     char buf[512];
     std::vsnprintf(buf, sizeof buf, fmt, ap);
@@ -242,6 +229,33 @@ struct HttpServer::Internal {
     spdlog::debug("http: {}", line);
   }
 };
+
+namespace {
+
+int fd_of(MHD_Connection* c) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return info != nullptr ? info->connect_fd : -1;
+}
+
+}  // namespace
+
+void HttpServer::Internal::completed(void* cls, MHD_Connection* c, void** req_cls,
+                                     MHD_RequestTerminationCode /*why*/) {
+  auto* server = static_cast<HttpServer*>(cls);
+  if (server->front_) server->front_->request_done(fd_of(c));
+  auto* p = static_cast<PendingRequest*>(*req_cls);
+  if (p == nullptr) return;
+  int status = p->early_status;
+  std::string path = p->req.path;
+  if (p->ex) {
+    path = p->ex->request().path;
+    status = HttpExchange::Internal::status(*p->ex);
+    HttpExchange::Internal::closed(*p->ex);
+  }
+  if (server->observer_) server->observer_(path, status);
+  delete p;
+  *req_cls = nullptr;
+}
 
 namespace {
 
@@ -272,16 +286,11 @@ std::string remote_of(MHD_Connection* c) {
   return "?";
 }
 
-int fd_of(MHD_Connection* c) {
-  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  return info != nullptr ? info->connect_fd : -1;
-}
-
 }  // namespace
 
 MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char* url,
-                                        const char* method, const char* /*version*/,
-                                        const char* upload, size_t* upload_size, void** req_cls) {
+                                        const char* method, const char* version, const char* upload,
+                                        size_t* upload_size, void** req_cls) {
   auto* server = static_cast<HttpServer*>(cls);
   const HttpLimits& lim = server->limits_;
   auto* p = static_cast<PendingRequest*>(*req_cls);
@@ -331,7 +340,11 @@ MHD_Result HttpServer::Internal::access(void* cls, MHD_Connection* c, const char
                        lim.cors_origin);
   }
   p->ex = std::make_shared<HttpExchange>(std::move(p->req));
-  HttpExchange::Internal::attach(*p->ex, c, fd_of(c), lim.cors_origin);
+  const int fd = fd_of(c);
+  HttpExchange::Internal::attach(*p->ex, c, fd, lim.cors_origin);
+  if (server->front_) {
+    server->front_->request_begun(fd, version != nullptr && std::strcmp(version, "HTTP/1.1") == 0);
+  }
   try {
     server->handler_(p->ex);
   } catch (const std::exception& e) {
@@ -403,40 +416,45 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, i
   s->handler_ = std::move(handler);
   s->observer_ = std::move(observer);
   s->port_ = bound_port(fd);
+  // No listening socket: TcpFront accepts and hands each connection over (MHD_add_connection;
+  // the inter-thread channel wakes the pool for it).
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                   MHD_USE_ERROR_LOG;
+                   MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   s->daemon_ = MHD_start_daemon(
-      flags, 0, nullptr, nullptr, &Internal::access, s.get(), MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_THREAD_POOL_SIZE, limits.threads, MHD_OPTION_CONNECTION_TIMEOUT,
-      limits.io_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, limits.max_header_bytes,
-      MHD_OPTION_CONNECTION_LIMIT, limits.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-      &Internal::completed, s.get(), MHD_OPTION_EXTERNAL_LOGGER, &Internal::log, nullptr,
-      MHD_OPTION_END);
+      flags, 0, nullptr, nullptr, &Internal::access, s.get(), MHD_OPTION_THREAD_POOL_SIZE,
+      limits.threads, MHD_OPTION_CONNECTION_TIMEOUT, limits.io_timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, limits.max_header_bytes, MHD_OPTION_CONNECTION_LIMIT,
+      limits.max_connections, MHD_OPTION_NOTIFY_COMPLETED, &Internal::completed, s.get(),
+      MHD_OPTION_EXTERNAL_LOGGER, &Internal::log, nullptr, MHD_OPTION_END);
   if (s->daemon_ == nullptr) {
     ::close(fd);
     return io_error("cannot start the HTTP server on {}:{}", host, port);
   }
+  MHD_Daemon* daemon = s->daemon_;
+  auto front = TcpFront::start(fd, limits.io_timeout_s,
+                               [daemon](int engine_fd, const sockaddr* addr, socklen_t len) {
+                                 return MHD_add_connection(daemon, engine_fd, addr, len) == MHD_YES;
+                               });
+  if (!front.ok()) {
+    ::close(fd);
+    return front.status();
+  }
+  s->front_ = std::move(front).value();
+  s->front_->run();
   return s;
 }
 
 void HttpServer::stop_accepting() {
-  if (daemon_ == nullptr || !accepting_) return;
-  accepting_ = false;
-  const MHD_socket fd = MHD_quiesce_daemon(daemon_);
-  if (fd == MHD_INVALID_SOCKET) return;
-  // Each pool thread takes the socket out of its epoll set on its own time: closing it here
-  // races them (libmicrohttpd aborts: "Failed to remove listen FD from epoll set").
-  ::shutdown(fd, SHUT_RDWR);
-  quiesced_fd_ = fd;
+  if (front_) front_->stop_accepting();
 }
 
 void HttpServer::stop() {
   if (daemon_ == nullptr) return;
-  stop_accepting();
-  MHD_stop_daemon(daemon_);
+  if (front_) front_->stop_accepting();
+  MHD_stop_daemon(daemon_);  // closes its ends of the connections
   daemon_ = nullptr;
-  if (quiesced_fd_ >= 0) ::close(quiesced_fd_);
-  quiesced_fd_ = -1;
+  if (front_) front_->stop();  // flushes what the clients have not taken yet
+  front_.reset();
 }
 
 HttpServer::~HttpServer() { stop(); }

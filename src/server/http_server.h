@@ -7,6 +7,10 @@
 // from any thread, and the connection wakes to send each piece. Connections are served by a few
 // event-driven threads, so thousands of slow readers cost no threads.
 //
+// Connections are accepted by the server's own loop (TcpFront), which relays each to
+// libmicrohttpd over a socket pair, so that a client that half-closes its socket after its
+// request still gets the reply.
+//
 // Limits, each answered with a status before the handler sees the request: headers over
 // max_header_bytes (431, by libmicrohttpd), more than max_header_count header fields (431), a body
 // over max_body_bytes (413, as soon as Content-Length says so); a client silent for io_timeout_s
@@ -112,6 +116,8 @@ using HttpHandler = std::function<void(const std::shared_ptr<HttpExchange>&)>;
 // with (431 or 413 refused before the handler, 0 when none was sent).
 using HttpObserver = std::function<void(const std::string& path, int status)>;
 
+class TcpFront;
+
 class HttpServer {
  public:
   // Binds host:port (port 0: any free one, see port()) and starts serving with `handler`.
@@ -133,11 +139,8 @@ class HttpServer {
  private:
   HttpServer() = default;
   MHD_Daemon* daemon_ = nullptr;
+  std::unique_ptr<TcpFront> front_;  // accepts the connections and relays them to daemon_
   int port_ = 0;
-  bool accepting_ = true;
-  // The listening socket once quiesced: shut down at once (new connections are refused), closed
-  // only after MHD_stop_daemon, when no worker thread still has it in its epoll set.
-  int quiesced_fd_ = -1;
   HttpLimits limits_;
   HttpHandler handler_;
   HttpObserver observer_;

@@ -1,6 +1,7 @@
 // The HTTP layer over libmicrohttpd, with raw sockets: answers given before and after the
 // handler returns, streamed bodies, the limits answered before the handler, a hung-up client
-// seen while its exchange waits, and a server that stops accepting.
+// seen while its exchange waits, half-closed clients answered, and a server that stops
+// accepting.
 #include "server/http_server.h"
 
 #include <arpa/inet.h>
@@ -257,6 +258,106 @@ TEST(HttpServerTest, AHungUpClientIsSeenWhileItsExchangeWaits) {
   held->respond({200, "text/plain", "too late", {}, false});
   for (int i = 0; i < 400 && !closed.load(); ++i) std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(closed.load()) << "on_close runs once the connection is done";
+}
+
+// A handler that answers each request 150 ms later from another thread, whole or streamed in
+// three pieces (path /stream).
+struct LateAnswers {
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  HttpHandler handler() {
+    return [this](const std::shared_ptr<HttpExchange>& ex) {
+      std::lock_guard<std::mutex> lock(mu);
+      threads.emplace_back([ex] {
+        std::this_thread::sleep_for(150ms);
+        if (ex->request().path != "/stream") {
+          ex->respond(
+              {200, "application/json", "{\"late\":\"" + ex->request().body + "\"}", {}, false});
+          return;
+        }
+        ex->respond({200, "text/event-stream", {}, {}, true});
+        for (int i = 0; i < 3; ++i) {
+          std::this_thread::sleep_for(20ms);
+          ex->push("data: " + std::to_string(i) + "\n\n");
+        }
+        ex->finish();
+      });
+    };
+  }
+  ~LateAnswers() {
+    for (std::thread& t : threads) t.join();
+  }
+};
+
+// Sends `raw`, shuts the write side down, and reads until the server closes: the bytes and the
+// seconds it took.
+std::pair<std::string, double> half_closed(int port, const std::string& raw) {
+  const int fd = connect_to(port);
+  if (fd < 0) return {"(connect failed)", 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  send_all(fd, raw);
+  ::shutdown(fd, SHUT_WR);
+  std::string r = read_all(fd);
+  ::close(fd);
+  return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+TEST(HttpServerTest, AHalfClosedClientGetsTheReplyGivenLater) {
+  LateAnswers late;
+  auto s = start(late.handler());
+  ASSERT_NE(s, nullptr);
+  for (int i = 0; i < 20; ++i) {
+    // HTTP/1.1 keep-alive: the interim 100 (the probe for a gone client) comes first, then the
+    // reply, and the connection closes after it, not after the idle timeout.
+    const std::string body = "b" + std::to_string(i);
+    auto [r, secs] = half_closed(s->port(), "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                                std::to_string(body.size()) + "\r\n\r\n" + body);
+    EXPECT_EQ(r.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ", 0), 0u) << i << ": " << r;
+    EXPECT_NE(r.find("{\"late\":\"" + body + "\"}"), std::string::npos) << i << ": " << r;
+    EXPECT_LT(secs, 1.5) << i;
+  }
+  // HTTP/1.0 takes no interim response: only the reply.
+  auto [r10, secs10] =
+      half_closed(s->port(), "POST /x HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\nzz");
+  EXPECT_NE(r10.find(" 200 OK\r\n"), std::string::npos) << r10;
+  EXPECT_EQ(r10.find("100 Continue"), std::string::npos) << r10;
+  EXPECT_NE(r10.find("{\"late\":\"zz\"}"), std::string::npos) << r10;
+  EXPECT_LT(secs10, 1.5);
+  // A streamed reply arrives whole, with its final chunk.
+  auto [rs, secss] = half_closed(s->port(), "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(rs.find("HTTP/1.1 200 "), std::string::npos) << rs;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(rs.find("data: " + std::to_string(i)), std::string::npos) << i << ": " << rs;
+  }
+  EXPECT_NE(rs.find("\r\n0\r\n\r\n"), std::string::npos) << "the final chunk: " << rs;
+  EXPECT_LT(secss, 1.5);
+}
+
+TEST(HttpServerTest, AHalfClosedIdleConnectionIsClosedAtOnce) {
+  LateAnswers late;
+  auto s = start(late.handler());
+  ASSERT_NE(s, nullptr);
+  // Nothing sent: closed at once, not after the idle timeout (2 s here).
+  auto [r, secs] = half_closed(s->port(), "");
+  EXPECT_EQ(r, "");
+  EXPECT_LT(secs, 1.0);
+  // A request answered at once on a kept-alive connection, then a half-close: the connection
+  // ends at once after the reply.
+  const int fd = connect_to(s->port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nq");
+  std::string got;
+  char buf[4096];
+  while (got.find("{\"late\":\"q\"}") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ::shutdown(fd, SHUT_WR);
+  EXPECT_EQ(read_all(fd), "");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  ::close(fd);
 }
 
 TEST(HttpServerTest, ObservesEveryStatusAndStopsAccepting) {

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import time
@@ -82,6 +83,65 @@ class ServeRandomTest(unittest.TestCase):
         err = json.loads(out)["error"]
         self.assertEqual(err["param"], "response_format")
         self.assertIn("no tokenizer", err["message"])
+
+    def test_half_closed_clients_get_their_replies(self):
+        # A client that shuts its write side down after a complete request (HTTP/1.0-style
+        # clients, some proxies) still gets the whole reply, then the connection closes. An
+        # HTTP/1.1 client may get an interim 100 first (the server's probe for a client that is
+        # gone).
+        body = {"model": "random:tiny:f32", "prompt": [5, 6, 7, 8], "max_tokens": 12}
+        status, out = self.srv.post("/v1/completions", body)
+        self.assertEqual(status, 200, out)
+        want = json.loads(out)["choices"][0]["text"]
+        for i in range(20):
+            version = "HTTP/1.0" if i % 4 == 3 else "HTTP/1.1"
+            stream = i % 5 == 4
+            data = json.dumps(dict(body, stream=stream)).encode()
+            head = (f"POST /v1/completions {version}\r\nHost: x\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")
+            t0 = time.monotonic()
+            with socket.create_connection(("127.0.0.1", self.srv.port), timeout=60) as s:
+                s.sendall(head.encode() + data)
+                s.shutdown(socket.SHUT_WR)
+                raw = b""
+                while chunk := s.recv(65536):
+                    raw += chunk
+            took = time.monotonic() - t0
+            interim, status, headers, reply = parse_http(raw)
+            self.assertEqual(status, 200, (i, raw))
+            # The interim 100 comes unless the reply had begun (a stream's headers) by then.
+            self.assertIn(interim, ([], [100]) if version == "HTTP/1.1" else ([],), (i, raw))
+            if stream:
+                events, done = harness.sse_events(reply.decode())
+                self.assertTrue(done, (i, raw))
+                text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+            else:
+                text = json.loads(reply)["choices"][0]["text"]
+            self.assertEqual(text, want, (i, version, stream))
+            self.assertLess(took, 20, (i, "closed after the reply, not the idle timeout"))
+
+
+def parse_http(raw):
+    """(interim 1xx statuses, status, headers with lower-case names, body) of one HTTP response
+    read to the end of the connection; a chunked body is joined."""
+    interim = []
+    while True:
+        head, _, raw = raw.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        if status >= 200:
+            break
+        interim.append(status)
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if headers.get("transfer-encoding") != "chunked":
+        return interim, status, headers, raw
+    body = b""
+    while True:
+        size, _, raw = raw.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            return interim, status, headers, body
+        body, raw = body + raw[:n], raw[n + 2:]
 
 
 class ServeChoicesTest(unittest.TestCase):
