@@ -6,10 +6,18 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 name="$1"
 dir="${2:-/tmp/rinfer-models}"
-mkdir -p "$dir/$name"
-cp -r ".devmodel0/$name/." "$dir/$name/"
-ls .devmodel*/"$name".safetensors.part* | sort | xargs cat >"$dir/$name/model.safetensors"
-want="$(cat "$dir/$name/model.safetensors.sha256")"
-got="$(sha256sum "$dir/$name/model.safetensors" | awk '{print $1}')"
+mkdir -p "$dir"
+if [ -f ".devmodel0/$name.sha256" ]; then  # one file (a GGUF)
+  target="$dir/$name"
+  ls .devmodel*/"$name".part* | sort | xargs cat >"$target"
+  want="$(cat ".devmodel0/$name.sha256")"
+else
+  mkdir -p "$dir/$name"
+  cp -r ".devmodel0/$name/." "$dir/$name/"
+  target="$dir/$name/model.safetensors"
+  ls .devmodel*/"$name".part* | sort | xargs cat >"$target"
+  want="$(cat "$dir/$name/model.safetensors.sha256")"
+fi
+got="$(sha256sum "$target" | awk '{print $1}')"
 [ "$want" = "$got" ] || { echo "join-model: $name: sha256 $got, expected $want (a part missing?)" >&2; exit 1; }
 echo "$dir"

@@ -34,7 +34,7 @@ bool EngineCore::runs_ahead(const SchedulerOutput& s) const {
   return opts_.queue_ahead && !opts_.scheduler.recompute_each_step && profile_ == nullptr &&
          scheduler_->n_waiting() == 0 && scheduler_->n_running() == 1 &&
          r.computed + 1 == static_cast<int64_t>(r.tokens.size()) && r.params.forced.empty() &&
-         runner_->decodes_ahead(r.sampler->params());
+         r.constraint == nullptr && runner_->decodes_ahead(r.sampler->params());
 }
 
 void EngineCore::decode_ahead(Request& r, const ForwardBatch& b, StepStats& st) {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/memory_plan.h"
+#include "core/thread_pool.h"
 #include "models/op_profile.h"
 
 namespace rinfer {
@@ -444,7 +445,8 @@ Result<StepStats> EngineCore::step() {
   for (const ScheduledSeq& q : s.seqs) {
     const Request& r = *q.req;
     if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
-    on_device = on_device && !r.params.want_logits && r.constraint == nullptr &&
+    on_device = on_device && !r.params.want_logits &&
+                (r.constraint == nullptr || runner_->masks_on_device()) &&
                 runner_->samples_on_device(r.sampler->params());
   }
   Status fwd;
@@ -452,12 +454,15 @@ Result<StepStats> EngineCore::step() {
   if (on_device) {
     row_sampling_.clear();
     rng_saved_.clear();
+    mask_jobs_.clear();
+    const auto words = static_cast<size_t>(token_mask_words(model_.hparams().n_vocab));
     for (const ScheduledSeq& q : s.seqs) {
       Request& r = *q.req;
       if (r.computed + q.n_new != static_cast<int64_t>(r.tokens.size())) continue;
       DecoderRunner::RowSampling rs;
       rs.sampling = &r.sampler->params();
       rs.history = r.tokens;
+      if (r.constraint) mask_jobs_.push_back({r.constraint.get(), row_sampling_.size(), {}});
       if (rs.sampling->temperature > 0.0f) {  // only a draw moves the RNG
         rng_saved_.emplace_back(&r, r.sampler->rng());
         // A double just under 1 must not round up to 1.0f.
@@ -472,7 +477,13 @@ Result<StepStats> EngineCore::step() {
       return st;
     }
     sampled_.resize(row_sampling_.size());
-    fwd = runner_->forward_sampled(b, *arena_, row_sampling_, sampled_.data());
+    std::function<Status()> prepare;
+    if (!mask_jobs_.empty()) {
+      mask_bits_.resize(row_sampling_.size() * words);
+      for (const MaskJob& j : mask_jobs_) row_sampling_[j.row].allow = &mask_bits_[j.row * words];
+      prepare = [this] { return fill_masks(); };
+    }
+    fwd = runner_->forward_sampled(b, *arena_, row_sampling_, sampled_.data(), prepare);
   } else {
     fwd = runner_->forward(b, *arena_, logits_.data());
   }
@@ -506,8 +517,19 @@ Result<StepStats> EngineCore::step() {
     if (r.computed == static_cast<int64_t>(r.tokens.size())) {
       if (on_device) {
         const int32_t id = sampled_[out];
-        if (id < 0) {
+        const MaskJob* job = nullptr;
+        for (const MaskJob& j : mask_jobs_) job = j.row == out ? &j : job;
+        if (job != nullptr && !job->status.ok()) {
+          stream_token(r, job->status.with_context(r.params.constraint->describe()), st);
+        } else if (id < 0 && job != nullptr) {
+          stream_token(r,
+                       internal_error("{}: no token the grammar allows has a finite logit",
+                                      r.params.constraint->describe()),
+                       st);
+        } else if (id < 0) {
           stream_token(r, data_loss("the logits row holds NaN or +inf, or no finite value"), st);
+        } else if (Status a = job != nullptr ? r.constraint->accept(id) : ok_status(); !a.ok()) {
+          stream_token(r, a.with_context(r.params.constraint->describe()), st);
         } else {
           stream_token(r, id, st);
         }
@@ -521,6 +543,21 @@ Result<StepStats> EngineCore::step() {
     }
   }
   return st;
+}
+
+// The masks of this step's constrained rows, on a pool of host threads (called by the runner
+// once the pass is queued on the device): each job's error stays with its row.
+Status EngineCore::fill_masks() {
+  if (!mask_pool_)
+    mask_pool_ = std::make_unique<ThreadPool>(std::min(16, ThreadPool::hardware_threads()));
+  const auto words = static_cast<size_t>(token_mask_words(model_.hparams().n_vocab));
+  mask_pool_->run(static_cast<int64_t>(mask_jobs_.size()), [&](int64_t task, int /*thread*/) {
+    MaskJob& j = mask_jobs_[static_cast<size_t>(task)];
+    std::span<uint32_t> bits(&mask_bits_[j.row * words], words);
+    j.status = j.state->fill(bits);
+    if (!j.status.ok()) std::fill(bits.begin(), bits.end(), 0xFFFFFFFFu);
+  });
+  return ok_status();
 }
 
 void EngineCore::clear_prefix_cache() { kv_->clear_prefix_cache(); }

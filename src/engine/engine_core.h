@@ -38,6 +38,8 @@
 
 namespace rinfer {
 
+class ThreadPool;
+
 struct EngineCoreOptions {
   int64_t n_ctx = 2048;  // the longest sequence (prompt + reply)
   kv::Layout layout = kv::Layout::kPaged;
@@ -135,6 +137,11 @@ class EngineCore {
   void set_profile(OpProfileSink* sink) { profile_ = sink; }
   // Thread-safe: whether a request is queued, running or about to be aborted.
   bool has_work() const;
+  // Whether constrained rows with these settings are masked and sampled on the runner's device
+  // (their masks filled on host threads while the pass runs), or on the host.
+  bool masks_on_device(const SamplingParams& sp) const {
+    return runner_->masks_on_device() && runner_->samples_on_device(sp);
+  }
   // Blocks until has_work() or the timeout (a serving loop between requests).
   void wait_for_work(std::chrono::milliseconds timeout) const;
 
@@ -205,6 +212,17 @@ class EngineCore {
   std::vector<int32_t> sampled_;                          // ... and the ids it chose
   // The RNG of each request that drew for this step, taken back when the pass fails.
   std::vector<std::pair<Request*, std::mt19937_64>> rng_saved_;
+  // Structured output sampled on the device: each constrained row's mask of allowed tokens,
+  // filled on mask_pool_'s threads while the pass runs (fill_masks).
+  struct MaskJob {
+    TokenConstraintState* state = nullptr;
+    size_t row = 0;  // of row_sampling_
+    Status status;
+  };
+  Status fill_masks();
+  std::vector<uint32_t> mask_bits_;  // [rows, token_mask_words(n_vocab)]
+  std::vector<MaskJob> mask_jobs_;
+  std::unique_ptr<ThreadPool> mask_pool_;
 };
 
 // How a request run by run_request ended.

@@ -19,37 +19,28 @@ class XgrammarState final : public TokenConstraintState {
   XgrammarState(const xgrammar::CompiledGrammar& g, int64_t n_vocab)
       : matcher_(g),
         n_vocab_(n_vocab),
-        bits_(static_cast<size_t>(xgrammar::GetBitmaskSize(static_cast<int>(n_vocab)))) {
-    shape_ = static_cast<int64_t>(bits_.size());
-    tensor_.data = bits_.data();
+        words_(static_cast<int64_t>(xgrammar::GetBitmaskSize(static_cast<int>(n_vocab)))) {
     tensor_.device = DLDevice{kDLCPU, 0};
     tensor_.ndim = 1;
     tensor_.dtype = xgrammar::GetBitmaskDLType();
-    tensor_.shape = &shape_;
+    tensor_.shape = &words_;
     tensor_.strides = nullptr;
     tensor_.byte_offset = 0;
   }
 
-  Status mask(std::span<float> row) override {
-    if (static_cast<int64_t>(row.size()) != n_vocab_) {
-      return invalid_argument("the logits row has {} entries, the grammar's vocabulary {}",
-                              row.size(), n_vocab_);
+  Status fill(std::span<uint32_t> bits) override {
+    if (static_cast<int64_t>(bits.size()) != words_) {
+      return invalid_argument(
+          "the token mask has {} words; the grammar's vocabulary of {} needs {}", bits.size(),
+          n_vocab_, words_);
     }
     if (matcher_.IsTerminated()) return internal_error("the grammar has already ended");
+    // XGrammar's bitmask is int32 words with the same layout (bit t % 32 of word t / 32).
+    tensor_.data = bits.data();
     try {
       matcher_.FillNextTokenBitmask(&tensor_);
     } catch (const std::exception& e) {
       return internal_error("the grammar's token mask failed: {}", e.what());
-    }
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    const auto n = static_cast<size_t>(n_vocab_);
-    for (size_t w = 0; w < bits_.size(); ++w) {
-      const auto word = static_cast<uint32_t>(bits_[w]);
-      if (word == 0xFFFFFFFFu) continue;  // every token of these 32 allowed
-      const size_t end = std::min(n, (w + 1) * 32);
-      for (size_t i = w * 32; i < end; ++i) {
-        if (((word >> (i - w * 32)) & 1u) == 0) row[i] = kNegInf;
-      }
     }
     return ok_status();
   }
@@ -68,8 +59,7 @@ class XgrammarState final : public TokenConstraintState {
  private:
   xgrammar::GrammarMatcher matcher_;
   int64_t n_vocab_;
-  std::vector<int32_t> bits_;
-  int64_t shape_ = 0;
+  int64_t words_;
   DLTensor tensor_{};
 };
 

@@ -46,7 +46,8 @@ Status check_runner_spec(const kv::KvSpec& spec, const DecoderHParams& hp, DType
 }
 
 Status DecoderRunner::forward_sampled(const ForwardBatch& /*batch*/, kv::KvArena& /*kv*/,
-                                      std::span<const RowSampling> /*rows*/, int32_t* /*ids*/) {
+                                      std::span<const RowSampling> /*rows*/, int32_t* /*ids*/,
+                                      const std::function<Status()>& /*prepare*/) {
   return unsupported("forward_sampled: this runner samples on the host only");
 }
 

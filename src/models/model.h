@@ -195,9 +195,18 @@ class DecoderRunner {
     const SamplingParams* sampling = nullptr;
     std::span<const int32_t> history;  // every token so far (the penalties read its tail)
     float uniform = 0.0f;              // the draw (temperature > 0)
+    // Structured output: the tokens the row may take, a bitmask of (n_vocab + 31) / 32 words
+    // (bit t % 32 of word t / 32 for token t), read once `prepare` has returned; null: any.
+    const uint32_t* allow = nullptr;
   };
+  // `prepare` (may be empty) runs once the pass is queued on the device and before any row is
+  // sampled, so that the host fills the rows' `allow` masks while the device computes; its
+  // error fails the call. Rows with masks need masks_on_device().
   virtual Status forward_sampled(const ForwardBatch& batch, kv::KvArena& kv,
-                                 std::span<const RowSampling> rows, int32_t* ids);
+                                 std::span<const RowSampling> rows, int32_t* ids,
+                                 const std::function<Status()>& prepare = {});
+  // Whether forward_sampled takes rows with `allow` masks.
+  virtual bool masks_on_device() const { return false; }
 
   // Decode steps of one sequence queued ahead of the host (one request alone, where the device
   // would otherwise wait for the host between steps): step 0 is `first` (one sequence, one row,

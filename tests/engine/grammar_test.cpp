@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -42,6 +44,21 @@ constexpr const char* kSchema = R"({
   "required": ["name", "age", "nested"]
 })";
 
+TEST(TokenMaskTest, ClearsExactlyTheTokensWhoseBitIsClear) {
+  for (const size_t n : {1, 31, 32, 70, 1001}) {
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::vector<uint32_t> bits(static_cast<size_t>(token_mask_words(static_cast<int64_t>(n))));
+    for (uint32_t& w : bits) w = rng() % 3 == 0 ? 0xFFFFFFFFu : static_cast<uint32_t>(rng());
+    std::vector<float> row(n), want(n);
+    for (size_t i = 0; i < n; ++i) {
+      row[i] = 0.5f + static_cast<float>(rng() % 1000) / 100.0f;
+      want[i] = ((bits[i / 32] >> (i % 32)) & 1u) != 0 ? row[i] : -INFINITY;
+    }
+    apply_token_mask(bits, row);
+    EXPECT_EQ(row, want) << n;
+  }
+}
+
 class GrammarTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,7 +84,13 @@ class GrammarTest : public ::testing::Test {
         const bool closes = t.find_first_of("\"}],") != std::string_view::npos;
         row[i] = noise(rng) + (closes ? 4.0f : 0.0f);
       }
+      // The bitmask the device path takes masks the row as the host path does.
+      std::vector<uint32_t> bits(static_cast<size_t>(token_mask_words(tok_->vocab_size())));
+      EXPECT_TRUE(state->fill(bits).ok());
+      std::vector<float> via_bits = row;
+      apply_token_mask(bits, via_bits);
       EXPECT_TRUE(state->mask(row).ok());
+      EXPECT_EQ(std::memcmp(via_bits.data(), row.data(), row.size() * sizeof(float)), 0);
       const auto best = std::max_element(row.begin(), row.end()) - row.begin();
       const auto id = static_cast<int32_t>(best);
       EXPECT_TRUE(std::isfinite(row[static_cast<size_t>(id)])) << "no token allowed";

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "engine/engine_core.h"
 #include "engine/precision.h"
+#include "engine/token_constraint.h"
 #include "models/llama/cuda/llama_cuda_model.h"
 #include "models/llama/shapes.h"
 #include "smollm2_served.h"
@@ -126,6 +128,29 @@ TEST_F(CudaEngineCore, TheModelHasARunnerAndABf16Arena) {
   EXPECT_EQ(e->kv_arena().spec().dtype, DType::kBF16);
 }
 
+TEST_F(CudaEngineCore, DeviceSamplingOffSendsEveryRowToTheHost) {
+  RunnerOptions ro;
+  ro.max_tokens = 64;
+  ro.max_seqs = 4;
+  auto on = model_->create_runner(ro);
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_TRUE((*on)->samples_on_device(greedy()));
+  EXPECT_TRUE((*on)->masks_on_device());
+  auto hp = llama::named_shape("smollm2");
+  ASSERT_TRUE(hp.ok());
+  hp->n_layer = 2;
+  LoadOptions lo;
+  lo.device = Device::cuda(0);
+  lo.cuda.device_sampling = false;  // strategies.device_sampling: {enabled: false}
+  auto m = llama::make_random_cuda_model(*hp, DType::kBF16, 78, lo);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto off = (*m)->create_runner(ro);
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_FALSE((*off)->samples_on_device(greedy()));
+  EXPECT_FALSE((*off)->masks_on_device());
+  EXPECT_FALSE((*off)->decodes_ahead(greedy()));
+}
+
 TEST_F(CudaEngineCore, SixtyFourRequestsTogetherMatchEachAlone) {
   const auto inputs = prompts(64, 1);
   std::vector<Reply> alone;
@@ -173,6 +198,109 @@ TEST_F(CudaEngineCore, DeviceSamplingMatchesHostSamplingOfTheSameLogits) {
     // a boundary between two candidates (f32 on the device, f64 on the host).
     EXPECT_GE(same, static_cast<int>(inputs.size()) - 2);
   }
+}
+
+// A constraint that allows the tokens t with t % 5 == k % 5 after k accepted tokens; with
+// fail_at >= 0 its mask fails at that step.
+class ModFive final : public TokenConstraint {
+ public:
+  explicit ModFive(int64_t n_vocab, int64_t fail_at = -1) : n_vocab_(n_vocab), fail_at_(fail_at) {}
+  class State final : public TokenConstraintState {
+   public:
+    State(int64_t n_vocab, int64_t fail_at) : n_vocab_(n_vocab), fail_at_(fail_at) {}
+    Status fill(std::span<uint32_t> bits) override {
+      if (k_ == fail_at_) return internal_error("mask {} refused", k_);
+      std::fill(bits.begin(), bits.end(), 0u);
+      for (int64_t t = k_ % 5; t < n_vocab_; t += 5) bits[t / 32] |= 1u << (t % 32);
+      return ok_status();
+    }
+    Status accept(int32_t token) override {
+      if (token % 5 != k_ % 5) return internal_error("token {} at step {}", token, k_);
+      ++k_;
+      return ok_status();
+    }
+
+   private:
+    int64_t n_vocab_, fail_at_, k_ = 0;
+  };
+  std::unique_ptr<TokenConstraintState> start() const override {
+    return std::make_unique<State>(n_vocab_, fail_at_);
+  }
+  std::string describe() const override { return "mod five"; }
+
+ private:
+  int64_t n_vocab_, fail_at_;
+};
+
+TEST_F(CudaEngineCore, DeviceMasksMatchHostMasksOfTheSameLogits) {
+  const auto inputs = prompts(40, 4);
+  const int64_t V = model_->hparams().n_vocab;
+  auto mod5 = std::make_shared<ModFive>(V);
+  SamplingParams chain;
+  chain.temperature = 0.9f;
+  for (const SamplingParams& sp : {greedy(), chain}) {
+    std::vector<std::vector<int32_t>> got[2];
+    for (int host = 0; host < 2; ++host) {
+      auto e = make(options());
+      ASSERT_TRUE(e);
+      got[host].resize(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        RequestParams p;
+        p.prompt = inputs[i];
+        p.max_tokens = 10;
+        p.ignore_eos = true;
+        p.sampling = sp;
+        p.sampling.seed = 500 + i;
+        p.want_logits = host == 1;  // the rows go to the host, masked and sampled there
+        // Every other request constrained: a batch mixes masked and free rows.
+        if (i % 2 == 0) p.constraint = mod5;
+        p.on_event = [&got, host, i](const RequestEvent& ev) {
+          EXPECT_TRUE(ev.error.ok()) << ev.error.to_string();
+          got[host][i].insert(got[host][i].end(), ev.tokens.begin(), ev.tokens.end());
+        };
+        ASSERT_TRUE(e->submit(std::move(p)).ok());
+      }
+      ASSERT_TRUE(e->run_until_idle().ok());
+    }
+    int same = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ASSERT_EQ(got[0][i].size(), 10u) << i;
+      same += got[0][i] == got[1][i] ? 1 : 0;
+      if (i % 2 != 0) continue;
+      for (size_t k = 0; k < got[0][i].size(); ++k) {
+        EXPECT_EQ(got[0][i][k] % 5, static_cast<int32_t>(k % 5))
+            << "request " << i << " token " << k;
+      }
+    }
+    std::printf("temperature %.1f: %d of %zu replies identical, device and host masks\n",
+                sp.temperature, same, inputs.size());
+    EXPECT_GE(same, static_cast<int>(inputs.size()) - 2);
+  }
+  // A mask that fails ends its request with the error; the others go on.
+  auto e = make(options());
+  ASSERT_TRUE(e);
+  auto failing = std::make_shared<ModFive>(V, 3);
+  Status err[2];
+  int64_t n[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    RequestParams p;
+    p.prompt = inputs[static_cast<size_t>(i)];
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    p.sampling = greedy();
+    p.constraint = i == 0 ? failing : mod5;
+    p.on_event = [&err, &n, i](const RequestEvent& ev) {
+      n[i] += static_cast<int64_t>(ev.tokens.size());
+      if (!ev.error.ok()) err[i] = ev.error;
+    };
+    ASSERT_TRUE(e->submit(std::move(p)).ok());
+  }
+  ASSERT_TRUE(e->run_until_idle().ok());
+  EXPECT_EQ(n[0], 3);
+  EXPECT_NE(err[0].message().find("mask 3 refused"), std::string::npos) << err[0].to_string();
+  EXPECT_NE(err[0].message().find("mod five"), std::string::npos) << err[0].to_string();
+  EXPECT_TRUE(err[1].ok()) << err[1].to_string();
+  EXPECT_EQ(n[1], 8);
 }
 
 TEST_F(CudaEngineCore, PreemptedRequestsResumeBySwapAndByRecompute) {

@@ -30,7 +30,7 @@ struct Case {
   int64_t block_size = 16;
   int64_t window = 0;
   bool causal = true;
-  int32_t splits = 1;  // 0: paged_attention_splits' choice
+  int32_t splits = 1;   // 0: paged_attention_splits' choice
   bool f32_kv = false;  // an f32 arena (unrounded keys and values; the scalar kernel)
   int32_t rows = 64;    // query rows a block (64 or 128)
 };
@@ -39,8 +39,8 @@ std::string name(const Case& c) {
   std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " d " +
                   std::to_string(c.head_dim) + " block " + std::to_string(c.block_size) +
                   " window " + std::to_string(c.window) + (c.causal ? " causal" : " bidir") +
-                  " splits " + std::to_string(c.splits) + (c.f32_kv ? " f32 arena" : "") + " rows " + std::to_string(c.rows) +
-                  " seqs";
+                  " splits " + std::to_string(c.splits) + (c.f32_kv ? " f32 arena" : "") +
+                  " rows " + std::to_string(c.rows) + " seqs";
   for (const Seq& q : c.seqs) s += " " + std::to_string(q.n_new) + "/" + std::to_string(q.n_kv);
   return s;
 }
@@ -234,8 +234,8 @@ TEST_F(CudaPaged, EveryTileConfigurationMatchesTheReference) {
 // An f32 arena (strategies.kv_cache.dtype f32) through the scalar kernel: every head dim and GQA
 // ratio, windows, the bidirectional mask, and splits asked for (it runs one).
 TEST_F(CudaPaged, F32ArenaMatchesTheReference) {
-  std::vector<Case> cases = {{kMixed, 32, 8, 128}, {kMixed, 9, 3, 64}, {kMixed, 4, 1, 256},
-                             {kMixed, 64, 1, 64}};
+  std::vector<Case> cases = {
+      {kMixed, 32, 8, 128}, {kMixed, 9, 3, 64}, {kMixed, 4, 1, 256}, {kMixed, 64, 1, 64}};
   Case w{kMixed, 9, 3, 64};
   w.window = 16;
   Case bi{{{5, 5}, {64, 64}, {100, 100}, {1, 1}}, 12, 12, 64};
@@ -252,8 +252,11 @@ TEST_F(CudaPaged, F32ArenaMatchesTheReference) {
 // Blocks of 128 query rows (8 warps; batches with long prompt chunks): every GQA ratio of head
 // dims 64 and 128, windows, the bidirectional mask, splits; and when the runner takes them.
 TEST_F(CudaPaged, BlocksOf128RowsMatchTheReference) {
-  std::vector<Case> cases = {{kMixed, 32, 8, 128}, {kMixed, 9, 3, 64}, {kMixed, 8, 8, 64},
-                             {kMixed, 16, 2, 128}, {kMixed, 64, 1, 64}};
+  std::vector<Case> cases = {{kMixed, 32, 8, 128},
+                             {kMixed, 9, 3, 64},
+                             {kMixed, 8, 8, 64},
+                             {kMixed, 16, 2, 128},
+                             {kMixed, 64, 1, 64}};
   Case w{kMixed, 9, 3, 64};
   w.window = 40;
   Case bi{{{5, 5}, {64, 64}, {100, 100}, {1, 1}}, 12, 12, 64};
@@ -425,6 +428,40 @@ TEST_F(CudaPaged, SampleRowsMatchesTheHostSamplerRowByRow) {
   EXPECT_EQ(cuda::row_sample(bad, n_vocab, 0, 2000, 0.5f).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::row_sample(bad, n_vocab, 0, 0, 1.0f).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaPaged, MaskTokensClearsExactlyTheDisallowedTokens) {
+  const int64_t n_vocab = 5003, n_rows = 7, words = (n_vocab + 31) / 32;
+  std::vector<float> logits =
+      test::random_floats(static_cast<size_t>(n_rows * n_vocab), 21, -8.0f, 8.0f);
+  std::vector<uint32_t> bits(static_cast<size_t>(n_rows * words));
+  std::mt19937 rng(9);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t kind = rng() % 4;  // whole words allowed or refused, and mixed ones
+    bits[i] = kind == 0 ? 0xFFFFFFFFu : kind == 1 ? 0u : static_cast<uint32_t>(rng());
+  }
+  cuda::DeviceBuffer dl = upload(logits), db = upload(bits);
+  CU_ASSERT_OK(cuda::mask_tokens(dl.as<float>(), n_rows, n_vocab, db.as<uint32_t>(), stream()));
+  const std::vector<float> got = download<float>(dl, logits.size());
+  int64_t masked = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t t = 0; t < n_vocab; ++t) {
+      const size_t i = static_cast<size_t>(r * n_vocab + t);
+      const bool allowed = ((bits[static_cast<size_t>(r * words + t / 32)] >> (t % 32)) & 1u) != 0;
+      masked += allowed ? 0 : 1;
+      if (allowed) {
+        ASSERT_EQ(got[i], logits[i]) << r << "," << t;
+      } else {
+        ASSERT_TRUE(std::isinf(got[i]) && got[i] < 0) << r << "," << t << ": " << got[i];
+      }
+    }
+  }
+  EXPECT_GT(masked, 0);
+  EXPECT_LT(masked, n_rows * n_vocab);
+  EXPECT_EQ(cuda::mask_tokens(dl.as<float>(), -1, n_vocab, db.as<uint32_t>(), stream()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::mask_tokens(nullptr, 1, n_vocab, db.as<uint32_t>(), stream()).code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -284,6 +284,10 @@ struct RowSampleArgs {
 cudaError_t launch_sample_rows(float* logits, int64_t n_rows, int64_t n_vocab,
                                const RowSampleArgs* args, const int32_t* hist, int32_t* out,
                                cudaStream_t stream);
+// logits[r][t] = -inf where bit t % 32 of bits[r][t / 32] is clear ((n_vocab + 31) / 32 words
+// a row).
+cudaError_t launch_token_mask(float* logits, int64_t n_rows, int64_t n_vocab, const uint32_t* bits,
+                              cudaStream_t stream);
 
 // Random data (tests and benchmarks). kind: 0 f32, 1 f16, 2 bf16; values uniform in [lo, hi),
 // never 0. q4k_headers: sane f16 d/dmin in every 144-byte block.

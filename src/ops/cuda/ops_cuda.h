@@ -390,6 +390,11 @@ Result<RowSample> row_sample(const DecodeSampling& s, int64_t n_vocab, int32_t h
                              int32_t hist_len, float uniform);
 Status sample_rows(float* logits, int64_t n_rows, int64_t n_vocab, const RowSample* args,
                    const int32_t* hist, int32_t* out, cudaStream_t stream);
+// Structured output: the logits of the tokens a row may not take set to -inf, from its bitmask
+// of (n_vocab + 31) / 32 words on the device (bit t % 32 of word t / 32 for token t), before
+// sample_rows.
+Status mask_tokens(float* logits, int64_t n_rows, int64_t n_vocab, const uint32_t* bits,
+                   cudaStream_t stream);
 
 // Programmatic dependent launch (sm_90+): the decode-path kernels (matvec, norms, rope, KV
 // store, attention decode, quantization, GLU, get_rows) are launched so that each one's launch

@@ -240,4 +240,15 @@ Status sample_rows(float* logits, int64_t n_rows, int64_t n_vocab, const RowSamp
                   "sample_rows launch");
 }
 
+Status mask_tokens(float* logits, int64_t n_rows, int64_t n_vocab, const uint32_t* bits,
+                   cudaStream_t stream) {
+  if (n_rows < 0 || n_rows > 65535 || n_vocab <= 0 || n_vocab > INT32_MAX) {
+    return invalid_argument("mask_tokens: [{}, {}]", n_rows, n_vocab);
+  }
+  if (n_rows == 0) return ok_status();
+  if (logits == nullptr || bits == nullptr) return invalid_argument("mask_tokens: null pointer");
+  return launched(kern::launch_token_mask(logits, n_rows, n_vocab, bits, stream),
+                  "mask_tokens launch");
+}
+
 }  // namespace rinfer::cuda

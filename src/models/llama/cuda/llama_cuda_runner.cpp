@@ -175,6 +175,62 @@ Status LlamaCudaRunner::run_one_row(const ForwardBatch& b, kv::KvArena& arena,
                            dev(layout_.hist), ids_dev_, stream_);
 }
 
+// The rows of a pass that ran unsampled (its logits at out_logits_), each masked by the tokens
+// it may take, then sampled: the rows' settings, history windows and masks go up in one copy.
+Status LlamaCudaRunner::sample_masked(std::span<const RowSampling> rows) {
+  const int64_t V = m_.hp_.n_vocab;
+  const auto W = static_cast<size_t>((V + 31) / 32);
+  const size_t n = rows.size();
+  masked_rows_.clear();
+  masked_hist_.clear();
+  for (const RowSampling& r : rows) {
+    size_t w = 0;
+    RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs,
+                            sample_row(r, static_cast<int32_t>(masked_hist_.size()), w));
+    masked_hist_.insert(masked_hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w),
+                        r.history.end());
+    masked_rows_.push_back(rs);
+  }
+  auto align4 = [](size_t k) { return (k + 3) / 4 * 4; };  // 16-byte starts
+  static_assert(sizeof(cuda::RowSample) % 4 == 0);
+  const size_t hist_at = align4(n * sizeof(cuda::RowSample) / 4);
+  const size_t bits_at = hist_at + align4(masked_hist_.size());
+  const size_t total = bits_at + n * W;
+  if (total > masked_cap_) {
+    const size_t cap = std::max(total, 2 * masked_cap_);
+    if (masked_pinned_ != nullptr) {
+      cuda::pinned_host_allocator().deallocate(masked_pinned_, masked_cap_ * 4);
+    }
+    masked_pinned_ = nullptr;
+    masked_cap_ = 0;
+    RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(cap * 4));
+    masked_pinned_ = static_cast<uint32_t*>(p);
+    masked_cap_ = cap;
+    RINFER_ASSIGN_OR_RETURN(masked_dev_,
+                            DeviceBuffer::create(cap * 4, m_.device_, stream_, m_.alloc_));
+  }
+  uint32_t* p = masked_pinned_;
+  std::memcpy(p, masked_rows_.data(), n * sizeof(cuda::RowSample));
+  std::memcpy(p + hist_at, masked_hist_.data(), masked_hist_.size() * sizeof(int32_t));
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t* dst = p + bits_at + i * W;
+    if (rows[i].allow != nullptr) {
+      std::memcpy(dst, rows[i].allow, W * sizeof(uint32_t));
+    } else {
+      std::fill_n(dst, W, 0xFFFFFFFFu);
+    }
+  }
+  uint32_t* d = masked_dev_.as<uint32_t>();
+  RINFER_CUDA_RETURN(
+      cudaMemcpyAsync(d, p, total * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
+  auto* logits = const_cast<float*>(out_logits_);  // this runner's own buffer
+  RINFER_RETURN_IF_ERROR(
+      cuda::mask_tokens(logits, static_cast<int64_t>(n), V, d + bits_at, stream_));
+  return cuda::sample_rows(logits, static_cast<int64_t>(n), V,
+                           reinterpret_cast<const cuda::RowSample*>(d),
+                           reinterpret_cast<const int32_t*>(d + hist_at), ids_dev_, stream_);
+}
+
 Result<kv::KvSpec> LlamaCudaModel::kv_spec(int64_t n_ctx, int64_t block_size) const {
   RINFER_ASSIGN_OR_RETURN(kv::KvSpec s, DecoderModel::kv_spec(n_ctx, block_size));
   s.dtype = kv_dtype_;

@@ -61,6 +61,9 @@ class LlamaCudaRunner final : public DecoderRunner {
     if (pinned_ids_ != nullptr) {
       cuda::pinned_host_allocator().deallocate(pinned_ids_, pinned_ids_bytes_);
     }
+    if (masked_pinned_ != nullptr) {
+      cuda::pinned_host_allocator().deallocate(masked_pinned_, masked_cap_ * 4);
+    }
   }
 
   const RunnerOptions& options() const override { return opts_; }
@@ -82,8 +85,12 @@ class LlamaCudaRunner final : public DecoderRunner {
     return cuda_status(cudaStreamSynchronize(stream_), "forward");
   }
 
+  // strategies.device_sampling off: every row goes to the host (the baseline).
+  bool masks_on_device() const override { return m_.opts_.cuda.device_sampling; }
+
   bool samples_on_device(const SamplingParams& sp) const override {
-    return cuda::decode_sampling_supported(decode_sampling(sp), m_.hp_.n_vocab).ok();
+    return m_.opts_.cuda.device_sampling &&
+           cuda::decode_sampling_supported(decode_sampling(sp), m_.hp_.n_vocab).ok();
   }
 
   bool decodes_ahead(const SamplingParams& sp) const override {
@@ -155,12 +162,24 @@ class LlamaCudaRunner final : public DecoderRunner {
   }
 
   Status forward_sampled(const ForwardBatch& b, kv::KvArena& arena,
-                         std::span<const RowSampling> rows, int32_t* ids) override {
+                         std::span<const RowSampling> rows, int32_t* ids,
+                         const std::function<Status()>& prepare) override {
     if (rows.size() != b.logit_rows.size()) {
       return invalid_argument("forward_sampled: {} sampling rows for {} logit rows", rows.size(),
                               b.logit_rows.size());
     }
-    RINFER_RETURN_IF_ERROR(run(b, arena, rows));
+    const bool masked = std::any_of(rows.begin(), rows.end(),
+                                    [](const RowSampling& r) { return r.allow != nullptr; });
+    // Masked rows: the pass runs unsampled, the host fills the masks while it runs, then the
+    // rows are masked and sampled (sample_masked).
+    RINFER_RETURN_IF_ERROR(run(b, arena, masked ? std::span<const RowSampling>{} : rows));
+    if (prepare) {
+      if (Status p = prepare(); !p.ok()) {
+        (void)cudaStreamSynchronize(stream_);
+        return p;
+      }
+    }
+    if (masked) RINFER_RETURN_IF_ERROR(sample_masked(rows));
     if (rows.empty()) return ok_status();
     RINFER_CUDA_RETURN(cudaMemcpyAsync(pinned_ids_, ids_dev_, rows.size() * sizeof(int32_t),
                                        cudaMemcpyDeviceToHost, stream_));
@@ -494,6 +513,7 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   // A decode step of 2 or more sequences replayed from the graph of its bucket and length bound
   // (llama_cuda_graphs.h: BatchGraphs), its inputs staged into the graphs' fixed buffer.
+  Status sample_masked(std::span<const RowSampling> rows);
   Status run_batch_graph(const ForwardBatch& b, kv::KvArena& arena,
                          std::span<const RowSampling> samples, int32_t bucket, int64_t max_len);
 
@@ -559,6 +579,13 @@ class LlamaCudaRunner final : public DecoderRunner {
   OpTimer* timer_ = nullptr;  // op_timer_ while a profiled pass runs
   int32_t attn_rows_ = 64;    // the pass's paged attention rows a block (paged_attention_rows)
   std::vector<cuda::RowSample> rows_;
+  // Masked rows' settings, history windows and masks: pinned staging and its device copy
+  // (sample_masked), capacities in 4-byte words.
+  std::vector<cuda::RowSample> masked_rows_;
+  std::vector<int32_t> masked_hist_;
+  uint32_t* masked_pinned_ = nullptr;
+  size_t masked_cap_ = 0;
+  DeviceBuffer masked_dev_;
 };
 
 }  // namespace rinfer::llama
