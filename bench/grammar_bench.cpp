@@ -38,11 +38,11 @@ constexpr const char* kSchema = R"({"type": "object", "required": ["name", "age"
 struct Timing {
   std::atomic<int64_t> masks{0};
   std::atomic<double> mask_ns{0};
-  double accept_ns = 0;
+  std::atomic<double> accept_ns{0};
 };
 
 // Times its wrapped state's mask (the bitmask's fill) and accept into a shared Timing (masks
-// filled on several threads add up their times).
+// and accepts run on several threads add up their times).
 class TimedState final : public TokenConstraintState {
  public:
   TimedState(std::unique_ptr<TokenConstraintState> s, Timing* t) : s_(std::move(s)), t_(t) {}

@@ -283,6 +283,9 @@ void EngineCore::sample_and_stream(Request& r, std::span<float> row, StepStats& 
   if (r.constraint) {
     // Structured output: only the tokens the grammar allows next can be drawn, and the one
     // drawn advances it (logprobs keep the model's own row, taken above).
+    if (Status a = take_pending(r); !a.ok()) {
+      return stream_token(r, a.with_context(r.params.constraint->describe()), st);
+    }
     if (Status m = r.constraint->mask(row); !m.ok()) return stream_token(r, m, st);
     Result<int32_t> tok = r.sampler->sample(row, r.tokens);
     if (tok.ok()) {
@@ -462,7 +465,7 @@ Result<StepStats> EngineCore::step() {
       DecoderRunner::RowSampling rs;
       rs.sampling = &r.sampler->params();
       rs.history = r.tokens;
-      if (r.constraint) mask_jobs_.push_back({r.constraint.get(), row_sampling_.size(), {}});
+      if (r.constraint) mask_jobs_.push_back({&r, row_sampling_.size(), {}});
       if (rs.sampling->temperature > 0.0f) {  // only a draw moves the RNG
         rng_saved_.emplace_back(&r, r.sampler->rng());
         // A double just under 1 must not round up to 1.0f.
@@ -479,8 +482,13 @@ Result<StepStats> EngineCore::step() {
     sampled_.resize(row_sampling_.size());
     std::function<Status()> prepare;
     if (!mask_jobs_.empty()) {
-      mask_bits_.resize(row_sampling_.size() * words);
-      for (const MaskJob& j : mask_jobs_) row_sampling_[j.row].allow = &mask_bits_[j.row * words];
+      // The masks go where the runner uploads them from (pinned memory), else into mask_bits_.
+      uint32_t* bits = runner_->mask_staging(row_sampling_.size());
+      if (bits == nullptr) {
+        mask_bits_.resize(row_sampling_.size() * words);
+        bits = mask_bits_.data();
+      }
+      for (const MaskJob& j : mask_jobs_) row_sampling_[j.row].allow = bits + j.row * words;
       prepare = [this] { return fill_masks(); };
     }
     fwd = runner_->forward_sampled(b, *arena_, row_sampling_, sampled_.data(), prepare);
@@ -528,9 +536,9 @@ Result<StepStats> EngineCore::step() {
                        st);
         } else if (id < 0) {
           stream_token(r, data_loss("the logits row holds NaN or +inf, or no finite value"), st);
-        } else if (Status a = job != nullptr ? r.constraint->accept(id) : ok_status(); !a.ok()) {
-          stream_token(r, a.with_context(r.params.constraint->describe()), st);
         } else {
+          // The grammar takes the token with the next step's mask, off this thread.
+          if (job != nullptr) r.pending_accept = id;
           stream_token(r, id, st);
         }
       } else {
@@ -553,11 +561,20 @@ Status EngineCore::fill_masks() {
   const auto words = static_cast<size_t>(token_mask_words(model_.hparams().n_vocab));
   mask_pool_->run(static_cast<int64_t>(mask_jobs_.size()), [&](int64_t task, int /*thread*/) {
     MaskJob& j = mask_jobs_[static_cast<size_t>(task)];
-    std::span<uint32_t> bits(&mask_bits_[j.row * words], words);
-    j.status = j.state->fill(bits);
+    std::span<uint32_t> bits(const_cast<uint32_t*>(row_sampling_[j.row].allow), words);
+    j.status = take_pending(*j.req);
+    if (j.status.ok()) j.status = j.req->constraint->fill(bits);
     if (!j.status.ok()) std::fill(bits.begin(), bits.end(), 0xFFFFFFFFu);
   });
   return ok_status();
+}
+
+// The constraint takes the token the device sampled last step, if it has not yet.
+Status EngineCore::take_pending(Request& r) {
+  if (r.pending_accept < 0) return ok_status();
+  const int32_t t = r.pending_accept;
+  r.pending_accept = -1;
+  return r.constraint->accept(t);
 }
 
 void EngineCore::clear_prefix_cache() { kv_->clear_prefix_cache(); }

@@ -215,12 +215,13 @@ class EngineCore {
   // Structured output sampled on the device: each constrained row's mask of allowed tokens,
   // filled on mask_pool_'s threads while the pass runs (fill_masks).
   struct MaskJob {
-    TokenConstraintState* state = nullptr;
+    Request* req = nullptr;
     size_t row = 0;  // of row_sampling_
     Status status;
   };
   Status fill_masks();
-  std::vector<uint32_t> mask_bits_;  // [rows, token_mask_words(n_vocab)]
+  static Status take_pending(Request& r);
+  std::vector<uint32_t> mask_bits_;  // [rows, words], when the runner has no staging of its own
   std::vector<MaskJob> mask_jobs_;
   std::unique_ptr<ThreadPool> mask_pool_;
 };

@@ -106,6 +106,9 @@ struct Request {
   uint64_t arrival = 0;       // submission order
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TokenConstraintState> constraint;  // from params.constraint
+  // A token sampled on the device that the constraint has not taken yet (-1: none): taken by
+  // the next step's mask job (on a pool thread, while that pass runs) or before a host mask.
+  int32_t pending_accept = -1;
   std::unique_ptr<TokenTextStream> text;
   StopStringFilter stop;
   RequestStats stats;

@@ -207,6 +207,9 @@ class DecoderRunner {
                                  const std::function<Status()>& prepare = {});
   // Whether forward_sampled takes rows with `allow` masks.
   virtual bool masks_on_device() const { return false; }
+  // Host memory for the masks of n_rows rows (row r's at r * (n_vocab + 31) / 32 words) that the
+  // next forward_sampled uploads from without a copy (pinned), or null: any host memory will do.
+  virtual uint32_t* mask_staging(size_t /*n_rows*/) { return nullptr; }
 
   // Decode steps of one sequence queued ahead of the host (one request alone, where the device
   // would otherwise wait for the host between steps): step 0 is `first` (one sequence, one row,

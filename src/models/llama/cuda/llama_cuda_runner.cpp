@@ -175,8 +175,42 @@ Status LlamaCudaRunner::run_one_row(const ForwardBatch& b, kv::KvArena& arena,
                            dev(layout_.hist), ids_dev_, stream_);
 }
 
+// Pinned staging of masked rows, and its device copy: [masks | settings | history windows], in
+// 4-byte words. Grown only by mask_staging (between passes: every pass ends synchronized).
+Status LlamaCudaRunner::reserve_masked(size_t words) {
+  if (words <= masked_cap_) return ok_status();
+  const size_t cap = std::max(words, 2 * masked_cap_);
+  if (masked_pinned_ != nullptr) {
+    cuda::pinned_host_allocator().deallocate(masked_pinned_, masked_cap_ * 4);
+  }
+  masked_pinned_ = nullptr;
+  masked_cap_ = 0;
+  RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(cap * 4));
+  masked_pinned_ = static_cast<uint32_t*>(p);
+  masked_cap_ = cap;
+  RINFER_ASSIGN_OR_RETURN(masked_dev_,
+                          DeviceBuffer::create(cap * 4, m_.device_, stream_, m_.alloc_));
+  return ok_status();
+}
+
+namespace {
+size_t align4(size_t k) { return (k + 3) / 4 * 4; }  // 16-byte starts
+// Words of n rows' settings and history windows (at most kMaxDecodeHistory ids a row).
+size_t masked_tail_words(size_t n) {
+  static_assert(sizeof(cuda::RowSample) % 4 == 0);
+  return align4(n * sizeof(cuda::RowSample) / 4) + align4(n * cuda::kMaxDecodeHistory);
+}
+}  // namespace
+
+uint32_t* LlamaCudaRunner::mask_staging(size_t n_rows) {
+  const size_t W = static_cast<size_t>((m_.hp_.n_vocab + 31) / 32);
+  if (!reserve_masked(align4(n_rows * W) + masked_tail_words(n_rows)).ok()) return nullptr;
+  return masked_pinned_;
+}
+
 // The rows of a pass that ran unsampled (its logits at out_logits_), each masked by the tokens
-// it may take, then sampled: the rows' settings, history windows and masks go up in one copy.
+// it may take, then sampled: the masks (written in place by the engine when it took
+// mask_staging), the rows' settings and their history windows go up in one copy.
 Status LlamaCudaRunner::sample_masked(std::span<const RowSampling> rows) {
   const int64_t V = m_.hp_.n_vocab;
   const auto W = static_cast<size_t>((V + 31) / 32);
@@ -191,43 +225,31 @@ Status LlamaCudaRunner::sample_masked(std::span<const RowSampling> rows) {
                         r.history.end());
     masked_rows_.push_back(rs);
   }
-  auto align4 = [](size_t k) { return (k + 3) / 4 * 4; };  // 16-byte starts
-  static_assert(sizeof(cuda::RowSample) % 4 == 0);
-  const size_t hist_at = align4(n * sizeof(cuda::RowSample) / 4);
-  const size_t bits_at = hist_at + align4(masked_hist_.size());
-  const size_t total = bits_at + n * W;
+  const size_t samples_at = align4(n * W);
+  const size_t hist_at = samples_at + align4(n * sizeof(cuda::RowSample) / 4);
+  const size_t total = hist_at + masked_hist_.size();
   if (total > masked_cap_) {
-    const size_t cap = std::max(total, 2 * masked_cap_);
-    if (masked_pinned_ != nullptr) {
-      cuda::pinned_host_allocator().deallocate(masked_pinned_, masked_cap_ * 4);
-    }
-    masked_pinned_ = nullptr;
-    masked_cap_ = 0;
-    RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(cap * 4));
-    masked_pinned_ = static_cast<uint32_t*>(p);
-    masked_cap_ = cap;
-    RINFER_ASSIGN_OR_RETURN(masked_dev_,
-                            DeviceBuffer::create(cap * 4, m_.device_, stream_, m_.alloc_));
+    // The masks are elsewhere (the engine took no staging): grow, then copy them all.
+    RINFER_RETURN_IF_ERROR(reserve_masked(total));
   }
   uint32_t* p = masked_pinned_;
-  std::memcpy(p, masked_rows_.data(), n * sizeof(cuda::RowSample));
-  std::memcpy(p + hist_at, masked_hist_.data(), masked_hist_.size() * sizeof(int32_t));
   for (size_t i = 0; i < n; ++i) {
-    uint32_t* dst = p + bits_at + i * W;
-    if (rows[i].allow != nullptr) {
-      std::memcpy(dst, rows[i].allow, W * sizeof(uint32_t));
-    } else {
+    uint32_t* dst = p + i * W;
+    if (rows[i].allow == nullptr) {
       std::fill_n(dst, W, 0xFFFFFFFFu);
+    } else if (rows[i].allow != dst) {
+      std::memcpy(dst, rows[i].allow, W * sizeof(uint32_t));
     }
   }
+  std::memcpy(p + samples_at, masked_rows_.data(), n * sizeof(cuda::RowSample));
+  std::memcpy(p + hist_at, masked_hist_.data(), masked_hist_.size() * sizeof(int32_t));
   uint32_t* d = masked_dev_.as<uint32_t>();
   RINFER_CUDA_RETURN(
       cudaMemcpyAsync(d, p, total * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
   auto* logits = const_cast<float*>(out_logits_);  // this runner's own buffer
-  RINFER_RETURN_IF_ERROR(
-      cuda::mask_tokens(logits, static_cast<int64_t>(n), V, d + bits_at, stream_));
+  RINFER_RETURN_IF_ERROR(cuda::mask_tokens(logits, static_cast<int64_t>(n), V, d, stream_));
   return cuda::sample_rows(logits, static_cast<int64_t>(n), V,
-                           reinterpret_cast<const cuda::RowSample*>(d),
+                           reinterpret_cast<const cuda::RowSample*>(d + samples_at),
                            reinterpret_cast<const int32_t*>(d + hist_at), ids_dev_, stream_);
 }
 

@@ -87,6 +87,7 @@ class LlamaCudaRunner final : public DecoderRunner {
 
   // strategies.device_sampling off: every row goes to the host (the baseline).
   bool masks_on_device() const override { return m_.opts_.cuda.device_sampling; }
+  uint32_t* mask_staging(size_t n_rows) override;
 
   bool samples_on_device(const SamplingParams& sp) const override {
     return m_.opts_.cuda.device_sampling &&
@@ -514,6 +515,7 @@ class LlamaCudaRunner final : public DecoderRunner {
   // A decode step of 2 or more sequences replayed from the graph of its bucket and length bound
   // (llama_cuda_graphs.h: BatchGraphs), its inputs staged into the graphs' fixed buffer.
   Status sample_masked(std::span<const RowSampling> rows);
+  Status reserve_masked(size_t words);
   Status run_batch_graph(const ForwardBatch& b, kv::KvArena& arena,
                          std::span<const RowSampling> samples, int32_t bucket, int64_t max_len);
 
