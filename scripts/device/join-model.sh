@@ -9,13 +9,13 @@ dir="${2:-/tmp/rinfer-models}"
 mkdir -p "$dir"
 if [ -f ".devmodel0/$name.sha256" ]; then  # one file (a GGUF)
   target="$dir/$name"
-  ls .devmodel*/"$name".part* | sort | xargs cat >"$target"
+  ls .devmodel*/"$name".part* | sort -V | xargs cat >"$target"
   want="$(cat ".devmodel0/$name.sha256")"
 else
   mkdir -p "$dir/$name"
   cp -r ".devmodel0/$name/." "$dir/$name/"
   target="$dir/$name/model.safetensors"
-  ls .devmodel*/"$name".part* | sort | xargs cat >"$target"
+  ls .devmodel*/"$name".part* | sort -V | xargs cat >"$target"
   want="$(cat "$dir/$name/model.safetensors.sha256")"
 fi
 got="$(sha256sum "$target" | awk '{print $1}')"

@@ -23,7 +23,7 @@ else
   sha256sum "$whole" | awk '{print $1}' >".devmodel0/$name/model.safetensors.sha256"
 fi
 tmp="$(mktemp -d)"
-split -b "${PART_MB:-48}M" -d -a 1 "$whole" "$tmp/part"
+split -b "${PART_MB:-48}M" -d -a 3 "$whole" "$tmp/part"
 i=0
 for p in "$tmp"/part*; do
   mkdir -p ".devmodel$i"
