@@ -215,16 +215,7 @@ Status LlamaCudaRunner::sample_masked(std::span<const RowSampling> rows) {
   const int64_t V = m_.hp_.n_vocab;
   const auto W = static_cast<size_t>((V + 31) / 32);
   const size_t n = rows.size();
-  masked_rows_.clear();
-  masked_hist_.clear();
-  for (const RowSampling& r : rows) {
-    size_t w = 0;
-    RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs,
-                            sample_row(r, static_cast<int32_t>(masked_hist_.size()), w));
-    masked_hist_.insert(masked_hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w),
-                        r.history.end());
-    masked_rows_.push_back(rs);
-  }
+  RINFER_RETURN_IF_ERROR(sample_rows_of(rows, masked_rows_, masked_hist_));
   const size_t samples_at = align4(n * W);
   const size_t hist_at = samples_at + align4(n * sizeof(cuda::RowSample) / 4);
   const size_t total = hist_at + masked_hist_.size();

@@ -287,15 +287,7 @@ class LlamaCudaRunner final : public DecoderRunner {
       }
     }
     // Sampling rows and their history windows.
-    hist_.clear();
-    rows_.clear();
-    for (const RowSampling& r : samples) {
-      size_t w = 0;
-      RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs,
-                              sample_row(r, static_cast<int32_t>(hist_.size()), w));
-      hist_.insert(hist_.end(), r.history.end() - static_cast<std::ptrdiff_t>(w), r.history.end());
-      rows_.push_back(rs);
-    }
+    RINFER_RETURN_IF_ERROR(sample_rows_of(samples, rows_, hist_));
     if (!rows_.empty()) {
       cuda::RowSample pad = rows_[0];
       pad.hist_off = 0;
@@ -354,6 +346,22 @@ class LlamaCudaRunner final : public DecoderRunner {
     return cuda_status(cudaMemcpyAsync(dst, pinned_, layout_.total * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_),
                        "staging a pass's inputs");
+  }
+
+  // Every row's device sampling settings into `out`, their history windows one after another
+  // into `hist`.
+  Status sample_rows_of(std::span<const RowSampling> rows, std::vector<cuda::RowSample>& out,
+                        std::vector<int32_t>& hist) const {
+    out.clear();
+    hist.clear();
+    for (const RowSampling& r : rows) {
+      size_t w = 0;
+      RINFER_ASSIGN_OR_RETURN(cuda::RowSample rs,
+                              sample_row(r, static_cast<int32_t>(hist.size()), w));
+      hist.insert(hist.end(), r.history.end() - static_cast<std::ptrdiff_t>(w), r.history.end());
+      out.push_back(rs);
+    }
+    return ok_status();
   }
 
   // A row's device sampling settings, its history window (the last w ids) at hist_off.
