@@ -178,15 +178,21 @@ TEST_F(TuneCli, ServingRecipesAreTimedUnderALoadAndTheSeatsAreSearched) {
   }
   EXPECT_TRUE(seats_tried) << j.dump(1);
   EXPECT_TRUE(invalid_listed) << j.dump(1);
+  // Which trial wins is a matter of timing, for a benchmark to show, not a test (on a busy
+  // 2-core machine one load's wall time once let the one-seat start win). The report agrees
+  // with itself: the best is the start or an accepted trial, its gate passed, and tuned.yaml holds
+  // its seats.
   const int best = j["best"];
-  ASSERT_GT(best, 0) << "the start (one seat for four in flight) is not the fastest";
+  ASSERT_GE(best, 0) << j.dump(1);
   const auto& b = j["trials"][static_cast<size_t>(best)];
+  EXPECT_TRUE(best == 0 || b["accepted"].get<bool>()) << b.dump();
   EXPECT_TRUE(b["precision"]["passed"].get<bool>()) << b.dump();
-  EXPECT_LT(b["speed"]["total_ms"].get<double>(),
-            j["trials"][0]["speed"]["total_ms"].get<double>());
   auto tuned = load_recipe(dir_ + "/serve-out/tuned.yaml");
   ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
-  EXPECT_GT(tuned->strategies.batching.max_seqs, 1);
+  const int64_t seats = b["settings"].contains("batching.max_seqs")
+                            ? std::stoll(b["settings"]["batching.max_seqs"].get<std::string>())
+                            : int64_t{1};
+  EXPECT_EQ(tuned->strategies.batching.max_seqs, seats) << b.dump();
 }
 
 TEST_F(TuneCli, ErrorsNameWhatIsWrong) {
