@@ -98,4 +98,11 @@ std::string quoted(std::string_view s, size_t max_chars) {
   return "'" + escape(s, max_chars, /*escape_quotes=*/true) + "'";
 }
 
+std::string_view trim_space(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
+}
+
 }  // namespace rinfer

@@ -18,4 +18,8 @@ std::string quoted(std::string_view s, size_t max_chars = 96);
 // Metadata printed this way cannot move the cursor or inject terminal escape sequences.
 std::string display_text(std::string_view s);
 
+// s without leading and trailing ASCII whitespace (" \t\n\r\f\v", what Python's str.strip()
+// and Jinja's trim remove from ASCII text).
+std::string_view trim_space(std::string_view s);
+
 }  // namespace rinfer

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/strings.h"
+
 namespace rinfer::server {
 
 namespace {
@@ -12,12 +14,6 @@ using ojson = nlohmann::ordered_json;
 
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
-
-std::string_view trim(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 std::string call_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -76,7 +72,7 @@ void ToolCallParser::emit(std::string_view text, Out& out) {
 // `json`: {"name", "arguments"} or {"tool_calls": [...]}. With known_names_only, only calls of
 // offered tools count (a reply that merely is JSON stays text).
 bool ToolCallParser::call_from(std::string_view json, bool known_names_only, Out& out) {
-  const ojson j = ojson::parse(trim(json), nullptr, /*allow_exceptions=*/false);
+  const ojson j = ojson::parse(trim_space(json), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return false;
   std::vector<ParsedToolCall> found;
   auto one = [&](const ojson& c) {
@@ -141,12 +137,12 @@ ToolCallParser::Out ToolCallParser::feed(std::string_view delta) {
       lead_ = Lead::kJson;
     } else if (t.starts_with("```") || std::string_view("```").starts_with(t)) {
       const size_t eol = t.find('\n');
-      const std::string_view line = trim(t.substr(0, eol));
+      const std::string_view line = trim_space(t.substr(0, eol));
       if (eol == std::string_view::npos) {
         if (std::string_view("```json").starts_with(line)) return out;  // the line is not whole
         lead_ = Lead::kText;
       } else if (line == "```" || line == "```json") {
-        const std::string_view body = trim(t.substr(eol + 1));
+        const std::string_view body = trim_space(t.substr(eol + 1));
         if (body.empty()) return out;
         lead_ = body[0] == '{' ? Lead::kFence : Lead::kText;
       } else {

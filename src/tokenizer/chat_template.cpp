@@ -1,20 +1,13 @@
 #include "tokenizer/chat_template.h"
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "formats/gguf.h"
 #include "tokenizer/jinja_chat.h"
 
 namespace rinfer {
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  const size_t e = s.find_last_not_of(kSpace);
-  return s.substr(b, e - b + 1);
-}
 
 // A template's literal "<|im_start|>system\n...<|im_end|>": the default system message, where
 // "\n" may be a real newline or the two characters of a Jinja escape. Every occurrence is tried
@@ -247,7 +240,7 @@ Result<RenderedChat> ChatTemplate::render(std::span<const ChatMessage> messages,
       content(system);
       text += "\n\n";
     }
-    content(trim(m.content));
+    content(trim_space(m.content));
     text += "<end_of_turn>\n";
   }
   if (add_generation_prompt) text += "<start_of_turn>model\n";

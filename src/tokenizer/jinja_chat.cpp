@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "tokenizer/chat_template.h"
 
 namespace rinfer {
@@ -20,13 +21,6 @@ constexpr std::string_view kClose = "\xEE\x80\x81";
 
 std::string placeholder(size_t i) {
   return std::string(kOpen) + std::to_string(i) + std::string(kClose);
-}
-
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
 // The messages as the template sees them (OpenAI's shapes; tool-call arguments as objects, as
@@ -123,7 +117,7 @@ bool track(std::span<const Piece> pieces, std::span<const ChatMessage> messages,
     }
     const std::string& c = messages[piece.message].content;
     const std::string escaped = ojson(c).dump();
-    const std::string_view forms[] = {c, trim(c),
+    const std::string_view forms[] = {c, trim_space(c),
                                       std::string_view(escaped).substr(1, escaped.size() - 2)};
     const bool last = p + 1 == pieces.size();
     const std::string_view next = last || pieces[p + 1].content ? "" : pieces[p + 1].literal;
