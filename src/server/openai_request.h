@@ -93,6 +93,10 @@ struct GenerationRequest {
   std::vector<FunctionTool> tools;
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
+  // Whether the model is offered tools this turn (some, and tool_choice not `none`).
+  bool offers_tools() const {
+    return !tools.empty() && tool_choice.kind != ToolChoice::Kind::kNone;
+  }
 };
 
 // The limits of the API's numbers (OpenAI's where it states them).

@@ -112,7 +112,7 @@ Result<std::vector<int32_t>> ServedModel::render(const GenerationRequest& req,
           "chat_template in its recipe",
           name_);
     }
-    const bool tools = !req.tools.empty() && req.tool_choice.kind != ToolChoice::Kind::kNone;
+    const bool tools = req.offers_tools();
     if (tools && !s.chat_template()->renders_tools()) {
       return invalid_argument(
           "model '{}' renders chats with the '{}' template, which has no tools: tools need the "
@@ -180,7 +180,7 @@ void ServedModel::serve(const GenerationRequest& req, const std::shared_ptr<Http
   p.want_logits = req.logprobs;
   // Tools in the prompt: the replies are searched for calls; tool_choice required or a function
   // constrains each reply to one call, in the template's format.
-  const bool tools = chat && !req.tools.empty() && req.tool_choice.kind != ToolChoice::Kind::kNone;
+  const bool tools = chat && req.offers_tools();
   const ToolCallFormat tool_format =
       tools ? engine_->sample().chat_template()->tool_call_format() : ToolCallFormat::kJson;
   std::optional<GrammarSpec> grammar = req.grammar;
