@@ -516,7 +516,7 @@ Result<StepStats> EngineCore::step() {
     return st;
   }
   const int64_t n_vocab = model_.hparams().n_vocab;
-  size_t out = 0;
+  size_t out = 0, next_job = 0;
   for (const ScheduledSeq& q : s.seqs) {
     Request& r = *q.req;
     if (r.computed < r.n_prompt) stats_.prompt_tokens += std::min(q.n_new, r.n_prompt - r.computed);
@@ -525,8 +525,11 @@ Result<StepStats> EngineCore::step() {
     if (r.computed == static_cast<int64_t>(r.tokens.size())) {
       if (on_device) {
         const int32_t id = sampled_[out];
+        // The jobs are in row order: this row's, if constrained, is the next one.
         const MaskJob* job = nullptr;
-        for (const MaskJob& j : mask_jobs_) job = j.row == out ? &j : job;
+        if (next_job < mask_jobs_.size() && mask_jobs_[next_job].row == out) {
+          job = &mask_jobs_[next_job++];
+        }
         if (job != nullptr && !job->status.ok()) {
           stream_token(r, job->status.with_context(r.params.constraint->describe()), st);
         } else if (id < 0 && job != nullptr) {
