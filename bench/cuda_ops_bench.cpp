@@ -252,6 +252,82 @@ json bench_matvec(Ctx& c) {
   return rows;
 }
 
+// FP8 E4M3 W8A8 decode (matvec_f8: tensor-core MMAs) at 1 and 8 rows of activations quantized
+// per row, beside the same shapes' bf16 and Q8_0 rows of bench_matvec.
+json bench_matvec_f8(Ctx& c) {
+  json rows = json::array();
+  std::printf(
+      "\n== FP8 decode matvec Y[rows, n_out] = Xq W^T (e4m3 weights and activations, "
+      "f32 scales per row), %d-rep median of graph replays\n",
+      c.reps);
+  std::printf("%-9s %-24s %4s %9s %9s %9s %8s %7s\n", "dtype", "shape", "rows", "MB", "us",
+              "limit us", "GB/s", "of BW");
+  for (const Shape& sh : kShapes) {
+    DeviceWeight w0 = take(
+        rinfer::cuda::random_device_weight(DType::kF8E4M3, sh.n_out, sh.n_in, 7, 0, c.s), "weight");
+    const uint64_t wbytes = w0.bytes;
+    const int copies =
+        static_cast<int>(std::clamp<uint64_t>((4 * c.l2_bytes + wbytes - 1) / wbytes, 1, 64));
+    std::vector<DeviceWeight> ws;
+    ws.push_back(std::move(w0));
+    for (int i = 1; i < copies; ++i) {
+      ws.push_back(take(rinfer::cuda::random_device_weight(DType::kF8E4M3, sh.n_out, sh.n_in,
+                                                           7 + static_cast<uint64_t>(i), 0, c.s),
+                        "weight"));
+    }
+    const int batch = std::max(copies, 8);
+    constexpr int kRows = 8;
+    DeviceBuffer x = take(DeviceBuffer::create(sh.n_in * 4 * kRows, 0, c.s), "alloc");
+    DeviceBuffer xq = take(DeviceBuffer::create(sh.n_in * kRows, 0, c.s), "alloc");
+    DeviceBuffer xs = take(DeviceBuffer::create(4 * kRows, 0, c.s), "alloc");
+    DeviceBuffer y = take(DeviceBuffer::create(sh.n_out * 4 * kRows * batch, 0, c.s), "alloc");
+    check(rinfer::cuda::fill_random(x.data(), DType::kF32, sh.n_in * kRows, -1, 1, 9, c.s), "fill");
+    check(rinfer::cuda::quantize_rows_f8(x.data(), DType::kF32, kRows, sh.n_in, sh.n_in,
+                                         xq.as<uint8_t>(), xs.as<float>(), c.s),
+          "quantize");
+    for (int n_rows : {1, kRows}) {
+      const double us =
+          time_graph(c.s, c.reps,
+                     [&] {
+                       for (int i = 0; i < batch; ++i) {
+                         check(rinfer::cuda::matvec_f8(
+                                   ws[static_cast<size_t>(i % copies)], xq.as<uint8_t>(),
+                                   xs.as<float>(), n_rows, nullptr,
+                                   y.as<float>() + static_cast<int64_t>(i) * kRows * sh.n_out, c.s),
+                               "matvec_f8");
+                       }
+                     }) /
+          batch;
+      const double bytes = static_cast<double>(wbytes) +
+                           static_cast<double>(n_rows) * (static_cast<double>(sh.n_in) + 4.0 +
+                                                          4.0 * static_cast<double>(sh.n_out));
+      const double limit = bytes / (c.copy_gbs * 1e3);
+      std::printf("%-9s %-24s %4d %9.1f %9.2f %9.2f %8.0f %6.1f%%\n", "f8_e4m3", sh.name, n_rows,
+                  bytes / 1e6, us, limit, bytes / us / 1e3, 100.0 * limit / us);
+      rows.push_back({{"dtype", "f8_e4m3"},
+                      {"kernel", "mma"},
+                      {"rows", n_rows},
+                      {"split", rinfer::cuda::kern::matvec_f8_split(sh.n_out, sh.n_in)},
+                      {"n_out", sh.n_out},
+                      {"n_in", sh.n_in},
+                      {"bytes", bytes},
+                      {"us", us},
+                      {"limit_us", limit},
+                      {"gbs", bytes / us / 1e3},
+                      {"fraction_of_copy_bw", limit / us},
+                      {"weight_copies", copies}});
+    }
+    const double us_q = time_graph(c.s, c.reps, [&] {
+      check(rinfer::cuda::quantize_rows_f8(x.data(), DType::kF32, 1, sh.n_in, sh.n_in,
+                                           xq.as<uint8_t>(), xs.as<float>(), c.s),
+            "quantize");
+    });
+    rows.back()["quantize_1_row_us"] = us_q;
+    std::printf("%-9s %-24s (quantize 1 row: %.2f us)\n", "", "", us_q);
+  }
+  return rows;
+}
+
 json bench_gemm(Ctx& c) {
   json rows = json::array();
   std::printf("\n== prefill GEMM y[M, N] = x[M, K] W^T, bf16 x, f32 accumulate, bf16 y\n");
@@ -595,7 +671,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   int reps = 30;
   bool profile = false;
-  std::string only;  // one section: matvec, gemm or attention
+  std::string only;  // one section: matvec, matvec_f8, gemm or attention
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--profile") {
@@ -607,10 +683,10 @@ int main(int argc, char** argv) {
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::max(3, std::atoi(argv[++i]));
     } else {
-      std::fprintf(
-          stderr,
-          "usage: cuda_ops_bench [--out FILE.json] [--reps N] [--only matvec|gemm|attention] "
-          "[--profile]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_ops_bench [--out FILE.json] [--reps N] [--only "
+                   "matvec|matvec_f8|gemm|attention] "
+                   "[--profile]\n");
       return 2;
     }
   }
@@ -647,6 +723,7 @@ int main(int argc, char** argv) {
   j["limits"] = {
       {"copy_gbs", c.copy_gbs}, {"gemm_bf16_tflops", c.peak_tflops}, {"copy_detail", copy_detail}};
   if (only.empty() || only == "matvec") j["matvec"] = bench_matvec(c);
+  if (only.empty() || only == "matvec_f8") j["matvec_f8"] = bench_matvec_f8(c);
   if (only.empty() || only == "gemm") j["gemm"] = bench_gemm(c);
   if (only.empty() || only == "attention") j["attention"] = bench_attention(c);
   if (!out_path.empty()) {

@@ -52,6 +52,17 @@ cudaError_t launch_matvec_batch(const WeightView& w, const uint16_t* x, int n_ro
 cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add, float* y,
                           cudaStream_t stream);
 
+// FP8 E4M3 (W8A8, quantize_f8.cu, matvec_f8.cu). Rows of x [n_rows, n] (row stride ld; f32, or
+// bf16 when bf16) -> q [n_rows, n] e4m3 and scale [n_rows] = max|x| / 448.
+cudaError_t launch_quantize_f8_rows(const void* x, bool bf16, int64_t n_rows, int64_t n, int64_t ld,
+                                    uint8_t* q, float* scale, cudaStream_t stream);
+// Y[n_rows, n_out] = (Xq W^T) * w_scale * x_scale (+ add, which may alias y); w e4m3 [n_out, n_in],
+// n_in % 64 == 0, 1 <= n_rows <= 8. matvec_f8_split: the warps that split each row (1 to 8).
+cudaError_t launch_matvec_f8(const uint8_t* w, const float* w_scale, int64_t n_out, int64_t n_in,
+                             const uint8_t* xq, const float* x_scale, int n_rows, const float* add,
+                             float* y, cudaStream_t stream);
+int matvec_f8_split(int64_t n_out, int64_t n_in);
+
 // Activations quantized to int16 for the integer matvec: x [n] f32 (n % 32 == 0) ->
 // q int16 [n] = round(x / scale), scale f32 [n/32] = absmax / 32767 per 32-element block,
 // sum16 f32 [n/16] = exact sums of x per 16 elements (for the offsets and mins of the formats).
@@ -294,6 +305,8 @@ cudaError_t launch_token_mask(float* logits, int64_t n_rows, int64_t n_vocab, co
 cudaError_t launch_fill_uniform(void* p, int kind, int64_t n, float lo, float hi, uint64_t seed,
                                 cudaStream_t stream);
 cudaError_t launch_fill_bytes(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
+// FP8 E4M3 codes, never NaN or zero.
+cudaError_t launch_fill_f8(void* p, int64_t n, uint64_t seed, cudaStream_t stream);
 // Copies n16 16-byte words (the benchmark's bandwidth reference).
 cudaError_t launch_copy16(void* dst, const void* src, int64_t n16, cudaStream_t stream);
 cudaError_t launch_q4k_headers(void* p, int64_t n_blocks, uint64_t seed, cudaStream_t stream);

@@ -46,13 +46,13 @@
 namespace rinfer::cuda {
 
 struct DeviceWeight {
-  DType dtype = DType::kF32;         // the layout: f32, f16, bf16, q8_0, q4_0, q4_1 or q4_k
+  DType dtype = DType::kF32;  // the layout: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or f8_e4m3
   DType source_dtype = DType::kF32;  // the dtype uploaded (differs when converted to bf16)
   int64_t n_out = 0;
   int64_t n_in = 0;
   int64_t ld = 0;                // scalar layouts: elements between rows; else n_in
   const void* data = nullptr;    // see the layouts above
-  const void* scales = nullptr;  // q8_0 / q4_0 / q4_1, else nullptr
+  const void* scales = nullptr;  // q8_0 / q4_0 / q4_1 (f16), f8_e4m3 (f32 per row), else nullptr
   uint64_t bytes = 0;            // device bytes one matvec reads (quants + scales)
   int device = 0;
   DeviceBuffer storage;  // owns data and scales
@@ -125,6 +125,23 @@ constexpr int64_t split_norm_parts(int64_t n) { return (n / 32 + 3) / 4 * 4; }
 Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, float* residual,
                            const float* norm_w, const QuantizedActivation& out, float* parts,
                            cudaStream_t stream);
+
+// FP8 E4M3 weights and activations (W8A8). The f8_e4m3 layout: e4m3 codes [n_out, n_in] (n_in a
+// multiple of 64) in `data` and one f32 scale per row in `scales` (w = code * scale[row]), made by
+// upload_weight_f8 (per row: scale = max|w| / 448, codes rounded to nearest even as PyTorch's
+// float8_e4m3fn cast) or random_device_weight. Activations are quantized the same way per row,
+// at run time (dynamic per-token scales).
+Result<DeviceWeight> upload_weight_f8(const Tensor& w, int device, cudaStream_t stream,
+                                      DeviceAllocator* allocator = nullptr);
+// q [n_rows, n] and scale [n_rows] from x [n_rows, n] (row stride ld; f32 or bf16), bit for bit
+// core/quantize_8bit.h's quantize_rows_f8e4m3.
+Status quantize_rows_f8(const void* x, DType x_dtype, int64_t n_rows, int64_t n, int64_t ld,
+                        uint8_t* q, float* scale, cudaStream_t stream);
+// y[n_rows, n_out] = (xq W^T) * w.scales[out] * x_scale[row] (+ add [n_rows, n_out], which may
+// alias y) for 1 <= n_rows <= kMatvecBatchMaxRows rows of quantized activations xq [n_rows,
+// n_in] (16-byte aligned): decode through tensor-core MMAs, every weight byte read once.
+Status matvec_f8(const DeviceWeight& w, const uint8_t* xq, const float* x_scale, int64_t n_rows,
+                 const float* add, float* y, cudaStream_t stream);
 
 // out: bf16 [n_out, ld_out] (ld_out >= n_in, a multiple of 8) = W dequantized.
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,

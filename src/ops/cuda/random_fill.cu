@@ -43,6 +43,18 @@ __global__ void fill_bytes_kernel(uint8_t* p, int64_t n, uint64_t seed) {
   }
 }
 
+// FP8 E4M3 codes, every byte's value equally likely but NaN (S.1111.111, made +-448) and zero
+// (made the smallest subnormal of its sign).
+__global__ void fill_f8_kernel(uint8_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    auto b = static_cast<uint8_t>(splitmix64(seed ^ (static_cast<uint64_t>(i) << 8)) >> 56);
+    if ((b & 0x7fu) == 0x7fu) b = static_cast<uint8_t>(b - 1);
+    if ((b & 0x7fu) == 0) b = static_cast<uint8_t>(b | 1);
+    p[i] = b;
+  }
+}
+
 // Sane f16 d and dmin (in [0.002, 0.03)) at the start of every 144-byte Q4_K block.
 __global__ void q4k_headers_kernel(uint8_t* p, int64_t n_blocks, uint64_t seed) {
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < n_blocks;
@@ -93,6 +105,11 @@ cudaError_t launch_copy16(void* dst, const void* src, int64_t n16, cudaStream_t 
 
 cudaError_t launch_fill_bytes(void* p, int64_t n, uint64_t seed, cudaStream_t stream) {
   fill_bytes_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<uint8_t*>(p), n, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_f8(void* p, int64_t n, uint64_t seed, cudaStream_t stream) {
+  fill_f8_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<uint8_t*>(p), n, seed);
   return cudaGetLastError();
 }
 

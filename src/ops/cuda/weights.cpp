@@ -1,10 +1,12 @@
 // upload_weight: a CPU weight matrix into the device layout the CUDA kernels read (ops_cuda.h).
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #include "core/quant_blocks.h"
+#include "core/quantize_8bit.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/ops_cuda.h"
 
@@ -180,6 +182,60 @@ Result<DeviceWeight> upload_weight(const Tensor& w, int device, cudaStream_t str
 
 namespace {
 
+// The f8_e4m3 layout: a code per element, an f32 scale per row.
+Status check_f8_shape(int64_t n_out, int64_t n_in, const char* op) {
+  if (n_out <= 0 || n_in <= 0 || n_in % 64 != 0) {
+    return invalid_argument("{}: f8_e4m3 rows of {} elements (a positive multiple of 64 is needed)",
+                            op, n_in);
+  }
+  return ok_status();
+}
+Plan f8_plan(int64_t n_in) { return Plan{DType::kF8E4M3, n_in, static_cast<uint64_t>(n_in), 4}; }
+
+}  // namespace
+
+Result<DeviceWeight> upload_weight_f8(const Tensor& w, int device, cudaStream_t stream,
+                                      DeviceAllocator* allocator) {
+  if (!w.defined() || !w.device().is_cpu() || w.ndim() != 2 || w.strides()[1] != 1) {
+    return invalid_argument("upload_weight_f8: {} must be a 2-D CPU tensor with contiguous rows",
+                            w.defined() ? w.to_string() : std::string("an undefined tensor"));
+  }
+  const DType t = w.dtype();
+  const int64_t n_out = w.dim(0), n_in = w.dim(1);
+  RINFER_RETURN_IF_ERROR(check_f8_shape(n_out, n_in, "upload_weight_f8"));
+  const DTypeTraits& tr = dtype_traits(t);
+  if (!tr.is_float && !is_quantized(t)) {
+    return unsupported("upload_weight_f8: dtype {} is not a float or quantized weight type",
+                       dtype_name(t));
+  }
+  const int64_t src_row_bytes = w.strides()[0] / tr.block_size * tr.block_bytes;
+  const Plan plan = f8_plan(n_in);
+  RINFER_ASSIGN_OR_RETURN(DeviceWeight dw,
+                          allocate_layout(plan, t, n_out, n_in, device, stream, allocator));
+  const uint64_t data_bytes = plan.row_bytes * static_cast<uint64_t>(n_out);
+  const uint64_t scales_off = round_up(data_bytes, kDeviceAlignment);
+  std::vector<uint8_t> staging(static_cast<size_t>(dw.storage.bytes()), 0);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  const auto* src = static_cast<const uint8_t*>(w.data());
+  for (int64_t r = 0; r < n_out; ++r) {
+    RINFER_RETURN_IF_ERROR(dequantize_row(t, src + r * src_row_bytes, row.data(), n_in));
+    float scale = 0.0f;
+    quantize_rows_f8e4m3(row.data(), 1, n_in, staging.data() + r * n_in, &scale);
+    if (!std::isfinite(scale)) {
+      return invalid_argument("upload_weight_f8: row {} of {} holds a non-finite value", r,
+                              w.to_string());
+    }
+    std::memcpy(staging.data() + scales_off + static_cast<uint64_t>(r) * 4, &scale, 4);
+  }
+  RINFER_ASSIGN_OR_RETURN(DeviceGuard g, DeviceGuard::set(device));
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(dw.storage.data(), staging.data(), staging.size(),
+                                     cudaMemcpyHostToDevice, stream));
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));  // the staging buffer goes
+  return dw;
+}
+
+namespace {
+
 int fill_kind(DType t) { return t == DType::kF32 ? 0 : (t == DType::kF16 ? 1 : 2); }
 
 }  // namespace
@@ -215,6 +271,17 @@ Result<DeviceWeight> random_device_weight(DType t, int64_t n_out, int64_t n_in, 
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ4_K: break;
+    case DType::kF8E4M3: {
+      RINFER_RETURN_IF_ERROR(check_f8_shape(n_out, n_in, "random_device_weight"));
+      RINFER_ASSIGN_OR_RETURN(DeviceWeight dw, allocate_layout(f8_plan(n_in), t, n_out, n_in,
+                                                               device, stream, allocator));
+      RINFER_ASSIGN_OR_RETURN(DeviceGuard g, DeviceGuard::set(device));
+      RINFER_CUDA_RETURN(kern::launch_fill_f8(dw.storage.data(), n_out * n_in, seed, stream));
+      // Per-row scales that keep the largest code (448) near the other formats' largest values.
+      RINFER_CUDA_RETURN(kern::launch_fill_uniform(const_cast<void*>(dw.scales), 0, n_out, 2.0e-4f,
+                                                   6.0e-4f, seed + 1, stream));
+      return dw;
+    }
     default: return unsupported("random_device_weight: {} is not a device layout", dtype_name(t));
   }
   const int64_t block = dtype_traits(t).block_size;
