@@ -142,8 +142,8 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,
-                              DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+constexpr DType kFormats[] = {DType::kBF16, DType::kF16,  DType::kQ8_0,  DType::kQ4_0,
+                              DType::kQ4_1, DType::kQ4_K, DType::kF8E4M3};
 
 // Decode at a long context: a kLongPrompt-token prompt (in chunks of 2048), then kLongSteps
 // steps; the KV cache holds 4096 positions.
@@ -304,7 +304,7 @@ int main_impl(int argc, char** argv) {
     if (c == std::end(kFormats)) {
       std::fprintf(stderr,
                    "llm_cuda_bench: --format: unknown weight format '%.*s' (bf16, f16, "
-                   "q8_0, q4_0, q4_1, q4_k)\n",
+                   "q8_0, q4_0, q4_1, q4_k, f8_e4m3)\n",
                    static_cast<int>(name.size()), name.data());
       return 2;
     }
@@ -361,10 +361,10 @@ int main_impl(int argc, char** argv) {
     base.max_batch = 2048;
     base.cuda.kernels = kernels;
     std::vector<Variant> vs;
-    std::vector<DType> formats =
-        sname == "llama3-8b"
-            ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}
-            : std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_1};
+    std::vector<DType> formats = sname == "llama3-8b"
+                                     ? std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                                                          DType::kQ4_K, DType::kF8E4M3}
+                                     : std::vector<DType>{DType::kBF16, DType::kQ8_0, DType::kQ4_1};
     if (!wanted.empty()) {  // --format: those rows, in that order (no switch-off rows)
       std::vector<DType> picked;
       for (DType t : wanted) {

@@ -361,6 +361,15 @@ TEST(LlamaValidation, Bf16MatmulsAreAnEncoderStrategy) {
       << m.status().to_string();
 }
 
+TEST(LlamaValidation, Fp8WeightsAreRefusedOffCuda) {
+  LoadOptions opts;
+  opts.weight_format = DType::kF8E4M3;
+  auto m = load_decoder_model(test_data_path("llama/tiny_llama.gguf"), opts);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().to_string().find("weights: fp8 runs on CUDA devices"), std::string::npos)
+      << m.status().to_string();
+}
+
 TEST(LlamaValidation, MissingTensorIsNamedWithItsShape) {
   const std::string msg =
       load_error(edited_model("missing.gguf", {.drop = {"blk.1.ffn_up.weight"}}));

@@ -506,6 +506,15 @@ INSTANTIATE_TEST_SUITE_P(
                  "strategies.quantization.weights: set at c.yaml:5:27)"},
         Conflict{BASE "strategies:\n  fusion: {attention: false}\n",
                  "strategies.fusion.attention: on the CPU only qkv and swiglu",
+                 "device: the default)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  quantization: {weights: fp8, embeddings: "
+                      "true}\n",
+                 "strategies.quantization.embeddings: true: the embedding table and the output "
+                 "projection have no FP8 kernels",
+                 "strategies.quantization.weights: set at c.yaml:5:27)"},
+        Conflict{BASE "strategies:\n  quantization: {weights: fp8}\n",
+                 "c.yaml:4:27: strategies.quantization.weights: fp8 (E4M3 weights and "
+                 "activations on the tensor cores) runs on CUDA devices, not cpu",
                  "device: the default)"}));
 
 TEST(ApplyStrategiesTest, WeightFormatsWithoutAConverterAreRefused) {
@@ -523,6 +532,9 @@ TEST(ApplyStrategiesTest, WeightFormatsWithoutAConverterAreRefused) {
   // The CPU converts the others at load.
   Applied a = apply_ok(BASE "strategies: {quantization: {weights: q8_0}}\n");
   EXPECT_EQ(*a.load.weight_format, DType::kQ8_0);
+  // fp8: the CUDA model quantizes at upload.
+  Applied f = apply_ok(BASE "device: cuda:0\nstrategies: {quantization: {weights: fp8}}\n");
+  EXPECT_EQ(*f.load.weight_format, DType::kF8E4M3);
 }
 
 // ---- the device, checked at load ------------------------------------------------------------

@@ -279,6 +279,12 @@ Status check_llama_load_options(const LoadOptions& opts) {
         "strategies.quantization.activations: bf16 (AMX tiles) is implemented for the "
         "encoders only; the decoder sample runs int8 or float activations");
   }
+  if (opts.weight_format == DType::kF8E4M3 && !opts.device.is_cuda()) {
+    return unsupported(
+        "strategies.quantization.weights: fp8 runs on CUDA devices (tensor-core FP8); {} has no "
+        "FP8 kernels",
+        opts.device.to_string());
+  }
   return ok_status();
 }
 
@@ -294,18 +300,27 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufF
   return m;
 }
 
-Status LlamaModel::convert_weights() {
-  if (!opts_.weight_format) return ok_status();
-  const DType to = *opts_.weight_format;
-  std::vector<bool> keep(static_cast<size_t>(hp_.n_layer), false);
-  for (int64_t k : opts_.keep_precision_layers) {
-    const int64_t il = k < 0 ? hp_.n_layer + k : k;
-    if (il < 0 || il >= hp_.n_layer) {
-      return invalid_argument("quantization: keep layer {} is outside [-{}, {})", k, hp_.n_layer,
-                              hp_.n_layer);
+Result<std::vector<bool>> kept_layers(int64_t n_layer, std::span<const int64_t> keep_layers) {
+  std::vector<bool> keep(static_cast<size_t>(n_layer), false);
+  for (int64_t k : keep_layers) {
+    const int64_t il = k < 0 ? n_layer + k : k;
+    if (il < 0 || il >= n_layer) {
+      return invalid_argument("quantization: keep layer {} is outside [-{}, {})", k, n_layer,
+                              n_layer);
     }
     keep[static_cast<size_t>(il)] = true;
   }
+  return keep;
+}
+
+Status LlamaModel::convert_weights() {
+  if (!opts_.weight_format) return ok_status();
+  const DType to = *opts_.weight_format;
+  RINFER_ASSIGN_OR_RETURN(const std::vector<bool> keep,
+                          kept_layers(hp_.n_layer, opts_.keep_precision_layers));
+  // FP8 has no host layout (its per-row scales live beside the codes on the device): the CUDA
+  // model quantizes at upload (LlamaCudaModel::upload).
+  if (to == DType::kF8E4M3) return ok_status();
   auto conv = [&](Tensor& w, const std::string& what, bool whole) -> Status {
     if (!w.defined() || w.dtype() == to) return ok_status();
     auto c = convert_weight(w, to, opts_.cpu.ops.pool);

@@ -25,6 +25,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -92,6 +93,11 @@ class KvAccess {
 // The load options both loaders (GGUF, Hugging Face) accept: max_batch in range, no bf16
 // matmuls (an encoder-only strategy).
 Status check_llama_load_options(const LoadOptions& opts);
+
+// The layers that keep their stored format when LoadOptions::weight_format converts: [n_layer]
+// flags from keep_precision_layers (negative counts from the last); an index outside the model is
+// an error.
+Result<std::vector<bool>> kept_layers(int64_t n_layer, std::span<const int64_t> keep);
 
 class LlamaModel final : public DecoderModel {
  public:

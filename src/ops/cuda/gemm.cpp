@@ -114,14 +114,13 @@ Result<std::optional<cublasLtMatmulAlgo_t>> tune(CublasLt& lt, cublasLtMatmulDes
   return best;
 }
 
-}  // namespace
-
-Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, const void* x,
+// The matmul of gemm_lowp and gemm_f8 (checked by them): ab the operands' type; with a_scale and
+// b_scale (FP8), per-row scales of W (n_out) and of x (n_tokens), cuBLASLt's outer-vector
+// scaling.
+Status matmul_lt(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, const void* x,
                  int64_t ld_x, int64_t n_tokens, int64_t n_out, int64_t n_in, DType y_dtype,
-                 void* y, float beta, cudaStream_t stream) {
-  if (ab_dtype != DType::kBF16 && ab_dtype != DType::kF16) {
-    return invalid_argument("gemm: operands must be bf16 or f16, not {}", dtype_name(ab_dtype));
-  }
+                 void* y, float beta, const float* a_scale, const float* b_scale,
+                 cudaStream_t stream) {
   if (y_dtype != DType::kF32 && y_dtype != DType::kBF16) {
     return invalid_argument("gemm: output must be f32 or bf16, not {}", dtype_name(y_dtype));
   }
@@ -134,7 +133,9 @@ Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, cons
   if (w == nullptr || x == nullptr || y == nullptr) return invalid_argument("gemm: null pointer");
   if (lt.handle() == nullptr) return invalid_argument("gemm: CublasLt not created");
 
-  const cudaDataType_t ab = ab_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t ab = ab_dtype == DType::kBF16  ? CUDA_R_16BF
+                            : ab_dtype == DType::kF16 ? CUDA_R_16F
+                                                      : CUDA_R_8F_E4M3;
   const cudaDataType_t yt = y_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   RINFER_ASSIGN_OR_RETURN(DeviceGuard g, DeviceGuard::set(lt.device()));
 
@@ -146,6 +147,17 @@ Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, cons
       cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
   RINFER_CUBLAS_RETURN(
       cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  if (a_scale != nullptr) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    RINFER_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    RINFER_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+  }
   RINFER_ASSIGN_OR_RETURN(LayoutPtr la, make_layout(ab, n_in, n_out, ld_w));
   RINFER_ASSIGN_OR_RETURN(LayoutPtr lb, make_layout(ab, n_in, n_tokens, ld_x));
   RINFER_ASSIGN_OR_RETURN(LayoutPtr lc, make_layout(yt, n_out, n_tokens, n_out));
@@ -222,6 +234,55 @@ Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, cons
   return ok_status();
 }
 
+}  // namespace
+
+Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, const void* x,
+                 int64_t ld_x, int64_t n_tokens, int64_t n_out, int64_t n_in, DType y_dtype,
+                 void* y, float beta, cudaStream_t stream) {
+  if (ab_dtype != DType::kBF16 && ab_dtype != DType::kF16) {
+    return invalid_argument("gemm: operands must be bf16 or f16, not {}", dtype_name(ab_dtype));
+  }
+  return matmul_lt(lt, ab_dtype, w, ld_w, x, ld_x, n_tokens, n_out, n_in, y_dtype, y, beta, nullptr,
+                   nullptr, stream);
+}
+
+Status gemm_f8(CublasLt& lt, const DeviceWeight& w, const uint8_t* xq, const float* x_scale,
+               int64_t n_tokens, DType y_dtype, void* y, cudaStream_t stream) {
+  if (w.dtype != DType::kF8E4M3 || w.data == nullptr || w.scales == nullptr || w.n_in % 16 != 0) {
+    return invalid_argument("gemm_f8: the weight is {}, not a loaded f8_e4m3 layout",
+                            dtype_name(w.dtype));
+  }
+  if (xq == nullptr || x_scale == nullptr) return invalid_argument("gemm_f8: null pointer");
+  return matmul_lt(lt, DType::kF8E4M3, w.data, w.n_in, xq, w.n_in, n_tokens, w.n_out, w.n_in,
+                   y_dtype, y, 0.0f, static_cast<const float*>(w.scales), x_scale, stream);
+}
+
+Result<bool> gemm_f8_supported(CublasLt& lt) {
+  static std::mutex mu;
+  static std::map<int, bool> known;  // by device
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(lt.device()); it != known.end()) return it->second;
+  // One small FP8 problem with outer-vector scales: does this cuBLASLt run it here?
+  RINFER_ASSIGN_OR_RETURN(Stream st, Stream::create(lt.device()));
+  constexpr int64_t kN = 64;
+  RINFER_ASSIGN_OR_RETURN(DeviceBuffer buf,
+                          DeviceBuffer::create(3 * kN * kN * 4, lt.device(), st.get()));
+  auto* base = static_cast<uint8_t*>(buf.data());
+  RINFER_CUDA_RETURN(cudaMemsetAsync(base, 0, buf.bytes(), st.get()));
+  DeviceWeight w;
+  w.dtype = DType::kF8E4M3;
+  w.n_out = w.n_in = w.ld = kN;
+  w.data = base;
+  w.scales = base + kN * kN;
+  const auto* xq = base + 2 * kN * kN;
+  const auto* xs = reinterpret_cast<const float*>(base + 3 * kN * kN);
+  const Status s = gemm_f8(lt, w, xq, xs, kN, DType::kF32, base + 4 * kN * kN, st.get());
+  const bool ok = s.ok() && cudaStreamSynchronize(st.get()) == cudaSuccess;
+  (void)cudaGetLastError();
+  known[lt.device()] = ok;
+  return ok;
+}
+
 size_t gemm_workspace_bytes(const DeviceWeight& w) {
   if (w.dtype == DType::kBF16) return 0;
   const int64_t ld = (w.n_in + 7) / 8 * 8;
@@ -238,6 +299,19 @@ Status gemm(CublasLt& lt, const DeviceWeight& w, const uint16_t* x, int64_t n_to
   if (workspace == nullptr || workspace_bytes < need) {
     return invalid_argument("gemm: {} weight needs a {}-byte workspace, got {}",
                             dtype_name(w.dtype), need, workspace_bytes);
+  }
+  if (w.dtype == DType::kF8E4M3 && beta == 0.0f && n_tokens > 0) {
+    // W8A8: x's rows to e4m3 with a scale each, in the workspace, then the FP8 GEMM (where this
+    // cuBLASLt runs it; else the weights are dequantized below).
+    const size_t codes = (static_cast<size_t>(n_tokens * w.n_in) + 255) / 256 * 256;
+    RINFER_ASSIGN_OR_RETURN(const bool f8, gemm_f8_supported(lt));
+    if (f8 && codes + static_cast<size_t>(n_tokens) * 4 <= workspace_bytes) {
+      auto* q = static_cast<uint8_t*>(workspace);
+      auto* sc = reinterpret_cast<float*>(q + codes);
+      RINFER_RETURN_IF_ERROR(
+          quantize_rows_f8(x, DType::kBF16, n_tokens, w.n_in, w.n_in, q, sc, stream));
+      return gemm_f8(lt, w, q, sc, n_tokens, y_dtype, y, stream);
+    }
   }
   const int64_t ld = (w.n_in + 7) / 8 * 8;
   auto* wb = static_cast<uint16_t*>(workspace);  // [n_out, ld] bf16

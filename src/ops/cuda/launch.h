@@ -62,6 +62,10 @@ cudaError_t launch_matvec_f8(const uint8_t* w, const float* w_scale, int64_t n_o
                              const uint8_t* xq, const float* x_scale, int n_rows, const float* add,
                              float* y, cudaStream_t stream);
 int matvec_f8_split(int64_t n_out, int64_t n_in);
+// out[r][c] (bf16, rows ld_out apart) = e4m3 w[r][c] * scale[r] (dequantize_f8.cu).
+cudaError_t launch_dequantize_f8_bf16(const uint8_t* w, const float* scale, int64_t n_out,
+                                      int64_t n_in, uint16_t* out, int64_t ld_out,
+                                      cudaStream_t stream);
 
 // Activations quantized to int16 for the integer matvec: x [n] f32 (n % 32 == 0) ->
 // q int16 [n] = round(x / scale), scale f32 [n/32] = absmax / 32767 per 32-element block,

@@ -19,10 +19,10 @@ cudaError_t launch_gather_rows(const float* src, int64_t src_stride, const int32
 
 // Decode fusions with the int16 activation quantization of matvec_q16 (n % 32 == 0):
 // [residual += x]; out = rms_norm(residual or x) * w, and q/scale/sum16 of out (none when q is
-// null); one block, n <= 32768.
+// null), and out's e4m3 codes and row scale (none when f8 is null); one block, n <= 32768.
 cudaError_t launch_rms_norm_q16(const float* x, float* residual, const float* w, int64_t n,
                                 float eps, float* out, int16_t* q, float* scale, float* sum16,
-                                cudaStream_t s);
+                                uint8_t* f8, float* f8_scale, cudaStream_t s);
 // out = silu(gate) * up (gelu: gelu_tanh(gate) * up), and q/scale/sum16 of out.
 cudaError_t launch_glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                            int16_t* q, float* scale, float* sum16, cudaStream_t s);

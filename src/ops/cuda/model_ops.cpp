@@ -76,6 +76,8 @@ Status check_q16(int64_t n, const QuantizedActivation& qa, const char* op) {
 }  // namespace
 
 constexpr int64_t kMaxNormRow = 32768;
+// The norm that also writes e4m3 codes holds more registers a thread: rows of up to 16384.
+constexpr int64_t kMaxNormRowF8 = 16384;
 
 Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, float eps,
                     float* out, const QuantizedActivation& qa, cudaStream_t stream) {
@@ -83,9 +85,9 @@ Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, 
   RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_q16"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_q16"));
   if (n > kMaxNormRow) return invalid_argument("rms_norm_q16: n {} over {}", n, kMaxNormRow);
-  return launched(
-      kern::launch_rms_norm_q16(x, residual, w, n, eps, out, qa.q, qa.scale, qa.sum16, stream),
-      "rms_norm_q16 launch");
+  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, qa.q, qa.scale, qa.sum16,
+                                            nullptr, nullptr, stream),
+                  "rms_norm_q16 launch");
 }
 
 Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, float eps,
@@ -96,9 +98,25 @@ Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, 
   }
   RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_row"));
   RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_row"));
-  return launched(
-      kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr, stream),
-      "rms_norm_row launch");
+  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr,
+                                            nullptr, nullptr, stream),
+                  "rms_norm_row launch");
+}
+
+Status rms_norm_row_f8(const float* x, float* residual, const float* w, int64_t n, float eps,
+                       float* out, uint8_t* f8, float* f8_scale, cudaStream_t stream) {
+  if (n <= 0 || n % 32 != 0 || n > kMaxNormRowF8) {
+    return invalid_argument("rms_norm_row_f8: n {} must be a positive multiple of 32, at most {}",
+                            n, kMaxNormRowF8);
+  }
+  RINFER_RETURN_IF_ERROR(check_ptrs(n, x, w, "rms_norm_row_f8"));
+  RINFER_RETURN_IF_ERROR(check_ptrs(n, out, out, "rms_norm_row_f8"));
+  if (f8 == nullptr || f8_scale == nullptr || reinterpret_cast<uintptr_t>(f8) % 4 != 0) {
+    return invalid_argument("rms_norm_row_f8: null or unaligned codes");
+  }
+  return launched(kern::launch_rms_norm_q16(x, residual, w, n, eps, out, nullptr, nullptr, nullptr,
+                                            f8, f8_scale, stream),
+                  "rms_norm_row_f8 launch");
 }
 
 Status glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,

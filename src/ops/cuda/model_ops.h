@@ -43,6 +43,10 @@ Status rms_norm_q16(const float* x, float* residual, const float* w, int64_t n, 
 // The same kernel without the quantization (decode with f32 activations: bf16/f16 weights).
 Status rms_norm_row(const float* x, float* residual, const float* w, int64_t n, float eps,
                     float* out, cudaStream_t stream);
+// The same with out's e4m3 codes f8 [n] (4-byte aligned) and scale f8_scale [1], exactly as
+// quantize_rows_f8(out) makes them (decode over f8_e4m3 weights); n <= 16384.
+Status rms_norm_row_f8(const float* x, float* residual, const float* w, int64_t n, float eps,
+                       float* out, uint8_t* f8, float* f8_scale, cudaStream_t stream);
 // out = silu(gate) * up, or gelu_tanh(gate) * up when gelu; and qa = quantized out.
 Status glu_q16(const float* gate, const float* up, int64_t n, bool gelu, float* out,
                const QuantizedActivation& qa, cudaStream_t stream);

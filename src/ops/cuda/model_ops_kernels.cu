@@ -58,7 +58,7 @@ __global__ void gather_rows_kernel(const float* src, int64_t src_stride, const i
 template <int K>
 __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float* __restrict__ w,
                                     int64_t n, float eps, float* out, int16_t* q, float* scale,
-                                    float* sum16) {
+                                    float* sum16, uint8_t* f8, float* f8_scale) {
   __shared__ float scratch[32];
   const int64_t n4 = n / 4;
   float4 wv[K], v[K];
@@ -66,15 +66,37 @@ __global__ void rms_norm_q16_kernel(const float* x, float* residual, const float
   pdl_trigger_then_wait();
   const float ss = load_residual_row4<K>(x, residual, n4, v);
   const float sc = rms_scale(block_sum(ss, scratch), n, eps);
+  float m = 0.0f;    // f8: max |out| of this thread
+  bool bad = false;  // f8: a non-finite out
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     const bool valid = i4 < n4;  // whole 8-lane groups (n % 32 == 0)
     const float4 o = make_float4(v[k].x * sc * wv[k].x, v[k].y * sc * wv[k].y,
                                  v[k].z * sc * wv[k].z, v[k].w * sc * wv[k].w);
+    v[k] = o;
     if (valid) *reinterpret_cast<float4*>(out + 4 * i4) = o;
     if (q != nullptr) quantize4(o, 4 * i4, valid, q, scale, sum16);
+    if (f8 != nullptr && valid) {
+      const float a = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+      bad |= !(fabsf(o.x) <= FLT_MAX) | !(fabsf(o.y) <= FLT_MAX) | !(fabsf(o.z) <= FLT_MAX) |
+             !(fabsf(o.w) <= FLT_MAX);
+      m = fmaxf(m, a);
+    }
   }
+  if (f8 == nullptr) return;
+  // The row's e4m3 codes and scale, as quantize_rows_f8 makes them from out.
+  const float s = f8_row_scale(m, bad, scratch);
+  const float inv = __frcp_rn(s);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i4 = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i4 < n4) {
+      reinterpret_cast<uint32_t*>(f8)[i4] = f8_code(v[k].x, inv) | f8_code(v[k].y, inv) << 8 |
+                                            f8_code(v[k].z, inv) << 16 | f8_code(v[k].w, inv) << 24;
+    }
+  }
+  if (threadIdx.x == 0) *f8_scale = s;
 }
 
 // SwiGLU / GeGLU (tanh) of one row with the output also quantized to int16 blocks; four
@@ -99,7 +121,7 @@ __global__ void glu_q16_kernel(const float* gate, const float* up, int64_t n, bo
 
 cudaError_t launch_rms_norm_q16(const float* x, float* residual, const float* w, int64_t n,
                                 float eps, float* out, int16_t* q, float* scale, float* sum16,
-                                cudaStream_t s) {
+                                uint8_t* f8, float* f8_scale, cudaStream_t s) {
   // About 256 threads, each holding K float4 (K = 1, 2, 4, 8), up to 1024 threads.
   const int64_t n4 = n / 4;
   int k = 1;
@@ -111,16 +133,16 @@ cudaError_t launch_rms_norm_q16(const float* x, float* residual, const float* w,
   switch (k) {
     case 1:
       return launch_pdl(rms_norm_q16_kernel<1>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
-                        out, q, scale, sum16);
+                        out, q, scale, sum16, f8, f8_scale);
     case 2:
       return launch_pdl(rms_norm_q16_kernel<2>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
-                        out, q, scale, sum16);
+                        out, q, scale, sum16, f8, f8_scale);
     case 4:
       return launch_pdl(rms_norm_q16_kernel<4>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
-                        out, q, scale, sum16);
+                        out, q, scale, sum16, f8, f8_scale);
     default:
       return launch_pdl(rms_norm_q16_kernel<8>, grid, dim3(threads), 0, s, x, residual, w, n, eps,
-                        out, q, scale, sum16);
+                        out, q, scale, sum16, f8, f8_scale);
   }
 }
 

@@ -224,6 +224,17 @@ Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, 
 
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,
                           cudaStream_t stream) {
+  if (w.dtype == DType::kF8E4M3) {
+    if (w.data == nullptr || w.scales == nullptr || w.n_in % 64 != 0 || out == nullptr ||
+        ld_out < w.n_in || ld_out % 8 != 0 || !aligned16(out)) {
+      return invalid_argument("dequantize_to_bf16: f8_e4m3 [{}, {}] into rows of {} (aligned)",
+                              w.n_out, w.n_in, ld_out);
+    }
+    return launched(kern::launch_dequantize_f8_bf16(static_cast<const uint8_t*>(w.data),
+                                                    static_cast<const float*>(w.scales), w.n_out,
+                                                    w.n_in, out, ld_out, stream),
+                    "dequantize launch");
+  }
   RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "dequantize_to_bf16"));
   if (out == nullptr) return invalid_argument("dequantize_to_bf16: null output");
   if (ld_out < w.n_in || ld_out % 8 != 0 || !aligned16(out)) {

@@ -143,6 +143,13 @@ Status quantize_rows_f8(const void* x, DType x_dtype, int64_t n_rows, int64_t n,
 Status matvec_f8(const DeviceWeight& w, const uint8_t* xq, const float* x_scale, int64_t n_rows,
                  const float* add, float* y, cudaStream_t stream);
 
+// y[n_tokens, n_out] = (xq W^T) * w.scales[out] * x_scale[token] through cuBLASLt's FP8 GEMM
+// (outer-vector scales, f32 accumulation; y f32 or bf16); xq [n_tokens, n_in] e4m3 codes.
+// gemm_f8_supported: whether this cuBLASLt runs it on the handle's device (probed once).
+Status gemm_f8(CublasLt& lt, const DeviceWeight& w, const uint8_t* xq, const float* x_scale,
+               int64_t n_tokens, DType y_dtype, void* y, cudaStream_t stream);
+Result<bool> gemm_f8_supported(CublasLt& lt);
+
 // out: bf16 [n_out, ld_out] (ld_out >= n_in, a multiple of 8) = W dequantized.
 Status dequantize_to_bf16(const DeviceWeight& w, uint16_t* out, int64_t ld_out,
                           cudaStream_t stream);
@@ -155,7 +162,8 @@ Status gemm_lowp(CublasLt& lt, DType ab_dtype, const void* w, int64_t ld_w, cons
                  void* y, float beta, cudaStream_t stream);
 
 // The GEMM with a DeviceWeight: x bf16 [n_tokens, n_in]. Non-bf16 weights are dequantized into
-// `workspace` (gemm_workspace_bytes(w) bytes; 0 for bf16 weights) first.
+// `workspace` (gemm_workspace_bytes(w) bytes; 0 for bf16 weights) first; f8_e4m3 weights (beta
+// 0) take x's rows quantized to e4m3 in the workspace and gemm_f8 where gemm_f8_supported.
 size_t gemm_workspace_bytes(const DeviceWeight& w);
 Status gemm(CublasLt& lt, const DeviceWeight& w, const uint16_t* x, int64_t n_tokens, DType y_dtype,
             void* y, float beta, void* workspace, size_t workspace_bytes, cudaStream_t stream);

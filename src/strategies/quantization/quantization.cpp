@@ -17,9 +17,10 @@ namespace {
 // The host loader converts weights at load (LlamaModel::convert_weights) for every device.
 constexpr bool kCpuConvertsWeights = true;
 
-const std::vector<std::string_view> kWeightNames{"keep", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
-                                  DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+const std::vector<std::string_view> kWeightNames{"keep", "f16",  "bf16", "q8_0",
+                                                 "q4_0", "q4_1", "fp8"};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,  DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3};
 
 constexpr int64_t kMaxLayer = 65535;
 
@@ -34,7 +35,7 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
       if (**raw != name) continue;
       return m.error("weights",
                      fmt::format("{}: there is no converter to this format at load (keep, f16, "
-                                 "bf16, q8_0, q4_0 and q4_1 are accepted; a file's own q4_k "
+                                 "bf16, q8_0, q4_0, q4_1 and fp8 are accepted; a file's own q4_k "
                                  "tensors run as they are with weights: keep)",
                                  name));
     }
@@ -86,6 +87,18 @@ Status validate(const StrategyConfig& s, const Device& device) {
                           "true converts the embeddings along with the weights, but the weights "
                           "are not converted (weights: keep)");
     }
+  }
+  if (q.weights == DType::kF8E4M3 && !device.is_cuda()) {
+    return key_conflict(s.origins, "strategies.quantization.weights", "device",
+                        fmt::format("fp8 (E4M3 weights and activations on the tensor cores) runs "
+                                    "on CUDA devices, not {}",
+                                    device.to_string()));
+  }
+  if (q.weights == DType::kF8E4M3 && q.embeddings) {
+    return key_conflict(s.origins, "strategies.quantization.embeddings",
+                        "strategies.quantization.weights",
+                        "true: the embedding table and the output projection have no FP8 kernels "
+                        "(fp8 converts the layer matrices; they keep their stored format)");
   }
   if (q.weights && device.is_cpu() && !kCpuConvertsWeights) {
     return key_conflict(s.origins, "strategies.quantization.weights", "device",
@@ -145,8 +158,9 @@ const StrategyInfo& quantization_strategy() {
   static const StrategyInfo info{
       "quantization",
       "weight format at load (some layers kept in higher precision) and CPU activation format",
-      {{"weights", "keep|f16|bf16|q8_0|q4_0|q4_1", "keep",
-        "convert the block matrices at load; keep: the file's stored formats"},
+      {{"weights", "keep|f16|bf16|q8_0|q4_0|q4_1|fp8", "keep",
+        "convert the block matrices at load; keep: the file's stored formats; fp8 (CUDA): "
+        "E4M3 weights and activations"},
        {"keep_layers", "list of int in [-65535, 65535]", "[0, -1] when weights converts",
         "blocks left in their stored format; negative from the last (-1: the last)"},
        {"embeddings", "bool", "false", "convert the token embedding / output projection too"},

@@ -48,13 +48,26 @@ const float* f32_data(const Tensor& t) { return t.defined() ? t.data_as<float>()
 
 Status LlamaCudaModel::upload(const LlamaModel& host) {
   cudaStream_t st = stream_.get();
+  // weights: fp8 converts here (the host keeps the stored formats): every layer matrix outside
+  // keep_precision_layers whose rows are whole spans of 64; the embedding table and the output
+  // projection stay as stored.
+  const bool to_f8 = opts_.weight_format == DType::kF8E4M3;
+  std::vector<bool> keep;
+  if (to_f8) {
+    RINFER_ASSIGN_OR_RETURN(keep, kept_layers(hp_.n_layer, opts_.keep_precision_layers));
+  }
+  int64_t bytes_delta = 0;  // per token: f8 bytes minus the stored bytes they replace
   auto up = [&](const Tensor& t, DeviceWeight& out, const char* what, int64_t il) -> Status {
-    auto w = cuda::upload_weight(t, device_, st, alloc_);
+    const bool f8 =
+        to_f8 && il >= 0 && !keep[static_cast<size_t>(il)] && t.ndim() == 2 && t.dim(1) % 64 == 0;
+    auto w = f8 ? cuda::upload_weight_f8(t, device_, st, alloc_)
+                : cuda::upload_weight(t, device_, st, alloc_);
     if (!w.ok()) {
       return w.status().with_context(il >= 0 ? fmt::format("uploading layer {} {}", il, what)
                                              : fmt::format("uploading {}", what));
     }
     out = std::move(w).value();
+    if (f8) bytes_delta += static_cast<int64_t>(out.bytes) - static_cast<int64_t>(t.nbytes());
     weight_device_bytes_ += out.storage.bytes();
     return ok_status();
   };
@@ -106,21 +119,25 @@ Status LlamaCudaModel::upload(const LlamaModel& host) {
     }
     RINFER_RETURN_IF_ERROR(p.upload(d.vecs, device_, st, alloc_));
   }
-  weight_bytes_ = host.weight_bytes_per_token();
+  weight_bytes_ =
+      static_cast<uint64_t>(static_cast<int64_t>(host.weight_bytes_per_token()) + bytes_delta);
   return finish_load();
 }
 
 Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
   cudaStream_t st = stream_.get();
   uint64_t s = seed;
-  auto rnd = [&](int64_t n_out, int64_t n_in, DeviceWeight& out) -> Status {
-    RINFER_ASSIGN_OR_RETURN(
-        out, cuda::random_device_weight(dtype, n_out, n_in, s++, device_, st, alloc_));
-    if (!is_quantized(dtype)) {
+  // FP8 models keep the embedding table and the output projection in bf16 (as published FP8
+  // checkpoints do); their layer matrices are f8_e4m3.
+  const DType table_dtype = dtype == DType::kF8E4M3 ? DType::kBF16 : dtype;
+  auto rnd = [&](int64_t n_out, int64_t n_in, DeviceWeight& out, DType t) -> Status {
+    RINFER_ASSIGN_OR_RETURN(out,
+                            cuda::random_device_weight(t, n_out, n_in, s++, device_, st, alloc_));
+    if (!is_quantized(t) && t != DType::kF8E4M3) {
       // Keep activations tame: uniform [-1, 1) / sqrt(n_in).
       const float a = 1.0f / std::sqrt(static_cast<float>(n_in));
-      RINFER_RETURN_IF_ERROR(cuda::fill_random(const_cast<void*>(out.data), dtype,
-                                               out.n_out * out.ld, -a, a, s++, st));
+      RINFER_RETURN_IF_ERROR(
+          cuda::fill_random(const_cast<void*>(out.data), t, out.n_out * out.ld, -a, a, s++, st));
     }
     weight_device_bytes_ += out.storage.bytes();
     weight_bytes_ += out.bytes;
@@ -138,11 +155,11 @@ Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
     }
     return p.upload(buf, device_, st, alloc_);
   };
-  RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, tok_embd_));
+  RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, tok_embd_, table_dtype));
   weight_bytes_ -= tok_embd_.bytes;  // one row per token, not the table
   weight_bytes_ += tok_embd_.bytes / static_cast<uint64_t>(hp_.n_vocab);
   if (!hp_.tied_output) {
-    RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, output_));
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_vocab, hp_.n_embd, output_, table_dtype));
   } else {
     weight_bytes_ += tok_embd_.bytes;
   }
@@ -150,20 +167,20 @@ Status LlamaCudaModel::make_random(DType dtype, uint64_t seed) {
   RINFER_RETURN_IF_ERROR(vecs(output_norm_, {{&dummy, hp_.n_embd}}));
   for (DeviceLayer& d : layers_) {
     if (opts_.fusion.qkv) {
-      RINFER_RETURN_IF_ERROR(rnd(qkv_dim_, hp_.n_embd, d.wqkv));
+      RINFER_RETURN_IF_ERROR(rnd(qkv_dim_, hp_.n_embd, d.wqkv, dtype));
     } else {
-      RINFER_RETURN_IF_ERROR(rnd(q_dim_, hp_.n_embd, d.wq));
-      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wk));
-      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wv));
+      RINFER_RETURN_IF_ERROR(rnd(q_dim_, hp_.n_embd, d.wq, dtype));
+      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wk, dtype));
+      RINFER_RETURN_IF_ERROR(rnd(kv_dim_, hp_.n_embd, d.wv, dtype));
     }
-    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, q_dim_, d.wo));
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, q_dim_, d.wo, dtype));
     if (opts_.fusion.swiglu) {
-      RINFER_RETURN_IF_ERROR(rnd(2 * hp_.n_ff, hp_.n_embd, d.wgu));
+      RINFER_RETURN_IF_ERROR(rnd(2 * hp_.n_ff, hp_.n_embd, d.wgu, dtype));
     } else {
-      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_gate));
-      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_up));
+      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_gate, dtype));
+      RINFER_RETURN_IF_ERROR(rnd(hp_.n_ff, hp_.n_embd, d.w_up, dtype));
     }
-    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, hp_.n_ff, d.w_down));
+    RINFER_RETURN_IF_ERROR(rnd(hp_.n_embd, hp_.n_ff, d.w_down, dtype));
     RINFER_RETURN_IF_ERROR(vecs(d.vecs, {{&d.attn_norm, hp_.n_embd}, {&d.ffn_norm, hp_.n_embd}}));
   }
   RINFER_CUDA_RETURN(cudaStreamSynchronize(st));
@@ -247,6 +264,9 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch() {
     RINFER_ASSIGN_OR_RETURN(void* parts, get(f(cuda::split_norm_parts(e))));
     s.norm_parts = static_cast<float*>(parts);
   }
+  RINFER_ASSIGN_OR_RETURN(void* f8, get(static_cast<size_t>((qn + 15) / 16 * 16 + 16)));
+  s.f8 = static_cast<uint8_t*>(f8);
+  s.f8_scale = reinterpret_cast<float*>(s.f8 + (qn + 15) / 16 * 16);
   RINFER_ASSIGN_OR_RETURN(void* ints, get(2 * 4));
   s.tokens = static_cast<int32_t*>(ints);
   s.positions = s.tokens + 1;
@@ -279,7 +299,21 @@ Status LlamaCudaModel::project(const DeviceWeight& w, const float* x_f32, bool x
                             cuda::quantized_activation_in(s.q16, s.q16_bytes, w.n_in));
     return cuda::matvec_q16(w, qa, nullptr, y, st);
   }
-  return cuda::matvec(w, x_f32, nullptr, y, st);
+  if (x_quantized && w.dtype == DType::kF8E4M3) {
+    // The norm before left x's e4m3 codes in s.f8 (residual_norm with want_f8).
+    return cuda::matvec_f8(w, s.f8, s.f8_scale, 1, nullptr, y, st);
+  }
+  return matvec_f32_in(w, x_f32, nullptr, y, s);
+}
+
+Status LlamaCudaModel::matvec_f32_in(const DeviceWeight& w, const float* x, const float* add,
+                                     float* y, const Scratch& s) {
+  cudaStream_t st = stream_.get();
+  if (w.dtype != DType::kF8E4M3) return cuda::matvec(w, x, add, y, st);
+  // FP8 weights: the row's e4m3 codes and scale first (dynamic, per row).
+  RINFER_RETURN_IF_ERROR(
+      cuda::quantize_rows_f8(x, DType::kF32, 1, w.n_in, w.n_in, s.f8, s.f8_scale, st));
+  return cuda::matvec_f8(w, s.f8, s.f8_scale, 1, add, y, st);
 }
 
 NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer, bool producer_q16_in,
@@ -318,11 +352,11 @@ Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer,
   }
   // kRow: the residual add in place.
   if (in) return cuda::matvec_q16(producer, *in, s.x, s.x, st);
-  return cuda::matvec(producer, x_f32, s.x, s.x, st);
+  return matvec_f32_in(producer, x_f32, s.x, s.x, s);
 }
 
 Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w,
-                                           const Scratch& s, bool want_q16) {
+                                           const Scratch& s, bool want_q16, bool want_f8) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
   if (opts_.fusion.residual_norm && e % 32 == 0 && e <= 32768) {
@@ -330,6 +364,11 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
     // residual x += delta and the norm of x; with want_q16 also the int16 form.
     const float* in = delta == nullptr ? x : delta;
     float* res = delta == nullptr ? nullptr : x;
+    if (want_f8 && e <= 16384) {
+      RINFER_RETURN_IF_ERROR(
+          cuda::rms_norm_row_f8(in, res, w, e, hp_.norm_eps, s.h, s.f8, s.f8_scale, st));
+      return true;
+    }
     if (!want_q16) {
       RINFER_RETURN_IF_ERROR(cuda::rms_norm_row(in, res, w, e, hp_.norm_eps, s.h, st));
       return false;
@@ -423,7 +462,8 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
     }
     OpScope op(op_timer_, "norm", il, pc.norm);
     RINFER_ASSIGN_OR_RETURN(
-        hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up})));
+        hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up}),
+                          any_f8({&d.wgu, &d.w_gate, &d.w_up})));
   }
 
   // MLP.
@@ -512,7 +552,8 @@ Status LlamaCudaModel::forward(const Scratch& s) {
     if (norm.mode == NormMode::kKernel && !hq) {
       OpScope op(op_timer_, "norm", il, pc.norm);
       RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, s,
-                                                any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+                                                any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv}),
+                                                any_f8({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     }
     NormIn next;
     RINFER_RETURN_IF_ERROR(layer_forward(il, s, hq, norm, next));

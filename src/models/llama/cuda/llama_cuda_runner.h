@@ -230,6 +230,11 @@ class LlamaCudaRunner final : public DecoderRunner {
     RINFER_RETURN_IF_ERROR(get(o_, f(R * e)));
     RINFER_RETURN_IF_ERROR(get(gu_, f(T * std::max(2 * ff, m_.qkv_dim_))));
     RINFER_RETURN_IF_ERROR(get(actb_, h(T * ff)));
+    // The e4m3 codes and scales of up to kMatvecBatchMaxRows rows (matvec_f8 over f8_e4m3).
+    f8_codes_bytes_ =
+        static_cast<size_t>(cuda::kMatvecBatchMaxRows * std::max({e, ff, m_.q_dim_}) + 15) / 16 *
+        16;
+    RINFER_RETURN_IF_ERROR(get(f8_ws_, f8_codes_bytes_ + f(cuda::kMatvecBatchMaxRows)));
     gemm_ws_bytes_ = m_.gemm_ws_bytes_;
     if (gemm_ws_bytes_ > 0) RINFER_RETURN_IF_ERROR(get(gemm_ws_, gemm_ws_bytes_));
     // Split partials for at most kSplitRows (token x split) rows.
@@ -398,6 +403,15 @@ class LlamaCudaRunner final : public DecoderRunner {
     if (nt <= m_.opts_.cuda.kernels.batch_matvec_rows && is_quantized(w.dtype) &&
         cuda::matvec_batch_supported(w)) {
       return cuda::matvec_batch(w, x, nt, y, stream_);
+    }
+    if (w.dtype == DType::kF8E4M3 && nt <= m_.opts_.cuda.kernels.batch_matvec_rows &&
+        nt <= cuda::kMatvecBatchMaxRows) {
+      // FP8: the rows' e4m3 codes (per-row scales), then the tensor-core matvec.
+      auto* q = f8_ws_.as<uint8_t>();
+      auto* sc = reinterpret_cast<float*>(q + f8_codes_bytes_);
+      RINFER_RETURN_IF_ERROR(
+          cuda::quantize_rows_f8(x, DType::kBF16, nt, w.n_in, w.n_in, q, sc, stream_));
+      return cuda::matvec_f8(w, q, sc, nt, nullptr, y, stream_);
     }
     return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
                       stream_);
@@ -571,6 +585,8 @@ class LlamaCudaRunner final : public DecoderRunner {
   const float* out_logits_ = nullptr;  // the last pass's logit rows on the device
   cuda::CublasLt lt_;
   DeviceBuffer x_, hb_, qkv_, attnb_, o_, gu_, actb_, gemm_ws_, attn_ws_, logits_, ids_buf_;
+  DeviceBuffer f8_ws_;  // [codes: f8_codes_bytes_ | scales]
+  size_t f8_codes_bytes_ = 0;
   size_t gemm_ws_bytes_ = 0, attn_ws_bytes_ = 0;
   int64_t logit_cap_ = 0;
   int32_t* ids_dev_ = nullptr;
