@@ -152,6 +152,31 @@ const Shape kShapes[] = {{"attn_out/q 4096x4096", 4096, 4096},
                          {"ffn_down 4096x14336", 4096, 14336},
                          {"lm_head 128256x4096", 128256, 4096}};
 
+// Random weights of one shape: the first, then enough copies that a batch of matvecs over them
+// reads at least 4x the L2 (each replay then streams its weights from memory).
+std::vector<DeviceWeight> weight_copies(Ctx& c, DType t, const Shape& sh) {
+  std::vector<DeviceWeight> ws;
+  ws.push_back(take(rinfer::cuda::random_device_weight(t, sh.n_out, sh.n_in, 7, 0, c.s), "weight"));
+  const uint64_t wbytes = ws[0].bytes;
+  const int copies =
+      static_cast<int>(std::clamp<uint64_t>((4 * c.l2_bytes + wbytes - 1) / wbytes, 1, 64));
+  for (int i = 1; i < copies; ++i) {
+    ws.push_back(take(rinfer::cuda::random_device_weight(t, sh.n_out, sh.n_in,
+                                                         7 + static_cast<uint64_t>(i), 0, c.s),
+                      "weight"));
+  }
+  return ws;
+}
+
+// One matvec row of the JSON: bytes read, time, and the limit (bytes over the copy bandwidth).
+json matvec_row(const std::string& dtype, const std::string& kernel, const Shape& sh, double bytes,
+                double us, double limit, size_t copies) {
+  return {{"dtype", dtype},         {"kernel", kernel},        {"n_out", sh.n_out},
+          {"n_in", sh.n_in},        {"bytes", bytes},          {"us", us},
+          {"limit_us", limit},      {"gbs", bytes / us / 1e3}, {"fraction_of_copy_bw", limit / us},
+          {"weight_copies", copies}};
+}
+
 json bench_matvec(Ctx& c) {
   json rows = json::array();
   std::printf("\n== decode matvec y = W x (f32 x, y), %d-rep median of graph replays\n", c.reps);
@@ -161,19 +186,9 @@ json bench_matvec(Ctx& c) {
   for (DType t :
        {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
     for (const Shape& sh : kShapes) {
-      // One weight's bytes, then enough copies that a batch reads >= 4x the L2.
-      DeviceWeight w0 =
-          take(rinfer::cuda::random_device_weight(t, sh.n_out, sh.n_in, 7, 0, c.s), "weight");
-      const uint64_t wbytes = w0.bytes;
-      const int copies =
-          static_cast<int>(std::clamp<uint64_t>((4 * c.l2_bytes + wbytes - 1) / wbytes, 1, 64));
-      std::vector<DeviceWeight> ws;
-      ws.push_back(std::move(w0));
-      for (int i = 1; i < copies; ++i) {
-        ws.push_back(take(rinfer::cuda::random_device_weight(t, sh.n_out, sh.n_in,
-                                                             7 + static_cast<uint64_t>(i), 0, c.s),
-                          "weight"));
-      }
+      const std::vector<DeviceWeight> ws = weight_copies(c, t, sh);
+      const uint64_t wbytes = ws[0].bytes;
+      const int copies = static_cast<int>(ws.size());
       const int batch = std::max(copies, 8);
       DeviceBuffer x = take(DeviceBuffer::create(sh.n_in * 4 * batch, 0, c.s), "alloc");
       DeviceBuffer y = take(DeviceBuffer::create(sh.n_out * 4 * batch, 0, c.s), "alloc");
@@ -186,16 +201,8 @@ json bench_matvec(Ctx& c) {
         const std::string name = std::string(rinfer::dtype_name(t)) + kernel;
         std::printf("%-9s %-24s %9.1f %9.2f %9.2f %8.0f %6.1f%%\n", name.c_str(), sh.name,
                     bytes / 1e6, us, limit, bytes / us / 1e3, 100.0 * limit / us);
-        rows.push_back({{"dtype", rinfer::dtype_name(t)},
-                        {"kernel", kernel.empty() ? "f32" : "q16"},
-                        {"n_out", sh.n_out},
-                        {"n_in", sh.n_in},
-                        {"bytes", bytes},
-                        {"us", us},
-                        {"limit_us", limit},
-                        {"gbs", bytes / us / 1e3},
-                        {"fraction_of_copy_bw", limit / us},
-                        {"weight_copies", copies}});
+        rows.push_back(matvec_row(std::string(rinfer::dtype_name(t)),
+                                  kernel.empty() ? "f32" : "q16", sh, bytes, us, limit, ws.size()));
       };
       const double us =
           time_graph(c.s, c.reps,
@@ -263,18 +270,9 @@ json bench_matvec_f8(Ctx& c) {
   std::printf("%-9s %-24s %4s %9s %9s %9s %8s %7s\n", "dtype", "shape", "rows", "MB", "us",
               "limit us", "GB/s", "of BW");
   for (const Shape& sh : kShapes) {
-    DeviceWeight w0 = take(
-        rinfer::cuda::random_device_weight(DType::kF8E4M3, sh.n_out, sh.n_in, 7, 0, c.s), "weight");
-    const uint64_t wbytes = w0.bytes;
-    const int copies =
-        static_cast<int>(std::clamp<uint64_t>((4 * c.l2_bytes + wbytes - 1) / wbytes, 1, 64));
-    std::vector<DeviceWeight> ws;
-    ws.push_back(std::move(w0));
-    for (int i = 1; i < copies; ++i) {
-      ws.push_back(take(rinfer::cuda::random_device_weight(DType::kF8E4M3, sh.n_out, sh.n_in,
-                                                           7 + static_cast<uint64_t>(i), 0, c.s),
-                        "weight"));
-    }
+    const std::vector<DeviceWeight> ws = weight_copies(c, DType::kF8E4M3, sh);
+    const uint64_t wbytes = ws[0].bytes;
+    const int copies = static_cast<int>(ws.size());
     const int batch = std::max(copies, 8);
     constexpr int kRows = 8;
     DeviceBuffer x = take(DeviceBuffer::create(sh.n_in * 4 * kRows, 0, c.s), "alloc");
@@ -304,18 +302,10 @@ json bench_matvec_f8(Ctx& c) {
       const double limit = bytes / (c.copy_gbs * 1e3);
       std::printf("%-9s %-24s %4d %9.1f %9.2f %9.2f %8.0f %6.1f%%\n", "f8_e4m3", sh.name, n_rows,
                   bytes / 1e6, us, limit, bytes / us / 1e3, 100.0 * limit / us);
-      rows.push_back({{"dtype", "f8_e4m3"},
-                      {"kernel", "mma"},
-                      {"rows", n_rows},
-                      {"split", rinfer::cuda::kern::matvec_f8_split(sh.n_out, sh.n_in)},
-                      {"n_out", sh.n_out},
-                      {"n_in", sh.n_in},
-                      {"bytes", bytes},
-                      {"us", us},
-                      {"limit_us", limit},
-                      {"gbs", bytes / us / 1e3},
-                      {"fraction_of_copy_bw", limit / us},
-                      {"weight_copies", copies}});
+      json row = matvec_row("f8_e4m3", "mma", sh, bytes, us, limit, ws.size());
+      row["rows"] = n_rows;
+      row["split"] = rinfer::cuda::kern::matvec_f8_split(sh.n_out, sh.n_in);
+      rows.push_back(std::move(row));
     }
     const double us_q = time_graph(c.s, c.reps, [&] {
       check(rinfer::cuda::quantize_rows_f8(x.data(), DType::kF32, 1, sh.n_in, sh.n_in,

@@ -605,6 +605,33 @@ TEST(CudaEngineCoreBatchGraphs, GraphStepsMatchTheStepsWithoutGraphs) {
   }
 }
 
+// The precision gate's decode check on `m` (an engine core of 4 seats over 512 positions): 200
+// random tokens teacher-forced, then decode_precision over the last kDecodeGateSteps at 1 and 3
+// seats; `replayed` the decode steps that replayed a graph.
+struct GateRun {
+  PrecisionReport report;
+  int64_t replayed = 0;
+  int64_t used_blocks = 0;  // after the run
+};
+Result<GateRun> decode_gate(DecoderModel& m, int64_t n_vocab, uint32_t seed) {
+  EngineCoreOptions o;
+  o.n_ctx = 512;
+  o.scheduler.max_seqs = 4;
+  o.scheduler.max_batched_tokens = 512;
+  RINFER_ASSIGN_OR_RETURN(auto e, EngineCore::create(m, o, nullptr));
+  std::mt19937 rng(seed);
+  std::vector<int32_t> toks(200);
+  for (int32_t& t : toks) t = static_cast<int32_t>(rng() % n_vocab);
+  RINFER_ASSIGN_OR_RETURN(auto ref, teacher_forced_logits(*e, toks));
+  const int64_t before = llama::cuda_graph_steps(m);
+  GateRun g;
+  RINFER_ASSIGN_OR_RETURN(g.report,
+                          decode_precision(*e, ref, toks, kDecodeGateSteps, kDecodeGateSeats, {}));
+  g.replayed = llama::cuda_graph_steps(m) - before;
+  g.used_blocks = e->kv_manager().usage().used_blocks;
+  return g;
+}
+
 // The precision gate's decode check (engine/precision.h: decode_precision) runs the decode path
 // that teacher forcing never reaches: the one-row graphs at one seat, a batch graph (3 rows in
 // the bucket of 4) at three. Against the same model's teacher-forced rows it passes the default
@@ -620,21 +647,10 @@ TEST(CudaEngineCoreDecodeGate, GraphStepsPassAgainstTeacherForcing) {
     lo.device = Device::cuda(0);
     auto m = llama::make_random_cuda_model(*hp, dt, 78, lo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    EngineCoreOptions o;
-    o.n_ctx = 512;
-    o.scheduler.max_seqs = 4;
-    o.scheduler.max_batched_tokens = 512;
-    auto e = EngineCore::create(**m, o, nullptr);
-    ASSERT_TRUE(e.ok()) << e.status().to_string();
-    std::mt19937 rng(5);
-    std::vector<int32_t> toks(200);
-    for (int32_t& t : toks) t = static_cast<int32_t>(rng() % hp->n_vocab);
-    auto ref = teacher_forced_logits(**e, toks);
-    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-    const int64_t before = llama::cuda_graph_steps(**m);
-    auto p = decode_precision(**e, *ref, toks, kDecodeGateSteps, kDecodeGateSeats, {});
-    ASSERT_TRUE(p.ok()) << p.status().to_string();
-    const int64_t replayed = llama::cuda_graph_steps(**m) - before;
+    auto g = decode_gate(**m, hp->n_vocab, 5);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    const PrecisionReport* p = &g->report;
+    const int64_t replayed = g->replayed;
     std::printf(
         "%s: decode gate over %lld positions at 1 and 3 seats: top-1 %.4f, mean KL %.3g, "
         "rel L2 %.3g, ppl change %+.3f%%; %lld steps replayed from graphs\n",
@@ -645,7 +661,7 @@ TEST(CudaEngineCoreDecodeGate, GraphStepsPassAgainstTeacherForcing) {
     EXPECT_EQ(p->positions, kDecodeGateSteps + 1);
     // 64 one-row steps and 64 of three rows, each graph's first step eager.
     EXPECT_GE(replayed, 100);
-    EXPECT_EQ((*e)->kv_manager().usage().used_blocks, 0);
+    EXPECT_EQ(g->used_blocks, 0);
   }
 }
 
@@ -682,21 +698,10 @@ TEST(CudaEngineCoreFp8, DecodeStepsStayNearTeacherForcing) {
     const int64_t layer = (q + 2 * kv) * e + e * q + 2 * ff * e + e * ff + 4 * rows;
     EXPECT_EQ((*m)->weight_bytes_per_token(),
               static_cast<uint64_t>(2 * e + 2 * hp->n_vocab * e + n_layer * layer));
-    EngineCoreOptions o;
-    o.n_ctx = 512;
-    o.scheduler.max_seqs = 4;
-    o.scheduler.max_batched_tokens = 512;
-    auto eng = EngineCore::create(**m, o, nullptr);
-    ASSERT_TRUE(eng.ok()) << eng.status().to_string();
-    std::mt19937 rng(6);
-    std::vector<int32_t> toks(200);
-    for (int32_t& t : toks) t = static_cast<int32_t>(rng() % hp->n_vocab);
-    auto ref = teacher_forced_logits(**eng, toks);
-    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
-    const int64_t before = llama::cuda_graph_steps(**m);
-    auto p = decode_precision(**eng, *ref, toks, kDecodeGateSteps, kDecodeGateSeats, {});
-    ASSERT_TRUE(p.ok()) << p.status().to_string();
-    const int64_t replayed = llama::cuda_graph_steps(**m) - before;
+    auto g = decode_gate(**m, hp->n_vocab, 6);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    const PrecisionReport* p = &g->report;
+    const int64_t replayed = g->replayed;
     std::printf(
         "f8_e4m3, %lld layers: decode (matvec_f8) against teacher forcing (FP8 GEMMs) "
         "over %lld positions at 1 and 3 seats: top-1 %.4f, mean KL %.3g, rel L2 %.3g; %lld graph "
