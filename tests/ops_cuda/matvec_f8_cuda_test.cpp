@@ -299,6 +299,27 @@ TEST_F(CudaF8, GemmMatchesTheScalarReference) {
   }
 }
 
+// The prefill fallback where cuBLASLt has no FP8 GEMM: the weight as bf16, each element its code
+// times its row's scale rounded once, into rows of ld_out.
+TEST_F(CudaF8, DequantizedWeightsAreTheCodesTimesTheirScales) {
+  const int64_t n_out = 37, n_in = 320, ld = 328;
+  const Tensor w = test::random_weight(DType::kF32, n_out, n_in, 3);
+  CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw, cuda::upload_weight_f8(w, 0, stream()));
+  std::vector<uint8_t> wq;
+  std::vector<float> ws;
+  download_f8(dw, wq, ws);
+  cuda::DeviceBuffer out = poisoned<uint16_t>(static_cast<size_t>(n_out * ld));
+  CU_ASSERT_OK(cuda::dequantize_to_bf16(dw, out.as<uint16_t>(), ld, stream()));
+  const std::vector<uint16_t> b = download<uint16_t>(out, static_cast<size_t>(n_out * ld));
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (int64_t c = 0; c < n_in; ++c) {
+      const float want =
+          f8e4m3_to_f32(wq[static_cast<size_t>(r * n_in + c)]) * ws[static_cast<size_t>(r)];
+      ASSERT_EQ(b[static_cast<size_t>(r * ld + c)], f32_to_bf16(want)) << r << ", " << c;
+    }
+  }
+}
+
 TEST_F(CudaF8, RandomWeightsHoldNoNanAndMultiplyAsUploadedOnes) {
   CU_ASSIGN_OR_FAIL(cuda::DeviceWeight dw,
                     cuda::random_device_weight(DType::kF8E4M3, 257, 1024, 5, 0, stream()));

@@ -1,5 +1,6 @@
 // Kernels of model_ops.h (launchers declared in launch_model.h).
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/f8_rows.cuh"
 #include "ops/cuda/launch_model.h"
 
 namespace rinfer::cuda::kern {

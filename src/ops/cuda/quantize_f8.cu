@@ -6,6 +6,7 @@
 // (a decode step's rows: one read, one reduction, one write); longer rows are read twice.
 // Launched in plain stream order, as matvec_f8.cu is (which says why).
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/f8_rows.cuh"
 
 namespace rinfer::cuda::kern {
 namespace {
