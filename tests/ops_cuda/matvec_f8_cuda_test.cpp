@@ -40,7 +40,6 @@ std::vector<float> spread_rows(int64_t rows, int64_t n, uint64_t seed) {
   return v;
 }
 
-// Rows up to 16384 elements are held in registers, longer ones read twice: both are covered.
 TEST_F(CudaF8, QuantizedRowsMatchTheHostBitForBit) {
   struct Case {
     int64_t rows, n, ld;

@@ -17,9 +17,9 @@
 //
 // Launched in plain stream order, without programmatic dependent launch (as matvec_batch is):
 // with it (griddepcontrol in the kernel and the launch attribute), an FP8 model's decode logits
-// were off by a rel L2 of 0.9 against teacher forcing on an H100, and 0.02 with PDL off for every
-// kernel (CudaEngineCoreFp8 in tests/ops_cuda/engine_core_cuda_test.cpp); the cause was not
-// isolated. xq and x_scale, the kernel before's output, are read with plain loads.
+// drifted from its teacher-forced rows, and with PDL off they did not (docs/gpu-inference.md,
+// FP8; CudaEngineCoreFp8 in tests/ops_cuda/engine_core_cuda_test.cpp). xq and x_scale, the
+// kernel before's output, are read with plain loads.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/mma.cuh"
 
