@@ -313,11 +313,56 @@ Result<std::vector<bool>> kept_layers(int64_t n_layer, std::span<const int64_t> 
   return keep;
 }
 
+Result<Tensor> dequantize_f8_rows(const Tensor& codes, const Tensor& scales,
+                                  std::string_view what) {
+  const int64_t n_out = codes.dim(0), n_in = codes.dim(1);
+  RINFER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({n_out, n_in}, DType::kF32));
+  const auto* q = codes.data_as<uint8_t>();
+  const float* s = scales.data_as<float>();
+  float* y = out.mutable_data_as<float>();
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (int64_t i = 0; i < n_in; ++i) {
+      const uint8_t c = q[r * n_in + i];
+      if ((c & 0x7f) == 0x7f) {
+        return data_loss("{}: row {} holds the f8_e4m3 NaN code 0x{:02x} at column {}", what, r, c,
+                         i);
+      }
+      y[r * n_in + i] = f8e4m3_to_f32(c) * s[r];
+    }
+  }
+  return out;
+}
+
 Status LlamaModel::convert_weights() {
-  if (!opts_.weight_format) return ok_status();
-  const DType to = *opts_.weight_format;
   RINFER_ASSIGN_OR_RETURN(const std::vector<bool> keep,
                           kept_layers(hp_.n_layer, opts_.keep_precision_layers));
+  // An FP8 checkpoint's matrices stay codes and scales where the CUDA model runs them (weights
+  // fp8, or no conversion asked for); elsewhere they become f32 values here, then the requested
+  // format (bf16 when none is: the CPU has no FP8 kernels).
+  const bool f8_stays =
+      opts_.device.is_cuda() && (!opts_.weight_format || *opts_.weight_format == DType::kF8E4M3);
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    LayerWeights& l = layers_[static_cast<size_t>(il)];
+    for (const LayerMatrix& m : kLayerMatrices) {
+      Tensor& w = l.*m.w;
+      Tensor& s = l.scales.*m.scale;
+      if (!w.defined() || w.dtype() != DType::kF8E4M3 || f8_stays) continue;
+      const std::string what = fmt::format("layer {} {}", il, m.name);
+      RINFER_ASSIGN_OR_RETURN(Tensor f, dequantize_f8_rows(w, s, what));
+      const DType to = opts_.weight_format && !keep[static_cast<size_t>(il)] ? *opts_.weight_format
+                                                                             : DType::kBF16;
+      auto c = to == DType::kF32 ? Result<Tensor>(std::move(f))
+                                 : convert_weight(f, to, opts_.cpu.ops.pool);
+      if (!c.ok()) {
+        return c.status().with_context(fmt::format("converting {} to {}", what, dtype_name(to)));
+      }
+      weight_bytes_ = weight_bytes_ - w.nbytes() - s.nbytes() + c->nbytes();
+      w = std::move(c).value();
+      s = Tensor();
+    }
+  }
+  if (!opts_.weight_format) return ok_status();
+  const DType to = *opts_.weight_format;
   // FP8 has no host layout (its per-row scales live beside the codes on the device): the CUDA
   // model quantizes at upload (LlamaCudaModel::upload).
   if (to == DType::kF8E4M3) return ok_status();
@@ -334,14 +379,9 @@ Status LlamaModel::convert_weights() {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     if (keep[static_cast<size_t>(il)]) continue;
     LayerWeights& l = layers_[static_cast<size_t>(il)];
-    const std::string p = fmt::format("layer {} ", il);
-    RINFER_RETURN_IF_ERROR(conv(l.wq, p + "q", true));
-    RINFER_RETURN_IF_ERROR(conv(l.wk, p + "k", true));
-    RINFER_RETURN_IF_ERROR(conv(l.wv, p + "v", true));
-    RINFER_RETURN_IF_ERROR(conv(l.wo, p + "output projection", true));
-    RINFER_RETURN_IF_ERROR(conv(l.w_gate, p + "gate", true));
-    RINFER_RETURN_IF_ERROR(conv(l.w_up, p + "up", true));
-    RINFER_RETURN_IF_ERROR(conv(l.w_down, p + "down", true));
+    for (const LayerMatrix& m : kLayerMatrices) {
+      RINFER_RETURN_IF_ERROR(conv(l.*m.w, fmt::format("layer {} {}", il, m.name), true));
+    }
   }
   if (opts_.convert_embeddings) {
     const uint64_t row_before = tok_embd_.nbytes() / static_cast<uint64_t>(hp_.n_vocab);

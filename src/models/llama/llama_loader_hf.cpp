@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -89,6 +90,46 @@ Result<double> read_rope_and_features(const std::string& raw_json, const std::st
     return factor;
   }
   return 1.0;
+}
+
+// config.json's quantization_config: none, or FP8 weights with a scale per tensor or per output
+// channel (compressed-tensors' float-quantized format, or transformers' fp8 without blocks).
+Status check_quantization(const std::string& raw_json, const std::string& cfg_path) {
+  nlohmann::json root = nlohmann::json::parse(raw_json, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return data_loss("{}: not a JSON object", cfg_path);
+  }
+  auto q = root.find("quantization_config");
+  if (q == root.end() || q->is_null()) return ok_status();
+  if (!q->is_object()) return data_loss("{}: 'quantization_config' must be an object", cfg_path);
+  auto str = [&](const char* key) -> std::string {
+    auto it = q->find(key);
+    return it != q->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string method = str("quant_method");
+  if (method == "compressed-tensors") {
+    const std::string format = str("format");
+    if (!format.empty() && format != "float-quantized") {
+      return unsupported(
+          "{}: compressed-tensors format '{}' is not supported (float-quantized: FP8 weights)",
+          cfg_path, format);
+    }
+    return ok_status();
+  }
+  if (method == "fp8") {
+    auto blocks = q->find("weight_block_size");
+    if (blocks != q->end() && !blocks->is_null()) {
+      return unsupported(
+          "{}: FP8 scaled by blocks (weight_block_size {}) is not supported, only "
+          "per-tensor or per-channel scales",
+          cfg_path, blocks->dump());
+    }
+    return ok_status();
+  }
+  return unsupported(
+      "{}: quantization_config.quant_method '{}' is not supported (FP8 checkpoints: "
+      "compressed-tensors float-quantized or fp8; GGUF files hold the other quantized formats)",
+      cfg_path, method);
 }
 
 struct HfPaths {
@@ -217,6 +258,73 @@ class HfBinder {
     return tensor;
   }
 
+  // A layer matrix: F32, F16 or BF16, or the F8_E4M3 codes of an FP8 checkpoint with their
+  // `<name>_scale` (per tensor: shape [] or [1]; per output channel: [n_out] or [n_out, 1]; F32,
+  // BF16 or F16), returned in *scale as f32 [n_out, 1]. A static `input_scale` beside it is
+  // read and not used: activations are quantized per token as they come.
+  Result<Tensor> matrix(const std::string& name, int64_t n_out, int64_t n_in, Tensor* scale) {
+    const std::string stem = name.substr(0, name.size() - std::string_view("weight").size());
+    const SafetensorsTensor* t = st_->find(name);
+    if (t != nullptr && t->dtype == DType::kF8E5M2) {
+      return unsupported("{}: tensor '{}' holds F8_E5M2 codes (FP8 checkpoints are read in E4M3)",
+                         st_->shard_of(name)->path(), name);
+    }
+    if (t == nullptr || t->dtype != DType::kF8E4M3) return weight(name, {n_out, n_in});
+    const std::string& where = st_->shard_of(name)->path();
+    if (st_->find(name + "_scale_inv") != nullptr) {
+      return unsupported(
+          "{}: tensor '{}' is scaled by blocks ('{}_scale_inv'): block-wise FP8 checkpoints are "
+          "not supported, only per-tensor or per-channel 'weight_scale'",
+          where, name, name);
+    }
+    RINFER_RETURN_IF_ERROR(check_shape(where, name, t->shape, {n_out, n_in}));
+    const std::string sname = name + "_scale";
+    const SafetensorsTensor* s = st_->find(sname);
+    if (s == nullptr) {
+      return data_loss("{}: tensor '{}' holds F8_E4M3 codes but '{}' is missing", where, name,
+                       sname);
+    }
+    const std::string& swhere = st_->shard_of(sname)->path();
+    const bool per_tensor = s->numel == 1 && s->shape.size() <= 1;
+    const bool per_row = s->numel == static_cast<uint64_t>(n_out) &&
+                         (s->shape.size() == 1 || (s->shape.size() == 2 && s->shape[1] == 1));
+    if (!per_tensor && !per_row) {
+      return unsupported(
+          "{}: '{}' has shape {}: a scale per tensor ([] or [1]) or per output "
+          "channel ([{}] or [{}, 1]) is read",
+          swhere, sname, shape_string(s->shape), n_out, n_out);
+    }
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      return unsupported("{}: '{}' has dtype {} (F32, BF16 or F16 expected)", swhere, sname,
+                         dtype_name(s->dtype));
+    }
+    RINFER_ASSIGN_OR_RETURN(Tensor scales, Tensor::empty({n_out, 1}, DType::kF32));
+    float* out = scales.mutable_data_as<float>();
+    const size_t esize = static_cast<size_t>(dtype_traits(s->dtype).block_bytes);
+    for (int64_t r = 0; r < n_out; ++r) {
+      const uint8_t* p = s->data + (per_tensor ? 0 : static_cast<size_t>(r) * esize);
+      float v = 0.0f;
+      if (s->dtype == DType::kF32) {
+        std::memcpy(&v, p, 4);
+      } else {
+        uint16_t h = 0;
+        std::memcpy(&h, p, 2);
+        v = s->dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+      if (!(v > 0.0f) || !std::isfinite(v)) {
+        return data_loss("{}: '{}' holds {} at row {} (a scale must be positive and finite)",
+                         swhere, sname, v, per_tensor ? 0 : r);
+      }
+      out[r] = v;
+    }
+    used_.insert(sname);
+    if (st_->find(stem + "input_scale") != nullptr) used_.insert(stem + "input_scale");
+    used_.insert(name);
+    bytes_ += t->nbytes + s->nbytes;
+    *scale = std::move(scales);
+    return view_tensor(name, t->data, t->nbytes, t->shape, t->dtype, st_);
+  }
+
   Result<Tensor> vector_f32(const std::string& name, int64_t n, bool optional = false) {
     RINFER_ASSIGN_OR_RETURN(Tensor t, weight(name, {n}, optional));
     return vector_as_f32(std::move(t), name);
@@ -261,19 +369,21 @@ Status LlamaModel::bind_hf_weights(const std::shared_ptr<const SafetensorsModel>
     LayerWeights& l = layers_[static_cast<size_t>(il)];
     const std::string p = fmt::format("model.layers.{}.", il);
     RINFER_ASSIGN_OR_RETURN(l.attn_norm, b.vector_f32(p + "input_layernorm.weight", e));
-    RINFER_ASSIGN_OR_RETURN(l.wq, b.weight(p + "self_attn.q_proj.weight", {q_dim, e}));
-    RINFER_ASSIGN_OR_RETURN(l.wk, b.weight(p + "self_attn.k_proj.weight", {kv, e}));
-    RINFER_ASSIGN_OR_RETURN(l.wv, b.weight(p + "self_attn.v_proj.weight", {kv, e}));
-    RINFER_ASSIGN_OR_RETURN(l.wo, b.weight(p + "self_attn.o_proj.weight", {e, q_dim}));
+    LayerWeights::Scales& s = l.scales;
+    RINFER_ASSIGN_OR_RETURN(l.wq, b.matrix(p + "self_attn.q_proj.weight", q_dim, e, &s.wq));
+    RINFER_ASSIGN_OR_RETURN(l.wk, b.matrix(p + "self_attn.k_proj.weight", kv, e, &s.wk));
+    RINFER_ASSIGN_OR_RETURN(l.wv, b.matrix(p + "self_attn.v_proj.weight", kv, e, &s.wv));
+    RINFER_ASSIGN_OR_RETURN(l.wo, b.matrix(p + "self_attn.o_proj.weight", e, q_dim, &s.wo));
     // Qwen2 always has them; for the others they are read when present.
     const bool need_bias = hp_.architecture == "qwen2";
     RINFER_ASSIGN_OR_RETURN(l.bq, b.vector_f32(p + "self_attn.q_proj.bias", q_dim, !need_bias));
     RINFER_ASSIGN_OR_RETURN(l.bk, b.vector_f32(p + "self_attn.k_proj.bias", kv, !need_bias));
     RINFER_ASSIGN_OR_RETURN(l.bv, b.vector_f32(p + "self_attn.v_proj.bias", kv, !need_bias));
     RINFER_ASSIGN_OR_RETURN(l.ffn_norm, b.vector_f32(p + "post_attention_layernorm.weight", e));
-    RINFER_ASSIGN_OR_RETURN(l.w_gate, b.weight(p + "mlp.gate_proj.weight", {hp_.n_ff, e}));
-    RINFER_ASSIGN_OR_RETURN(l.w_up, b.weight(p + "mlp.up_proj.weight", {hp_.n_ff, e}));
-    RINFER_ASSIGN_OR_RETURN(l.w_down, b.weight(p + "mlp.down_proj.weight", {e, hp_.n_ff}));
+    const int64_t f = hp_.n_ff;
+    RINFER_ASSIGN_OR_RETURN(l.w_gate, b.matrix(p + "mlp.gate_proj.weight", f, e, &s.w_gate));
+    RINFER_ASSIGN_OR_RETURN(l.w_up, b.matrix(p + "mlp.up_proj.weight", f, e, &s.w_up));
+    RINFER_ASSIGN_OR_RETURN(l.w_down, b.matrix(p + "mlp.down_proj.weight", e, f, &s.w_down));
     if (l.bq.defined() || l.bk.defined() || l.bv.defined()) hp_.attn_bias = true;
   }
   RINFER_RETURN_IF_ERROR(b.check_all_used(hp_.tied_output));
@@ -292,6 +402,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load_hf(const std::string& path,
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->opts_ = opts;
   RINFER_ASSIGN_OR_RETURN(m->hp_, hparams_from_config(cfg, paths.config));
+  RINFER_RETURN_IF_ERROR(check_quantization(cfg.raw_json, paths.config));
   auto opened = SafetensorsModel::open(paths.weights);
   if (!opened.ok()) return opened.status();
   auto st = std::make_shared<const SafetensorsModel>(std::move(opened).value());

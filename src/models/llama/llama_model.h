@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -60,7 +61,32 @@ struct LayerWeights {
   // Gemma 3 only (undefined otherwise):
   Tensor q_norm, k_norm;                 // [head_dim] f32, per-head RMSNorm of Q and K
   Tensor post_attn_norm, post_ffn_norm;  // [n_embd] f32, norms of the block outputs
+  // The per-row scales of the matrices an FP8 checkpoint stores as f8_e4m3 codes (value = code *
+  // scale[row]), f32 [n_out, 1] under the matrix's name; undefined for every other dtype.
+  struct Scales {
+    Tensor wq, wk, wv, wo, w_gate, w_up, w_down;
+  } scales;
 };
+
+// The layer matrices with their scales and names, for code that treats them alike.
+struct LayerMatrix {
+  Tensor LayerWeights::*w;
+  Tensor LayerWeights::Scales::*scale;
+  const char* name;
+};
+inline constexpr LayerMatrix kLayerMatrices[] = {
+    {&LayerWeights::wq, &LayerWeights::Scales::wq, "q"},
+    {&LayerWeights::wk, &LayerWeights::Scales::wk, "k"},
+    {&LayerWeights::wv, &LayerWeights::Scales::wv, "v"},
+    {&LayerWeights::wo, &LayerWeights::Scales::wo, "output projection"},
+    {&LayerWeights::w_gate, &LayerWeights::Scales::w_gate, "gate"},
+    {&LayerWeights::w_up, &LayerWeights::Scales::w_up, "up"},
+    {&LayerWeights::w_down, &LayerWeights::Scales::w_down, "down"},
+};
+
+// An f8_e4m3 matrix [n_out, n_in] and its scales [n_out, 1] as f32 values (code * scale); a NaN
+// code is an error naming `what` and the row.
+Result<Tensor> dequantize_f8_rows(const Tensor& codes, const Tensor& scales, std::string_view what);
 
 // The activations of one forward pass, sized once for `rows` tokens.
 struct ForwardScratch {

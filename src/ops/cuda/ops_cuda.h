@@ -133,6 +133,11 @@ Status matvec_q16_res_norm(const DeviceWeight& w, const QuantizedActivation& x, 
 // at run time (dynamic per-token scales).
 Result<DeviceWeight> upload_weight_f8(const Tensor& w, int device, cudaStream_t stream,
                                       DeviceAllocator* allocator = nullptr);
+// The same layout from codes already quantized (an FP8 checkpoint): w f8_e4m3 [n_out, n_in] and
+// scales f32 [n_out, 1], both CPU, copied as they are; a NaN code is an error naming its row.
+Result<DeviceWeight> upload_weight_f8_codes(const Tensor& w, const Tensor& scales, int device,
+                                            cudaStream_t stream,
+                                            DeviceAllocator* allocator = nullptr);
 // q [n_rows, n] and scale [n_rows] from x [n_rows, n] (row stride ld; f32 or bf16), bit for bit
 // core/quantize_8bit.h's quantize_rows_f8e4m3.
 Status quantize_rows_f8(const void* x, DType x_dtype, int64_t n_rows, int64_t n, int64_t ld,

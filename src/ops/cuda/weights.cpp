@@ -234,6 +234,43 @@ Result<DeviceWeight> upload_weight_f8(const Tensor& w, int device, cudaStream_t 
   return dw;
 }
 
+Result<DeviceWeight> upload_weight_f8_codes(const Tensor& w, const Tensor& scales, int device,
+                                            cudaStream_t stream, DeviceAllocator* allocator) {
+  if (!w.defined() || !w.device().is_cpu() || w.ndim() != 2 || !w.is_contiguous() ||
+      w.dtype() != DType::kF8E4M3) {
+    return invalid_argument(
+        "upload_weight_f8_codes: {} must be a contiguous 2-D f8_e4m3 CPU tensor",
+        w.defined() ? w.to_string() : std::string("an undefined tensor"));
+  }
+  const int64_t n_out = w.dim(0), n_in = w.dim(1);
+  if (!scales.defined() || !scales.device().is_cpu() || scales.dtype() != DType::kF32 ||
+      !scales.is_contiguous() || scales.numel() != n_out) {
+    return invalid_argument(
+        "upload_weight_f8_codes: the scales of {} must be {} contiguous f32 "
+        "values on the CPU, not {}",
+        w.to_string(), n_out, scales.defined() ? scales.to_string() : std::string("undefined"));
+  }
+  RINFER_RETURN_IF_ERROR(check_f8_shape(n_out, n_in, "upload_weight_f8_codes"));
+  const auto* codes = w.data_as<uint8_t>();
+  for (int64_t i = 0; i < n_out * n_in; ++i) {
+    if ((codes[i] & 0x7f) == 0x7f) {
+      return invalid_argument("upload_weight_f8_codes: row {} of {} holds the f8_e4m3 NaN code",
+                              i / n_in, w.to_string());
+    }
+  }
+  const Plan plan = f8_plan(n_in);
+  RINFER_ASSIGN_OR_RETURN(DeviceWeight dw, allocate_layout(plan, DType::kF8E4M3, n_out, n_in,
+                                                           device, stream, allocator));
+  RINFER_ASSIGN_OR_RETURN(DeviceGuard g, DeviceGuard::set(device));
+  RINFER_CUDA_RETURN(
+      cudaMemcpyAsync(dw.storage.data(), codes, w.nbytes(), cudaMemcpyHostToDevice, stream));
+  RINFER_CUDA_RETURN(cudaMemcpyAsync(const_cast<void*>(dw.scales), scales.data(),
+                                     static_cast<size_t>(n_out) * 4, cudaMemcpyHostToDevice,
+                                     stream));
+  RINFER_CUDA_RETURN(cudaStreamSynchronize(stream));
+  return dw;
+}
+
 namespace {
 
 int fill_kind(DType t) { return t == DType::kF32 ? 0 : (t == DType::kF16 ? 1 : 2); }

@@ -1,6 +1,7 @@
 // The Llama-family forward pass on a CUDA device (see llama_cuda_model.h).
 #include "models/llama/cuda/llama_cuda_model.h"
 
+#include "core/quantize.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
 
 namespace rinfer::llama {
@@ -57,22 +58,37 @@ Status LlamaCudaModel::upload(const LlamaModel& host) {
     RINFER_ASSIGN_OR_RETURN(keep, kept_layers(hp_.n_layer, opts_.keep_precision_layers));
   }
   int64_t bytes_delta = 0;  // per token: f8 bytes minus the stored bytes they replace
-  auto up = [&](const Tensor& t, DeviceWeight& out, const char* what, int64_t il) -> Status {
-    const bool f8 =
-        to_f8 && il >= 0 && !keep[static_cast<size_t>(il)] && t.ndim() == 2 && t.dim(1) % 64 == 0;
-    auto w = f8 ? cuda::upload_weight_f8(t, device_, st, alloc_)
-                : cuda::upload_weight(t, device_, st, alloc_);
-    if (!w.ok()) {
-      return w.status().with_context(il >= 0 ? fmt::format("uploading layer {} {}", il, what)
-                                             : fmt::format("uploading {}", what));
+  // An FP8 checkpoint's matrix (codes and scales) goes as it is; rows the FP8 kernels do not
+  // take (not whole spans of 64) go as bf16 values.
+  auto up = [&](const Tensor& t, const Tensor& scales, DeviceWeight& out, const char* what,
+                int64_t il) -> Status {
+    const std::string where = il >= 0 ? fmt::format("layer {} {}", il, what) : std::string(what);
+    const bool codes = t.dtype() == DType::kF8E4M3;
+    const bool f8 = t.ndim() == 2 && t.dim(1) % 64 == 0 &&
+                    (codes || (to_f8 && il >= 0 && !keep[static_cast<size_t>(il)]));
+    Result<DeviceWeight> w = invalid_argument("no upload");
+    if (codes && f8) {
+      w = cuda::upload_weight_f8_codes(t, scales, device_, st, alloc_);
+    } else if (codes) {
+      RINFER_ASSIGN_OR_RETURN(Tensor values, dequantize_f8_rows(t, scales, where));
+      RINFER_ASSIGN_OR_RETURN(Tensor b16, convert_weight(values, DType::kBF16));
+      w = cuda::upload_weight(b16, device_, st, alloc_);
+    } else {
+      w = f8 ? cuda::upload_weight_f8(t, device_, st, alloc_)
+             : cuda::upload_weight(t, device_, st, alloc_);
     }
+    if (!w.ok()) return w.status().with_context("uploading " + where);
     out = std::move(w).value();
-    if (f8) bytes_delta += static_cast<int64_t>(out.bytes) - static_cast<int64_t>(t.nbytes());
+    if (f8 != codes) {  // quantized here, or codes widened to bf16
+      bytes_delta += static_cast<int64_t>(out.bytes) - static_cast<int64_t>(t.nbytes()) -
+                     static_cast<int64_t>(codes ? scales.nbytes() : 0);
+    }
     weight_device_bytes_ += out.storage.bytes();
     return ok_status();
   };
-  RINFER_RETURN_IF_ERROR(up(host.tok_embd(), tok_embd_, "token_embd", -1));
-  if (!hp_.tied_output) RINFER_RETURN_IF_ERROR(up(host.output(), output_, "output", -1));
+  const Tensor none;
+  RINFER_RETURN_IF_ERROR(up(host.tok_embd(), none, tok_embd_, "token_embd", -1));
+  if (!hp_.tied_output) RINFER_RETURN_IF_ERROR(up(host.output(), none, output_, "output", -1));
   {
     VecPack p;
     const float* dummy = nullptr;
@@ -81,24 +97,31 @@ Status LlamaCudaModel::upload(const LlamaModel& host) {
   }
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& l = host.layers()[static_cast<size_t>(il)];
+    const LayerWeights::Scales& s = l.scales;
     DeviceLayer& d = layers_[static_cast<size_t>(il)];
+    // Merged matrices concatenate their rows' scales too (f32 [n_out, 1] each).
+    auto cat = [](std::initializer_list<const Tensor*> parts) -> Result<Tensor> {
+      return (*parts.begin())->defined() ? concat_rows(parts) : Result<Tensor>(Tensor());
+    };
     if (opts_.fusion.qkv && can_merge({&l.wq, &l.wk, &l.wv})) {
-      RINFER_ASSIGN_OR_RETURN(Tensor cat, concat_rows({&l.wq, &l.wk, &l.wv}));
-      RINFER_RETURN_IF_ERROR(up(cat, d.wqkv, "q|k|v", il));
+      RINFER_ASSIGN_OR_RETURN(Tensor w, concat_rows({&l.wq, &l.wk, &l.wv}));
+      RINFER_ASSIGN_OR_RETURN(Tensor sc, cat({&s.wq, &s.wk, &s.wv}));
+      RINFER_RETURN_IF_ERROR(up(w, sc, d.wqkv, "q|k|v", il));
     } else {
-      RINFER_RETURN_IF_ERROR(up(l.wq, d.wq, "q", il));
-      RINFER_RETURN_IF_ERROR(up(l.wk, d.wk, "k", il));
-      RINFER_RETURN_IF_ERROR(up(l.wv, d.wv, "v", il));
+      RINFER_RETURN_IF_ERROR(up(l.wq, s.wq, d.wq, "q", il));
+      RINFER_RETURN_IF_ERROR(up(l.wk, s.wk, d.wk, "k", il));
+      RINFER_RETURN_IF_ERROR(up(l.wv, s.wv, d.wv, "v", il));
     }
-    RINFER_RETURN_IF_ERROR(up(l.wo, d.wo, "output projection", il));
+    RINFER_RETURN_IF_ERROR(up(l.wo, s.wo, d.wo, "output projection", il));
     if (opts_.fusion.swiglu && can_merge({&l.w_gate, &l.w_up})) {
-      RINFER_ASSIGN_OR_RETURN(Tensor cat, concat_rows({&l.w_gate, &l.w_up}));
-      RINFER_RETURN_IF_ERROR(up(cat, d.wgu, "gate|up", il));
+      RINFER_ASSIGN_OR_RETURN(Tensor w, concat_rows({&l.w_gate, &l.w_up}));
+      RINFER_ASSIGN_OR_RETURN(Tensor sc, cat({&s.w_gate, &s.w_up}));
+      RINFER_RETURN_IF_ERROR(up(w, sc, d.wgu, "gate|up", il));
     } else {
-      RINFER_RETURN_IF_ERROR(up(l.w_gate, d.w_gate, "gate", il));
-      RINFER_RETURN_IF_ERROR(up(l.w_up, d.w_up, "up", il));
+      RINFER_RETURN_IF_ERROR(up(l.w_gate, s.w_gate, d.w_gate, "gate", il));
+      RINFER_RETURN_IF_ERROR(up(l.w_up, s.w_up, d.w_up, "up", il));
     }
-    RINFER_RETURN_IF_ERROR(up(l.w_down, d.w_down, "down", il));
+    RINFER_RETURN_IF_ERROR(up(l.w_down, s.w_down, d.w_down, "down", il));
     VecPack p;
     p.add(&d.attn_norm, f32_data(l.attn_norm), hp_.n_embd);
     p.add(&d.ffn_norm, f32_data(l.ffn_norm), hp_.n_embd);
