@@ -8,7 +8,8 @@
 // models stay loaded; each window's logits are compared and dropped. The same gate then checks
 // the recipe's decode steps (the first window's last 64 positions, at 1 and 3 seats, against the
 // reference's teacher-forced rows: engine/precision.h decode_precision), which teacher forcing
-// alone never runs (one-row kernels, small-batch matvecs, decode graphs).
+// alone never runs (one-row kernels, small-batch matvecs, decode graphs). `--per-layer` runs the
+// sensitivity sweep instead (eval_layers.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,82 +29,97 @@
 #include "recipe/recipe.h"
 #include "tools/bench_report.h"
 #include "tools/bench_text.h"
+#include "tools/eval_internal.h"
 #include "tools/output.h"
 #include "tools/tools.h"
 
-namespace rinfer {
+namespace rinfer::eval_tool {
 
-namespace {
-
-struct EvalArgs {
-  std::string recipe;
-  std::string reference;
-  std::string text_file;
-  int64_t tokens = 512;
-  int64_t window = 256;
-  std::string json;
-};
-
-struct Loaded {
-  RecipeConfig recipe;
-  std::unique_ptr<LlmEngine> engine;
-  EngineCore* core = nullptr;
-};
-
-Result<Loaded> load(const std::string& path, int64_t seats) {
+Result<Loaded> load(RecipeConfig recipe, const std::string& label, int64_t seats) {
   Loaded l;
-  RINFER_ASSIGN_OR_RETURN(l.recipe, load_recipe(path));
+  l.recipe = std::move(recipe);
   LlmEngineOptions eo;
   eo.model_only = true;
   auto engine = LlmEngine::create(l.recipe, eo);
-  if (!engine.ok()) return engine.status().with_context(path);
+  if (!engine.ok()) return engine.status().with_context(label);
   l.engine = std::move(engine).value();
   auto core = l.engine->scoring_core(seats);
-  if (!core.ok()) return core.status().with_context(path);
+  if (!core.ok()) return core.status().with_context(label);
   l.core = *core;
   return l;
 }
 
-// The report over every window: rows weighted alike; perplexities from the summed NLL.
-struct Totals {
-  int64_t rows = 0, nll_rows = 0;
-  double top1 = 0, kl = 0, max_kl = 0, nll_ref = 0, nll_var = 0;
+Result<Loaded> load(const std::string& path, int64_t seats) {
+  RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, load_recipe(path));
+  return load(std::move(recipe), path, seats);
+}
 
-  void add(const LogitComparison& c, double ppl_ref, double ppl_var, int64_t n) {
-    rows += c.rows;
-    top1 += c.top1_agreement * static_cast<double>(c.rows);
-    kl += c.mean_kl * static_cast<double>(c.rows);
-    if (!(c.max_kl <= max_kl)) max_kl = c.max_kl;  // NaN sticks
-    if (n >= 2) {
-      nll_ref += std::log(ppl_ref) * static_cast<double>(n - 1);
-      nll_var += std::log(ppl_var) * static_cast<double>(n - 1);
-      nll_rows += n - 1;
+Result<Text> text_of(const EvalArgs& a, const Loaded& ref, const Loaded& var) {
+  const DecoderHParams& hr = ref.engine->decoder().hparams();
+  const DecoderHParams& hv = var.engine->decoder().hparams();
+  if (hv.n_vocab != hr.n_vocab || hv.n_layer != hr.n_layer || hv.n_embd != hr.n_embd) {
+    return invalid_argument(
+        "eval: {} has {} layers of {} and a vocabulary of {}, the reference {} {} of {} and {}: "
+        "not the same model",
+        a.recipe, hv.n_layer, hv.n_embd, hv.n_vocab, a.reference, hr.n_layer, hr.n_embd,
+        hr.n_vocab);
+  }
+  Text t;
+  auto tok = ref.engine->sample().require_tokenizer("rinfer eval's text");
+  if (!tok.ok()) return tok.status().with_context(a.reference);
+  RINFER_ASSIGN_OR_RETURN(
+      t.tokens, text_tokens(**tok, bench_text(a.text_file, ref.recipe), a.tokens, &t.source));
+  if (const Tokenizer* vt = var.engine->sample().tokenizer(); vt != nullptr) {
+    std::string vsource;
+    auto vtokens = text_tokens(*vt, bench_text(a.text_file, ref.recipe), a.tokens, &vsource);
+    if (!vtokens.ok() || *vtokens != t.tokens) {
+      return invalid_argument(
+          "eval: {} tokenizes the text into other ids than the reference {}: not the same model",
+          a.recipe, a.reference);
     }
   }
+  t.window = std::min({a.window, ref.engine->context_length(), var.engine->context_length()});
+  const auto n = static_cast<int64_t>(t.tokens.size());
+  t.n_windows = (n + t.window - 1) / t.window;
+  return t;
+}
 
-  PrecisionReport report(const PrecisionThresholds& gate) const {
-    PrecisionReport r;
-    const auto n = static_cast<double>(std::max<int64_t>(rows, 1));
-    r.positions = rows;
-    r.logits.rows = rows;
-    r.logits.top1_agreement = top1 / n;
-    r.logits.mean_kl = kl / n;
-    r.logits.max_kl = max_kl;
-    const auto m = static_cast<double>(std::max<int64_t>(nll_rows, 1));
-    r.ppl_baseline = std::exp(nll_ref / m);
-    r.ppl_variant = std::exp(nll_var / m);
-    r.ppl_change = r.ppl_baseline > 0 ? r.ppl_variant / r.ppl_baseline - 1.0 : 0.0;
-    apply_gate(r, gate);
-    return r;
+void Totals::add(const LogitComparison& c, double ppl_ref, double ppl_var, int64_t n) {
+  rows += c.rows;
+  top1 += c.top1_agreement * static_cast<double>(c.rows);
+  kl += c.mean_kl * static_cast<double>(c.rows);
+  if (!(c.max_kl <= max_kl)) max_kl = c.max_kl;  // NaN sticks
+  if (n >= 2) {
+    nll_ref += std::log(ppl_ref) * static_cast<double>(n - 1);
+    nll_var += std::log(ppl_var) * static_cast<double>(n - 1);
+    nll_rows += n - 1;
   }
-};
+}
 
-nlohmann::ordered_json opt_json(const std::optional<double>& v) {
-  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+PrecisionReport Totals::report(const PrecisionThresholds& gate) const {
+  PrecisionReport r;
+  const auto n = static_cast<double>(std::max<int64_t>(rows, 1));
+  r.positions = rows;
+  r.logits.rows = rows;
+  r.logits.top1_agreement = top1 / n;
+  r.logits.mean_kl = kl / n;
+  r.logits.max_kl = max_kl;
+  const auto m = static_cast<double>(std::max<int64_t>(nll_rows, 1));
+  r.ppl_baseline = std::exp(nll_ref / m);
+  r.ppl_variant = std::exp(nll_var / m);
+  r.ppl_change = r.ppl_baseline > 0 ? r.ppl_variant / r.ppl_baseline - 1.0 : 0.0;
+  apply_gate(r, gate);
+  return r;
 }
 
 nlohmann::ordered_json num_json(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+namespace {
+
+nlohmann::ordered_json opt_json(const std::optional<double>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
 int run_eval(const EvalArgs& a) {
@@ -117,34 +133,13 @@ int run_eval(const EvalArgs& a) {
   if (!ref.ok()) return report_error(ref.status().with_context("eval: --vs").message());
   auto var = load(a.recipe, 3);  // the decode check runs 1 and 3 seats
   if (!var.ok()) return report_error(var.status().with_context("eval").message());
-  const DecoderHParams& hr = ref->engine->decoder().hparams();
-  const DecoderHParams& hv = var->engine->decoder().hparams();
-  const int64_t n_vocab = hr.n_vocab;
-  if (hv.n_vocab != hr.n_vocab || hv.n_layer != hr.n_layer || hv.n_embd != hr.n_embd) {
-    return report_error(fmt::format(
-        "eval: {} has {} layers of {} and a vocabulary of {}, the reference {} {} of {} and {}: "
-        "not the same model",
-        a.recipe, hv.n_layer, hv.n_embd, hv.n_vocab, a.reference, hr.n_layer, hr.n_embd,
-        hr.n_vocab));
-  }
-  auto tok = ref->engine->sample().require_tokenizer("rinfer eval's text");
-  if (!tok.ok()) return report_error(tok.status().with_context(a.reference).message());
-  std::string source;
-  auto tokens = text_tokens(**tok, bench_text(a.text_file, ref->recipe), a.tokens, &source);
-  if (!tokens.ok()) return report_error(tokens.status().message());
-  if (const Tokenizer* vt = var->engine->sample().tokenizer(); vt != nullptr) {
-    std::string vsource;
-    auto vtokens = text_tokens(*vt, bench_text(a.text_file, ref->recipe), a.tokens, &vsource);
-    if (!vtokens.ok() || *vtokens != *tokens) {
-      return report_error(fmt::format(
-          "eval: {} tokenizes the text into other ids than the reference {}: not the same model",
-          a.recipe, a.reference));
-    }
-  }
-  const int64_t window = std::min({a.window, ref->engine->context_length(),
-                                   var->engine->context_length()});
+  const int64_t n_vocab = ref->engine->decoder().hparams().n_vocab;
+  auto text = text_of(a, *ref, *var);
+  if (!text.ok()) return report_error(text.status().message());
+  const std::vector<int32_t>* tokens = &text->tokens;
+  const std::string& source = text->source;
+  const int64_t window = text->window, n_windows = text->n_windows;
   const auto n = static_cast<int64_t>(tokens->size());
-  const int64_t n_windows = (n + window - 1) / window;
   const PrecisionThresholds gate = gate_of_recipe(var->recipe.precision);
   std::fprintf(stderr, "rinfer eval: %s against %s: %s of %s, %s of %lld, teacher-forced\n",
                a.recipe.c_str(), a.reference.c_str(), count_of(n, "token").c_str(),
@@ -259,7 +254,12 @@ int run_eval(const EvalArgs& a) {
 
 }  // namespace
 
+}  // namespace rinfer::eval_tool
+
+namespace rinfer {
+
 void add_eval_command(CLI::App& app, int& exit_code) {
+  using eval_tool::EvalArgs;
   auto* cmd = app.add_subcommand(
       "eval", "Precision of a recipe against a reference recipe; exit 1 when its gate fails");
   auto a = std::make_shared<EvalArgs>();
@@ -274,7 +274,14 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "Tokens per teacher-forced sequence (default 256, at most the contexts)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   cmd->add_option("--json", a->json, "Write the metrics and the verdict as JSON");
-  cmd->callback([&exit_code, a] { exit_code = run_eval(*a); });
+  cmd->add_flag("--per-layer", a->per_layer,
+                "Sensitivity: quantize one layer at a time (the others kept), rank the layers by "
+                "the error each adds, then keep the worst until the gate passes");
+  cmd->add_option("--max-keep", a->max_keep, "--per-layer: layers it may keep at most (default 8)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->callback([&exit_code, a] {
+    exit_code = a->per_layer ? eval_tool::run_eval_layers(*a) : eval_tool::run_eval(*a);
+  });
 }
 
 }  // namespace rinfer

@@ -47,8 +47,8 @@ class WorkbenchCli : public ::testing::Test {
     test::write_file(dir_ + "/tokens.txt", "[5, 95, 3, 77, 12, 19,\n 0, 42, 8, 11, 64 33 17]\n");
   }
 
-  std::string recipe(const std::string& name, const std::string& model,
-                     const std::string& device, const std::string& more = "") const {
+  std::string recipe(const std::string& name, const std::string& model, const std::string& device,
+                     const std::string& more = "") const {
     const std::string path = dir_ + "/" + name + ".yaml";
     test::write_file(path, "model: " + model + "\ndevice: " + device +
                                "\nscenario: llm-chat\ncontext_length: 64\nstrategies:\n  threads: "
@@ -186,8 +186,7 @@ TEST_F(WorkbenchCli, EvalPassesTheSameModelAndFailsThePlantedFault) {
   const std::string good = recipe("a", good_, "cpu"), json = dir_ + "/out/eval.json";
   auto r = rinfer("eval '" + good + "' --vs '" + good + "'" + text + " --json '" + json + "'");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("100 tokens of " + dir_ + "/text.txt, 3 windows of 40"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("100 tokens of " + dir_ + "/text.txt, 3 windows of 40"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("gate: top-1 >= 0.95, mean KL <= 0.05, ppl change <= +2% (the defaults)"),
             std::string::npos)
@@ -237,6 +236,72 @@ TEST_F(WorkbenchCli, EvalPassesTheSameModelAndFailsThePlantedFault) {
              good + "'" + text);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("not the same model"), std::string::npos) << r.err;
+}
+
+// `rinfer eval --per-layer`: every matrix of layer 3 planted with an outlier in each block of
+// 32 (sixteen times the largest other value), which q4_0's 16 levels cannot hold beside the rest;
+// the sweep must rank that layer first, and keeping it must be the first step of the search.
+TEST_F(WorkbenchCli, PerLayerSweepRanksThePlantedLayerFirstAndKeepsIt) {
+  constexpr int kLoud = 3;
+  test::TinyWeights w = test::make_tiny_weights(spec_, /*round_to_bf16=*/true);
+  for (auto& [name, t] : w) {
+    if (name.find(fmt::format("layers.{}.", kLoud)) == std::string::npos || t.shape.size() != 2) {
+      continue;
+    }
+    const float m = *std::max_element(t.values.begin(), t.values.end());
+    for (size_t i = 0; i < t.values.size(); i += 32) t.values[i] = 16.0f * m;
+  }
+  const std::string model =
+      test::with_tiny_tokenizer(test::write_gguf_model("sweep", spec_, w), dir_ + "/sweep.gguf");
+  test::write_file(dir_ + "/text.txt", "the cat sat on the mat; a dog ran by. ");
+  const std::string ref = recipe("ref", model, "cpu");
+  const std::string q4 = recipe("q4", model, "cpu", "  quantization: {weights: q4_0}\n");
+  const std::string json = dir_ + "/out/layers.json";
+  auto r = rinfer("eval '" + q4 + "' --vs '" + ref + "' --per-layer --text '" + dir_ +
+                  "/text.txt' --tokens 80 --window 40 --json '" + json + "'");
+  auto j = nlohmann::json::parse(slurp(json), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(j["weights"], "q4_0");
+  ASSERT_EQ(j["layers"].size(), static_cast<size_t>(spec_.n_layer)) << r.out;
+  for (int il = 0; il < spec_.n_layer; ++il) {
+    const auto& l = j["layers"][static_cast<size_t>(il)];
+    EXPECT_EQ(l["layer"], il);
+    EXPECT_EQ(l["keep"].size(), static_cast<size_t>(spec_.n_layer - 1));
+    EXPECT_GT(l["mean_kl"].get<double>(), 0.0) << il;  // each layer's own error, not none
+  }
+  ASSERT_EQ(j["ranking"].size(), static_cast<size_t>(spec_.n_layer));
+  EXPECT_EQ(j["ranking"][0], kLoud) << r.out;
+  const double loud = j["layers"][kLoud]["gate_distance"].get<double>();
+  EXPECT_GT(loud, 1.0);  // alone, past the default gate
+  for (int il = 0; il < spec_.n_layer; ++il) {
+    const auto& l = j["layers"][static_cast<size_t>(il)];
+    if (il != kLoud) EXPECT_LT(l["gate_distance"].get<double>(), loud) << il;
+  }
+  // The search starts from every layer quantized, then keeps the worst first: the planted layer,
+  // which alone lifts top-1 most of the way, and never the quiet last layers.
+  const auto& search = j["keep_search"];
+  ASSERT_GE(search.size(), 2u) << r.out;
+  EXPECT_TRUE(search[0]["keep"].empty());
+  EXPECT_FALSE(search[0]["passed"].get<bool>());
+  EXPECT_EQ(search[1]["keep"], nlohmann::json::array({kLoud}));
+  EXPECT_GT(search[1]["top1_agreement"].get<double>(),
+            search[0]["top1_agreement"].get<double>() + 0.3);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto& keep = j["suggested_keep_layers"];
+  EXPECT_EQ(keep, search.back()["keep"]);
+  EXPECT_TRUE(search.back()["passed"].get<bool>());
+  EXPECT_NE(std::find(keep.begin(), keep.end(), kLoud), keep.end());
+  EXPECT_EQ(std::find(keep.begin(), keep.end(), spec_.n_layer - 1), keep.end());
+  EXPECT_NE(r.out.find("keep_layers: " + keep.dump().substr(0, 2)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| layer | top-1 | mean KL | ppl change | to the gate | rank |"),
+            std::string::npos)
+      << r.out;
+
+  // A recipe that converts no weights has nothing to sweep.
+  r = rinfer("eval '" + ref + "' --vs '" + ref + "' --per-layer");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("converts no weights (strategies.quantization.weights)"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace
