@@ -12,10 +12,13 @@
 #   FP8_PRECISION=1: also rinfer bench of SmolLM2's cuda-bf16, cuda-fp8 and cuda-fp8-all-layers
 #   recipes (speed, and precision against cuda-bf16: teacher-forced and decode steps), the model
 #   carried in parts (split-model.sh smollm2-135m-instruct-q4_1.gguf) and the text in
-#   .devpack/GPL-3 -> $OUT/smollm2_fp8.{json,txt}.
+#   .devpack/GPL-3 -> $OUT/smollm2_fp8.{json,txt}; then rinfer eval --per-layer of the FP8 recipe
+#   against cuda-bf16 -> $OUT/smollm2_fp8_layers.{json,txt}. FP8_PRECISION_ONLY=1: only these
+#   (a model carried over several calls: the bundle and the parts stay on a warm machine).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if [ -n "${FP8_PRECISION_ONLY:-}" ]; then FP8_TESTS="" FP8_BENCH_ONLY="" FP8_LLM_FORMATS="" FP8_PRECISION=1; fi
 filter="${FP8_TESTS-CudaF8.*:CudaMatvec.*:CudaEngineCoreFp8.*:CudaEngineCoreDecodeGate.*:CudaEngineCoreSmallBatch.*}"
 if [ -n "$filter" ]; then
   timeout 300 "$b/tests/ops_cuda_tests" --gtest_filter="$filter" \
@@ -39,4 +42,10 @@ if [ -n "${FP8_PRECISION:-}" ]; then
   timeout 400 "$b/bin/rinfer" bench "$r/cuda-bf16.yaml" "$r/cuda-fp8.yaml" "$r/cuda-fp8-all-layers.yaml" \
     --vs cuda-bf16 --text .devpack/GPL-3 --json "$out/smollm2_fp8.json" --svg "$out/smollm2_fp8.svg" \
     2>&1 | tee "$out/smollm2_fp8.txt"
+  # Which layers FP8 should keep: each quantized alone against cuda-bf16 (rinfer eval --per-layer).
+  timeout 400 "$b/bin/rinfer" eval "$r/cuda-fp8-all-layers.yaml" --vs "$r/cuda-bf16.yaml" \
+    --per-layer --text .devpack/GPL-3 --json "$out/smollm2_fp8_layers.json" \
+    >"$out/smollm2_fp8_layers.txt" 2>&1
+  echo "eval --per-layer rc=$?" >>"$out/smollm2_fp8_layers.txt"
+  tail -20 "$out/smollm2_fp8_layers.txt"
 fi
