@@ -63,7 +63,8 @@ Result<std::unique_ptr<HostKvArena>> HostKvArena::create(const KvSpec& spec,
   for (int64_t l = 0; l < spec.n_layer; ++l) {
     const int32_t nb = n_blocks[static_cast<size_t>(spec.group_of_layer[static_cast<size_t>(l)])];
     for (int kv = 0; kv < 2; ++kv) {
-      auto t = Tensor::empty(Dims{nb, spec.block_size, spec.kv_dim}, spec.dtype);
+      auto t = Tensor::empty(Dims{nb, spec.block_size, static_cast<int64_t>(spec.row_bytes())},
+                             DType::kU8);
       if (!t.ok()) {
         return t.status().with_context(
             fmt::format("allocating the KV cache ({} in all)", spec.describe()));
@@ -80,8 +81,7 @@ Result<std::unique_ptr<HostKvArena>> HostKvArena::create(const KvSpec& spec,
 Status HostKvArena::copy_blocks(KvArena& dst, std::span<const BlockCopy> copies) const {
   RINFER_RETURN_IF_ERROR(check_copies(dst, copies));
   if (!dst.device().is_cpu()) return dst.pull_blocks(*this, copies);
-  const uint64_t block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
-                         dtype_traits(spec_.dtype).block_bytes;
+  const uint64_t block = static_cast<uint64_t>(spec_.block_size) * spec_.row_bytes();
   for (const BlockCopy& c : copies) {
     for (int32_t l : spec_.groups[static_cast<size_t>(c.group)].layers) {
       for (int kv = 0; kv < 2; ++kv) {
@@ -98,12 +98,12 @@ Status HostKvArena::copy_blocks(KvArena& dst, std::span<const BlockCopy> copies)
 Status HostKvArena::grow(std::span<const int32_t> n_blocks) {
   RINFER_RETURN_IF_ERROR(check_grow(n_blocks));
   std::vector<Tensor> storage;
-  const uint64_t per_block = static_cast<uint64_t>(spec_.block_size * spec_.kv_dim) *
-                             dtype_traits(spec_.dtype).block_bytes;
+  const uint64_t per_block = static_cast<uint64_t>(spec_.block_size) * spec_.row_bytes();
   for (int64_t l = 0; l < spec_.n_layer; ++l) {
     const auto g = static_cast<size_t>(spec_.group_of_layer[static_cast<size_t>(l)]);
     for (int kv = 0; kv < 2; ++kv) {
-      auto t = Tensor::empty(Dims{n_blocks[g], spec_.block_size, spec_.kv_dim}, spec_.dtype);
+      auto t = Tensor::empty(
+          Dims{n_blocks[g], spec_.block_size, static_cast<int64_t>(spec_.row_bytes())}, DType::kU8);
       if (!t.ok()) {
         return t.status().with_context(
             fmt::format("growing the KV cache to {} blocks", n_blocks[g]));

@@ -39,7 +39,9 @@ struct GroupSpec {
 struct KvSpec {
   int64_t n_layer = 0;
   int64_t kv_dim = 0;  // elements per position per layer: n_head_kv * head_dim
+  // f32, bf16, f16, or i8: 8-bit codes with a scale per position and KV head (see row_bytes).
   DType dtype = DType::kF32;
+  int64_t head_dim = 0;     // elements per KV head (needed by i8; 0: not given)
   int64_t block_size = 16;  // positions per block
   int64_t n_ctx = 0;        // the longest sequence (positions)
   std::vector<GroupSpec> groups;
@@ -48,9 +50,17 @@ struct KvSpec {
 
   // One group per distinct window of `windows` (one entry per layer, 0 = full attention), in
   // order of first appearance. Errors on non-positive sizes, a negative window, a dtype other
-  // than f32 / bf16 / f16.
+  // than f32 / bf16 / f16 / i8, or i8 without a head_dim that divides kv_dim (a multiple of 4).
   static Result<KvSpec> make(std::span<const int64_t> windows, int64_t kv_dim, DType dtype,
-                             int64_t block_size, int64_t n_ctx);
+                             int64_t block_size, int64_t n_ctx, int64_t head_dim = 0);
+
+  // Bytes of one position's keys (or values) in one layer: kv_dim elements; for i8, kv_dim
+  // codes (KV head h at h * head_dim) then one f32 scale per group of i8_group() codes (value =
+  // code * scale, scale = max |x| / 127 over the group).
+  uint64_t row_bytes() const;
+  // i8: codes per scale, 16 where head_dim is a multiple of 16 (a head's outlier channels then
+  // cost the precision of their own group only: docs/strategies/kv_cache.md), else head_dim.
+  int64_t i8_group() const { return head_dim % 16 == 0 ? 16 : head_dim; }
 
   int32_t n_groups() const { return static_cast<int32_t>(groups.size()); }
   int64_t window_of_layer(int64_t layer) const {

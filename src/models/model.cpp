@@ -17,12 +17,16 @@ std::string_view model_task_name(ModelTask task) {
 }
 
 Result<kv::KvSpec> DecoderModel::kv_spec(int64_t n_ctx, int64_t block_size) const {
+  return kv_spec_of(DType::kF32, n_ctx, block_size);
+}
+
+Result<kv::KvSpec> DecoderModel::kv_spec_of(DType dtype, int64_t n_ctx, int64_t block_size) const {
   const DecoderHParams& hp = hparams();
   std::vector<int64_t> windows(static_cast<size_t>(hp.n_layer), 0);
   for (size_t l = 0; l < hp.layer_attn.size() && l < windows.size(); ++l) {
     windows[l] = hp.layer_attn[l].window;
   }
-  return kv::KvSpec::make(windows, hp.kv_dim(), DType::kF32, block_size, n_ctx);
+  return kv::KvSpec::make(windows, hp.kv_dim(), dtype, block_size, n_ctx, hp.head_dim);
 }
 
 Status check_runner_spec(const kv::KvSpec& spec, const DecoderHParams& hp, DType dtype,
@@ -31,7 +35,8 @@ Status check_runner_spec(const kv::KvSpec& spec, const DecoderHParams& hp, DType
     return unsupported("the {} keeps its KV cache in {} only, not {}", backend, dtype_name(dtype),
                        dtype_name(spec.dtype));
   }
-  if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim()) {
+  if (spec.n_layer != hp.n_layer || spec.kv_dim != hp.kv_dim() ||
+      (spec.dtype == DType::kI8 && spec.head_dim != hp.head_dim)) {
     return invalid_argument("KV spec is [{} layers, kv_dim {}], the model needs [{}, {}]",
                             spec.n_layer, spec.kv_dim, hp.n_layer, hp.kv_dim());
   }

@@ -247,13 +247,18 @@ class DecoderModel : public ModelSample {
   virtual const DecoderHParams& hparams() const = 0;
 
   // The paged KV layout this model runs against: one group per distinct attention window,
-  // kv_dim from the hyper-parameters, the device's element type (f32 on the CPU).
+  // kv_dim and head_dim from the hyper-parameters, the device's element type (f32 on the CPU
+  // unless strategies.kv_cache.dtype says int8).
   virtual Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const;
   // A runner on the model's device (unsupported until the backend has one).
   virtual Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const;
 
   // Device memory in use (weights + scratch + caches), 0 on CPU; peak since load.
   virtual uint64_t device_bytes_peak() const { return 0; }
+
+ protected:
+  // kv_spec with the cache's element type.
+  Result<kv::KvSpec> kv_spec_of(DType dtype, int64_t n_ctx, int64_t block_size) const;
 };
 
 // postprocess for text generation: token ids -> text, as they are produced (implemented over

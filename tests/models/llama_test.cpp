@@ -174,6 +174,41 @@ TEST_P(TinyModelTest, ChunkedPrefillEqualsOneBatch) {
   EXPECT_LT(rel_l2(decode_logits(l, ids, 5), all_logits(l, ids)), 1e-5);  // 12: 5 + 5 + 2
 }
 
+// strategies.kv_cache.dtype int8: the cache holds 8-bit codes with a scale per position and KV
+// head. The logits stay near the f32 cache's, one pass and step by step agree as they do with
+// f32 (every pass reads the codes, its own rows too), and a position takes about a quarter of
+// the bytes.
+TEST_P(TinyModelTest, Int8KvCacheStaysNearF32) {
+  for (cpu::Impl impl : {cpu::Impl::kReference, cpu::Impl::kFast}) {
+    ThreadPool pool(2);
+    Loaded f32 = load(model_path(), impl, &pool, false);
+    ASSERT_TRUE(f32.model);
+    LoadOptions opts;
+    opts.cpu.ops.impl = impl;
+    opts.cpu.ops.pool = &pool;
+    opts.cpu.ops.quantize_activations = false;
+    opts.kv_dtype = DType::kI8;
+    auto m8 = load_decoder_model(model_path(), opts);
+    ASSERT_TRUE(m8.ok()) << m8.status().to_string();
+    Loaded i8{std::move(m8).value()};
+    const std::vector<int32_t> ids = fixture()["ids"];
+    const std::vector<float> ref = all_logits(f32, ids), one = all_logits(i8, ids);
+    const double err = rel_l2(one, ref);
+    EXPECT_LT(err, 2e-2);
+    EXPECT_GT(err, 0.0);  // the codes were read, not the f32 rows
+    EXPECT_LT(rel_l2(decode_logits(i8, ids), one), 1e-5);
+    const DecoderHParams& hp = i8.model->hparams();
+    auto s8 = i8.model->kv_spec(64, 16);
+    auto s32 = f32.model->kv_spec(64, 16);
+    ASSERT_TRUE(s8.ok() && s32.ok());
+    EXPECT_EQ(s8->dtype, DType::kI8);
+    EXPECT_EQ(s8->row_bytes(),
+              static_cast<uint64_t>(hp.kv_dim() + 4 * hp.kv_dim() / s8->i8_group()));
+    EXPECT_EQ(s8->i8_group(), hp.head_dim % 16 == 0 ? 16 : hp.head_dim);
+    EXPECT_EQ(s32->row_bytes(), static_cast<uint64_t>(4 * hp.kv_dim()));
+  }
+}
+
 TEST_P(TinyModelTest, RequestedRowsOnly) {
   Loaded l = load(model_path(), cpu::Impl::kReference, nullptr);
   ASSERT_TRUE(l.model);

@@ -475,8 +475,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "device: set at c.yaml:3:9)"},
         Conflict{BASE "strategies:\n  kv_cache: {dtype: bf16}\n",
                  "c.yaml:4:21: strategies.kv_cache.dtype: bf16: the CPU keeps its KV cache in f32 "
-                 "only",
+                 "or int8",
                  "device: the default)"},
+        Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {dtype: int8}\n",
+                 "c.yaml:5:21: strategies.kv_cache.dtype: int8: the CUDA attention kernels read "
+                 "bf16 or f32",
+                 "device: set at c.yaml:3:9)"},
         Conflict{BASE "device: cuda:0\nstrategies:\n  kv_cache: {enabled: false}\n"
                       "  cuda_graphs: {enabled: true}\n",
                  "c.yaml:6:26: strategies.cuda_graphs.enabled: true needs the KV cache",

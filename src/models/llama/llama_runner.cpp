@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quantize_8bit.h"
 #include "kv/kv_arena.h"
 #include "models/llama/llama_model.h"
 
@@ -31,20 +32,35 @@ class PagedAccess final : public KvAccess {
     const kv::KvSpec& spec = arena_.spec();
     const int64_t kv_dim = hp.kv_dim(), nt = b_.n_tokens();
     const int32_t g = spec.group_of_layer[static_cast<size_t>(il)];
-    auto* k = static_cast<float*>(arena_.k(il));  // [n_blocks, block_size, kv_dim]
-    auto* v = static_cast<float*>(arena_.v(il));
+    auto* k = static_cast<uint8_t*>(arena_.k(il));  // [n_blocks, block_size, row_bytes]
+    auto* v = static_cast<uint8_t*>(arena_.v(il));
     const float* k_new = s_.k.data_as<float>();  // [nt, kv_dim]
     const float* v_new = s_.v.data_as<float>();
     const int64_t* slot = slots_.data() + static_cast<int64_t>(g) * nt;  // [nt] rows of the arena
+    const auto rb = static_cast<int64_t>(spec.row_bytes());
+    const bool i8 = spec.dtype == DType::kI8;
+    const int64_t group = spec.i8_group();
+    scales_.resize(static_cast<size_t>(kv_dim / group));
     for (int64_t r = 0; r < nt; ++r) {
-      std::memcpy(k + slot[r] * kv_dim, k_new + r * kv_dim, static_cast<size_t>(kv_dim) * 4);
-      std::memcpy(v + slot[r] * kv_dim, v_new + r * kv_dim, static_cast<size_t>(kv_dim) * 4);
+      if (i8) {  // codes per KV head, then the heads' scales (kv::KvSpec::row_bytes)
+        for (const auto& [src, dst] : {std::pair{k_new, k}, std::pair{v_new, v}}) {
+          uint8_t* row = dst + slot[r] * rb;
+          quantize_rows_int8(src + r * kv_dim, kv_dim / group, group,
+                             reinterpret_cast<int8_t*>(row), scales_.data());
+          std::memcpy(row + kv_dim, scales_.data(), scales_.size() * 4);
+        }
+        continue;
+      }
+      std::memcpy(k + slot[r] * rb, k_new + r * kv_dim, static_cast<size_t>(rb));
+      std::memcpy(v + slot[r] * rb, v_new + r * kv_dim, static_cast<size_t>(rb));
     }
     cpu::PagedAttentionShape as;
     as.n_head = hp.n_head;
     as.n_head_kv = hp.n_head_kv;
     as.head_dim = hp.head_dim;
-    as.kv_row_stride = kv_dim;
+    as.kv_dtype = spec.dtype;
+    as.kv_group = i8 ? group : 0;
+    as.kv_row_stride = i8 ? rb : kv_dim;
     as.block_size = spec.block_size;
     as.n_blocks = arena_.n_blocks(g);
     as.scale = m_.attention_scale();
@@ -66,7 +82,8 @@ class PagedAccess final : public KvAccess {
     }
     return attention_cost(shapes_, hp.n_head, hp.n_head_kv, hp.head_dim,
                           b_.mask == MaskKind::kCausal, spec.groups[static_cast<size_t>(g)].window,
-                          4, 4);
+                          static_cast<double>(spec.row_bytes()) / static_cast<double>(spec.kv_dim),
+                          4);
   }
 
  private:
@@ -77,6 +94,7 @@ class PagedAccess final : public KvAccess {
   std::span<const int64_t> slots_;           // [n_groups, nt]
   std::span<const cpu::AttentionSeq> seqs_;  // [n_groups, n_seq]
   mutable std::vector<AttentionSeqShape> shapes_;
+  std::vector<float> scales_;  // one row's scales (int8 KV: kv_dim / group)
 };
 
 class LlamaRunner final : public DecoderRunner {
@@ -134,7 +152,7 @@ class LlamaRunner final : public DecoderRunner {
 
  private:
   Status check_spec(const kv::KvSpec& spec) const {
-    return check_runner_spec(spec, m_.hparams(), DType::kF32, "CPU");
+    return check_runner_spec(spec, m_.hparams(), m_.kv_dtype(), "CPU");
   }
 
   // Every row's arena row per group (checked against the arena), and each group's attention

@@ -43,8 +43,8 @@ Result<std::unique_ptr<ModelSample>> place_on_device(std::unique_ptr<LlamaModel>
                                                      const LoadOptions& opts,
                                                      const std::string& path) {
   if (opts.device.is_cpu()) {
-    if (opts.kv_dtype && *opts.kv_dtype != DType::kF32) {
-      return unsupported("{}: the CPU keeps its KV cache in f32 only, not {}", path,
+    if (opts.kv_dtype && *opts.kv_dtype != DType::kF32 && *opts.kv_dtype != DType::kI8) {
+      return unsupported("{}: the CPU keeps its KV cache in f32 or int8, not {}", path,
                          dtype_name(*opts.kv_dtype));
     }
     return std::unique_ptr<ModelSample>(std::move(m));

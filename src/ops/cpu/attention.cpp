@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <utility>
@@ -55,7 +56,23 @@ struct Call {
   bool causal = true;
   int64_t kv_rows = 0;     // > 0: a ring, position j in row j % kv_rows
   int64_t block_size = 0;  // > 0: paged, position j in row through sq.block_table
+  // int8 K/V (k and v unused): rows of kv_row_stride bytes, codes then an f32 scale per group
+  // of `group` codes from byte scales_at (PagedAttentionShape::kv_dtype).
+  const uint8_t* k8 = nullptr;
+  const uint8_t* v8 = nullptr;
+  int64_t scales_at = 0;
+  int64_t group = 0;
 };
+
+// Row `row`'s KV head hk of an int8 cache: its codes, and its head_dim / group scales in scales.
+inline const int8_t* codes_of(const Call& c, const uint8_t* base, int64_t row, int64_t hk,
+                              float* scales) {
+  const uint8_t* r = base + row * c.kv_row_stride;
+  const int64_t per_head = c.head_dim / c.group;
+  std::memcpy(scales, r + c.scales_at + 4 * hk * per_head, static_cast<size_t>(per_head) * 4);
+  return reinterpret_cast<const int8_t*>(r + hk * c.head_dim);
+}
+inline constexpr int64_t kMaxScalesPerHead = 256;
 
 // n consecutive K/V rows from k and v (one KV head) that hold consecutive positions.
 struct KvRun {
@@ -264,6 +281,29 @@ HWY_INLINE void AccumulatePV(float* HWY_RESTRICT o, float alpha, const float* HW
   }
 }
 
+// dst[i * dh + d] = the value of rows [row, row + n) of KV head hk of an int8 cache.
+HWY_INLINE void WidenRows(const attn::Call& c, const uint8_t* base, int64_t row, int64_t n,
+                          int64_t hk, float* HWY_RESTRICT dst) {
+  const DF df;
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int32_t, DF> d32;
+  const auto nl = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t dh = c.head_dim, gs = c.group;
+  float s[attn::kMaxScalesPerHead];
+  for (int64_t i = 0; i < n; ++i, dst += dh) {
+    const int8_t* q = attn::codes_of(c, base, row + i, hk, s);
+    for (int64_t g0 = 0; g0 < dh; g0 += gs) {
+      const auto vs = hn::Set(df, s[g0 / gs]);
+      int64_t d = g0;
+      for (; d + nl <= g0 + gs; d += nl) {
+        hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + d))), vs), df,
+                   dst + d);
+      }
+      for (; d < g0 + gs; ++d) dst[d] = static_cast<float>(q[d]) * s[g0 / gs];
+    }
+  }
+}
+
 // One work item of sequence sq: query rows (token t, head h) for t in [t0, t1) and the G heads
 // h of KV head hk, reading positions [kv_lo, kv_hi) (and the causal limit). With part ==
 // nullptr the rows are normalized into out; otherwise each row's partial state goes to
@@ -272,11 +312,15 @@ void AttendItem(const attn::Call& c, const AttentionSeq& sq, int64_t t0, int64_t
                 int64_t kv_lo, int64_t kv_hi, float* part) {
   const DF df;
   const auto nl = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t dh = c.head_dim, stride = c.kv_row_stride;
+  const int64_t dh = c.head_dim;
+  const bool i8 = c.k8 != nullptr;
+  // int8: each block's K/V rows are widened into kv8 ([kKvBlock, dh] each) and read from there.
+  const int64_t stride = i8 ? dh : c.kv_row_stride;
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t rows = (t1 - t0) * group;
-  thread_local std::vector<float> buf;
+  thread_local std::vector<float> buf, kv8;
   buf.resize(static_cast<size_t>(rows * (dh + 2) + kKvBlock + nl));
+  if (i8) kv8.resize(static_cast<size_t>(2 * kKvBlock * dh));
   float* o = buf.data();     // [rows, dh] output accumulators
   float* m = o + rows * dh;  // [rows] running max
   float* l = m + rows;       // [rows] running sum
@@ -288,8 +332,8 @@ void AttendItem(const attn::Call& c, const AttentionSeq& sq, int64_t t0, int64_t
   // Positions [kv_lo, kv_end) are visible to some row.
   const int64_t kv_end = c.causal ? std::min(first_pos + t1, kv_hi) : kv_hi;
   const float* qs = c.q + sq.q_start * c.n_head * dh;  // [n_tokens, n_head, dh]
-  const float* kh = c.k + hk * dh;                     // [kv rows, kv_row_stride] at head hk
-  const float* vh = c.v + hk * dh;
+  const float* kh = i8 ? nullptr : c.k + hk * dh;      // [kv rows, kv_row_stride] at head hk
+  const float* vh = i8 ? nullptr : c.v + hk * dh;
   // The block's runs of consecutive rows: positions [run_pos[i], run_pos[i + 1]) are in the rows
   // from run_row[i] on; the row's own runs (its part of the block) go to runs.
   int64_t run_pos[kKvBlock + 1], run_row[kKvBlock];
@@ -302,6 +346,13 @@ void AttendItem(const attn::Call& c, const AttentionSeq& sq, int64_t t0, int64_t
       run_pos[++n_runs] = std::min(jb, attn::run_end(c, a));
     }
     run_pos[0] = j0;
+    if (i8) {
+      for (int64_t i = 0; i < n_runs; ++i) {
+        const int64_t n = run_pos[i + 1] - run_pos[i], at = (run_pos[i] - j0) * dh;
+        WidenRows(c, c.k8, run_row[i], n, hk, kv8.data() + at);
+        WidenRows(c, c.v8, run_row[i], n, hk, kv8.data() + kKvBlock * dh + at);
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = t0 + r / group, h = hk * group + r % group;
       const int64_t j1 = c.causal ? std::min(jb, first_pos + t + 1) : jb;  // causal limit
@@ -313,6 +364,11 @@ void AttendItem(const attn::Call& c, const AttentionSeq& sq, int64_t t0, int64_t
       for (int64_t i = 0; i < n_runs; ++i) {
         const int64_t a = std::max(js, run_pos[i]), b = std::min(j1, run_pos[i + 1]);
         if (a >= b) continue;
+        if (i8) {
+          const float* kb = kv8.data() + (a - j0) * dh;
+          runs[nr++] = {kb, kb + kKvBlock * dh, b - a};
+          continue;
+        }
         const int64_t row = run_row[i] + a - run_pos[i];
         runs[nr++] = {kh + row * stride, vh + row * stride, b - a};
       }
@@ -408,7 +464,7 @@ Status check_attention(const AttentionShape& s, const float* q, const float* k, 
 }
 
 Status check_paged_attention(const PagedAttentionShape& s, std::span<const AttentionSeq> seqs,
-                             const float* q, const float* k, const float* v, const float* out) {
+                             const float* q, const void* k, const void* v, const float* out) {
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0 || s.block_size <= 0 || s.n_blocks < 0) {
     return invalid_argument(
         "paged_attention: bad shape n_head {} n_head_kv {} head_dim {} block_size {} n_blocks {}",
@@ -418,9 +474,22 @@ Status check_paged_attention(const PagedAttentionShape& s, std::span<const Atten
     return invalid_argument("paged_attention: n_head {} is not a multiple of n_head_kv {}",
                             s.n_head, s.n_head_kv);
   }
-  if (s.kv_row_stride < s.n_head_kv * s.head_dim) {
-    return invalid_argument("paged_attention: kv_row_stride {} < n_head_kv * head_dim = {}",
-                            s.kv_row_stride, s.n_head_kv * s.head_dim);
+  if (s.kv_dtype != DType::kF32 && s.kv_dtype != DType::kI8) {
+    return invalid_argument("paged_attention: K/V of {} (f32 or i8)", dtype_name(s.kv_dtype));
+  }
+  const int64_t group = s.kv_group > 0 ? s.kv_group : s.head_dim;
+  if (s.kv_dtype == DType::kI8 &&
+      (s.kv_group < 0 || s.head_dim % group != 0 || s.head_dim / group > attn::kMaxScalesPerHead)) {
+    return invalid_argument(
+        "paged_attention: i8 groups of {} in a head of {} (a divisor, at most "
+        "{} groups a head)",
+        s.kv_group, s.head_dim, attn::kMaxScalesPerHead);
+  }
+  const int64_t row = s.n_head_kv * s.head_dim +
+                      (s.kv_dtype == DType::kI8 ? 4 * s.n_head_kv * (s.head_dim / group) : 0);
+  if (s.kv_row_stride < row) {
+    return invalid_argument("paged_attention: kv_row_stride {} < the {} a {} row takes",
+                            s.kv_row_stride, row, dtype_name(s.kv_dtype));
   }
   if (s.window < 0) return invalid_argument("paged_attention: negative window {}", s.window);
   if (!s.causal && s.window != 0) {
@@ -473,6 +542,17 @@ void attend_reference(const attn::Call& c, const AttentionSeq& sq, std::vector<d
   acc.resize(static_cast<size_t>(dh));                 // [head_dim]
   const float* qs = c.q + sq.q_start * c.n_head * dh;  // [n_tokens, n_head, head_dim]
   float* os = c.out + sq.q_start * c.n_head * dh;      // [n_tokens, n_head, head_dim]
+  std::vector<float> widened(static_cast<size_t>(dh));
+  // KV head hk of row `row` of k or v as f32 (int8 codes times their scale).
+  const auto head = [&](const float* f32, const uint8_t* i8, int64_t row, int64_t hk) {
+    if (i8 == nullptr) return f32 + row * c.kv_row_stride + hk * dh;
+    float s[attn::kMaxScalesPerHead];
+    const int8_t* q = attn::codes_of(c, i8, row, hk, s);
+    for (int64_t i = 0; i < dh; ++i) {
+      widened[static_cast<size_t>(i)] = static_cast<float>(q[i]) * s[i / c.group];
+    }
+    return static_cast<const float*>(widened.data());
+  };
   for (int64_t t = 0; t < sq.n_tokens; ++t) {
     const int64_t pos = sq.n_kv - sq.n_tokens + t;
     const int64_t j_lo = attn::first_seen(c, sq, t);
@@ -482,7 +562,7 @@ void attend_reference(const attn::Call& c, const AttentionSeq& sq, std::vector<d
       const float* qr = qs + (t * c.n_head + h) * dh;  // [head_dim]
       double mx = -INFINITY;
       for (int64_t j = j_lo; j < j_hi; ++j) {
-        const float* kj = c.k + attn::kv_row(c, sq, j) * c.kv_row_stride + hk * dh;  // [head_dim]
+        const float* kj = head(c.k, c.k8, attn::kv_row(c, sq, j), hk);  // [head_dim]
         double d = 0.0;
         for (int64_t i = 0; i < dh; ++i) d += static_cast<double>(qr[i]) * kj[i];
         p[static_cast<size_t>(j)] = d * static_cast<double>(c.scale);
@@ -495,7 +575,7 @@ void attend_reference(const attn::Call& c, const AttentionSeq& sq, std::vector<d
       }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = j_lo; j < j_hi; ++j) {
-        const float* vj = c.v + attn::kv_row(c, sq, j) * c.kv_row_stride + hk * dh;  // [head_dim]
+        const float* vj = head(c.v, c.v8, attn::kv_row(c, sq, j), hk);  // [head_dim]
         const double w = p[static_cast<size_t>(j)] / sum;
         for (int64_t i = 0; i < dh; ++i) acc[static_cast<size_t>(i)] += w * vj[i];
       }
@@ -527,7 +607,7 @@ void attend_fast(const OpContext& ctx, const attn::Call& c, std::span<const Atte
   }
   // Decode over less than 4 MB of K/V is cheaper than a pool round trip (up to ~50 us, see
   // matmul).
-  const int64_t decode_bytes = 2 * decode_kv * c.n_head_kv * dh * int64_t{sizeof(float)};
+  const int64_t decode_bytes = 2 * decode_kv * c.n_head_kv * dh * (c.k8 != nullptr ? 1 : 4);
   const bool use_pool =
       ctx.pool != nullptr && ctx.pool->size() > 1 && (prefill || decode_bytes >= kPoolMinBytes);
   // Decode slices of kDecodeSlice positions: the split of a sequence depends on its own length
@@ -654,10 +734,18 @@ Status attention(const OpContext& ctx, const AttentionShape& s, const float* q, 
 }
 
 Status paged_attention(const OpContext& ctx, const PagedAttentionShape& s,
-                       std::span<const AttentionSeq> seqs, const float* q, const float* k,
-                       const float* v, float* out) {
+                       std::span<const AttentionSeq> seqs, const float* q, const void* k,
+                       const void* v, float* out) {
   RINFER_RETURN_IF_ERROR(check_paged_attention(s, seqs, q, k, v, out));
-  attn::Call c = make_call(s, q, k, v, out);
+  const bool i8 = s.kv_dtype == DType::kI8;
+  attn::Call c = make_call(s, q, i8 ? nullptr : static_cast<const float*>(k),
+                           i8 ? nullptr : static_cast<const float*>(v), out);
+  if (i8) {
+    c.k8 = static_cast<const uint8_t*>(k);
+    c.v8 = static_cast<const uint8_t*>(v);
+    c.scales_at = s.n_head_kv * s.head_dim;
+    c.group = s.kv_group > 0 ? s.kv_group : s.head_dim;
+  }
   c.causal = s.causal;
   c.block_size = s.block_size;
   if (ctx.impl == Impl::kReference) {

@@ -168,7 +168,15 @@ struct PagedAttentionShape {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  int64_t kv_row_stride = 0;  // floats between rows of k/v (>= n_head_kv * head_dim)
+  // f32, or i8: each K/V row holds n_head_kv * head_dim int8 codes (KV head h from h * head_dim)
+  // then an f32 scale per group of kv_group codes (value = code * scale; kv::KvSpec::row_bytes).
+  // Fast: the codes of each block of positions are widened to f32 once per work item, then the
+  // f32 path runs.
+  DType kv_dtype = DType::kF32;
+  int64_t kv_group = 0;  // i8: codes per scale, a divisor of head_dim (0: head_dim)
+  // Between rows of k/v: floats (>= n_head_kv * head_dim), or bytes for i8 (>= the codes and
+  // the scales).
+  int64_t kv_row_stride = 0;
   int64_t block_size = 0;     // rows per block (> 0)
   int64_t n_blocks = 0;       // blocks in k/v: every table entry read must be in [0, n_blocks)
   float scale = 1.0f;
@@ -176,8 +184,8 @@ struct PagedAttentionShape {
   bool causal = true;  // false: every query sees all n_kv positions (encoders); window must be 0
 };
 Status paged_attention(const OpContext& ctx, const PagedAttentionShape& s,
-                       std::span<const AttentionSeq> seqs, const float* q, const float* k,
-                       const float* v, float* out);
+                       std::span<const AttentionSeq> seqs, const float* q, const void* k,
+                       const void* v, float* out);
 
 // ---- encoder ops (BERT) ----------------------------------------------------------------------
 

@@ -21,11 +21,11 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
       m.check_keys({"enabled", "dtype", "layout", "block_size", "prefix_caching", "prealloc"}));
   RINFER_ASSIGN_OR_RETURN(auto enabled, m.get_bool("enabled"));
   if (enabled) s.kv_cache = *enabled;
-  RINFER_ASSIGN_OR_RETURN(auto dtype, m.get_enum("dtype", {"auto", "bf16", "f32"}));
+  RINFER_ASSIGN_OR_RETURN(auto dtype, m.get_enum("dtype", {"auto", "bf16", "f32", "int8"}));
   if (dtype) {
-    s.kv_dtype = *dtype == 0   ? std::nullopt
-                 : *dtype == 1 ? std::optional<DType>(DType::kBF16)
-                               : std::optional<DType>(DType::kF32);
+    constexpr DType kDtypes[] = {DType::kBF16, DType::kF32, DType::kI8};
+    s.kv_dtype =
+        *dtype == 0 ? std::nullopt : std::optional<DType>(kDtypes[static_cast<size_t>(*dtype - 1)]);
   }
   RINFER_ASSIGN_OR_RETURN(auto layout, m.get_enum("layout", {"contiguous", "paged"}));
   if (layout) s.kv_layout = *layout == 0 ? kv::Layout::kContiguous : kv::Layout::kPaged;
@@ -60,9 +60,14 @@ Status validate(const StrategyConfig& s, const Device& device) {
                         "auto sizes a pool of blocks: a contiguous cache holds one whole context "
                         "per seat (use the paged layout)");
   }
-  if (device.is_cpu() && s.kv_dtype && *s.kv_dtype != DType::kF32) {
+  if (device.is_cpu() && s.kv_dtype == DType::kBF16) {
     return key_conflict(s.origins, "strategies.kv_cache.dtype", "device",
-                        "bf16: the CPU keeps its KV cache in f32 only (use auto or f32 there)");
+                        "bf16: the CPU keeps its KV cache in f32 or int8 (use auto, f32 or int8)");
+  }
+  if (device.is_cuda() && s.kv_dtype == DType::kI8) {
+    return key_conflict(s.origins, "strategies.kv_cache.dtype", "device",
+                        "int8: the CUDA attention kernels read bf16 or f32 (an 8-bit cache on CUDA "
+                        "is not built yet)");
   }
   return ok_status();
 }
@@ -78,7 +83,7 @@ std::string describe(const StrategyConfig& s, const Device&) {
     notes.emplace_back("no prefix caching");
   }
   if (s.kv_cache && s.kv_prealloc == KvPrealloc::kAuto) notes.emplace_back("prealloc auto");
-  if (s.kv_dtype) notes.emplace_back(dtype_name(*s.kv_dtype));
+  if (s.kv_dtype) notes.emplace_back(*s.kv_dtype == DType::kI8 ? "int8" : dtype_name(*s.kv_dtype));
   std::string d = fmt::format("kv_cache {}", on_off(s.kv_cache));
   if (notes.empty()) return d;
   return fmt::format("{} ({})", d, fmt::join(notes, ", "));
@@ -91,9 +96,11 @@ const StrategyInfo& kv_cache_strategy() {
       "kv_cache",
       "keep every position's keys and values so a decode step runs only the new token",
       {{"enabled", "bool", "true", "false: every step recomputes the whole sequence"},
-       {"dtype", "auto | bf16 | f32", "auto",
+       {"dtype", "auto | bf16 | f32 | int8", "auto",
         "the cache's element type: auto is bf16 on CUDA (half the bytes a decode step reads) "
-        "and f32 on the CPU (its only type); f32 on CUDA keeps keys and values unrounded"},
+        "and f32 on the CPU; f32 on CUDA keeps keys and values unrounded; int8 (CPU) keeps 8-bit "
+        "codes with an f32 scale per position and KV head (max |x| / 127): about a quarter of "
+        "f32's bytes"},
        {"layout", "contiguous | paged", "paged",
         "contiguous: one block of the whole context per sequence (the baseline); paged: blocks "
         "of block_size positions, taken as a sequence grows"},
