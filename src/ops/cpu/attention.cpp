@@ -64,13 +64,18 @@ struct Call {
   int64_t group = 0;
 };
 
-// Row `row`'s KV head hk of an int8 cache: its codes, and its head_dim / group scales in scales.
+// Row `row`'s KV head hk of an int8 cache: its codes, and (in *scales) where its head_dim / group
+// f32 scales start (read with scale_at: rows need not be 4-byte aligned).
 inline const int8_t* codes_of(const Call& c, const uint8_t* base, int64_t row, int64_t hk,
-                              float* scales) {
+                              const uint8_t** scales) {
   const uint8_t* r = base + row * c.kv_row_stride;
-  const int64_t per_head = c.head_dim / c.group;
-  std::memcpy(scales, r + c.scales_at + 4 * hk * per_head, static_cast<size_t>(per_head) * 4);
+  *scales = r + c.scales_at + 4 * hk * (c.head_dim / c.group);
   return reinterpret_cast<const int8_t*>(r + hk * c.head_dim);
+}
+inline float scale_at(const uint8_t* scales, int64_t i) {
+  float s;
+  std::memcpy(&s, scales + 4 * i, 4);  // one load
+  return s;
 }
 inline constexpr int64_t kMaxScalesPerHead = 256;
 
@@ -289,17 +294,18 @@ HWY_INLINE void WidenRows(const attn::Call& c, const uint8_t* base, int64_t row,
   const hn::Rebind<int32_t, DF> d32;
   const auto nl = static_cast<int64_t>(hn::Lanes(df));
   const int64_t dh = c.head_dim, gs = c.group;
-  float s[attn::kMaxScalesPerHead];
   for (int64_t i = 0; i < n; ++i, dst += dh) {
-    const int8_t* q = attn::codes_of(c, base, row + i, hk, s);
+    const uint8_t* s = nullptr;
+    const int8_t* q = attn::codes_of(c, base, row + i, hk, &s);
     for (int64_t g0 = 0; g0 < dh; g0 += gs) {
-      const auto vs = hn::Set(df, s[g0 / gs]);
+      const float sg = attn::scale_at(s, g0 / gs);
+      const auto vs = hn::Set(df, sg);
       int64_t d = g0;
       for (; d + nl <= g0 + gs; d += nl) {
         hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + d))), vs), df,
                    dst + d);
       }
-      for (; d < g0 + gs; ++d) dst[d] = static_cast<float>(q[d]) * s[g0 / gs];
+      for (; d < g0 + gs; ++d) dst[d] = static_cast<float>(q[d]) * sg;
     }
   }
 }
@@ -546,10 +552,10 @@ void attend_reference(const attn::Call& c, const AttentionSeq& sq, std::vector<d
   // KV head hk of row `row` of k or v as f32 (int8 codes times their scale).
   const auto head = [&](const float* f32, const uint8_t* i8, int64_t row, int64_t hk) {
     if (i8 == nullptr) return f32 + row * c.kv_row_stride + hk * dh;
-    float s[attn::kMaxScalesPerHead];
-    const int8_t* q = attn::codes_of(c, i8, row, hk, s);
+    const uint8_t* s = nullptr;
+    const int8_t* q = attn::codes_of(c, i8, row, hk, &s);
     for (int64_t i = 0; i < dh; ++i) {
-      widened[static_cast<size_t>(i)] = static_cast<float>(q[i]) * s[i / c.group];
+      widened[static_cast<size_t>(i)] = static_cast<float>(q[i]) * attn::scale_at(s, i / c.group);
     }
     return static_cast<const float*>(widened.data());
   };
