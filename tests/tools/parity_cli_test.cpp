@@ -164,13 +164,13 @@ TEST_F(ParityCli, BadInputsAreClearErrors) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("tpu"), std::string::npos) << r.err;
 
-  // KV cache types: the CPU's is f32 only (f32 itself is accepted and changes nothing), and
+  // KV cache types: the CPU keeps f32 or int8 (f32 itself is accepted and changes nothing), and
   // only auto, bf16 and f32 exist.
   const std::string base = "parity --model '" + hf_ + "' --tokens '" + dir_ +
                            "/tokens.i32' --ref '" + dir_ + "/ref.f32'";
   r = rinfer(base + " --kv bf16");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("the CPU keeps its KV cache in f32 only, not bf16"), std::string::npos)
+  EXPECT_NE(r.err.find("the CPU keeps its KV cache in f32 or int8, not bf16"), std::string::npos)
       << r.err;
   r = rinfer(base + " --kv f32");
   EXPECT_EQ(r.exit_code, 0) << r.err;

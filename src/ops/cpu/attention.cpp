@@ -38,6 +38,8 @@
 #define RINFER_OPS_CPU_ATTENTION_CONSTANTS  // this file is compiled once per SIMD target
 namespace rinfer::cpu::attn {
 inline constexpr int64_t kTokBlock = 4;  // tokens per work item (prefill)
+// With an int8 cache: each item widens the blocks it reads once, for more rows.
+inline constexpr int64_t kTokBlockI8 = 16;
 inline constexpr int64_t kKvBlock = 64;  // KV positions per block
 
 // What every work item of a call shares. Sequence sq's queries and outputs are rows
@@ -348,12 +350,16 @@ void AttendItem(const attn::Call& c, const AttentionSeq& sq, int64_t t0, int64_t
     jb = std::min(j0 + kKvBlock, kv_end);
     int64_t n_runs = 0;
     for (int64_t a = j0; a < jb; a = run_pos[n_runs]) {
-      run_row[n_runs] = attn::kv_row(c, sq, a);  // every position of [kv_lo, kv_end) is seen
+      // Negative in a block wholly before the window (prefill walks from a multiple of
+      // kKvBlock): no row reads it.
+      run_row[n_runs] = attn::kv_row(c, sq, a);
       run_pos[++n_runs] = std::min(jb, attn::run_end(c, a));
     }
     run_pos[0] = j0;
     if (i8) {
       for (int64_t i = 0; i < n_runs; ++i) {
+        // A run in a block wholly before the window (table entry -1) is read by no row.
+        if (run_row[i] < 0) continue;
         const int64_t n = run_pos[i + 1] - run_pos[i], at = (run_pos[i] - j0) * dh;
         WidenRows(c, c.k8, run_row[i], n, hk, kv8.data() + at);
         WidenRows(c, c.v8, run_row[i], n, hk, kv8.data() + kKvBlock * dh + at);
@@ -620,6 +626,7 @@ void attend_fast(const OpContext& ctx, const attn::Call& c, std::span<const Atte
   // only, never on the rest of the batch or the pool, so its result has the same bits alone or
   // batched (batch invariance).
   const int64_t slice = kDecodeSlice;
+  const int64_t tok_block = c.k8 != nullptr ? attn::kTokBlockI8 : attn::kTokBlock;
   std::vector<SeqPlan> plans;
   plans.reserve(seqs.size());
   int64_t n_items = 0, n_part = 0;
@@ -628,7 +635,7 @@ void attend_fast(const OpContext& ctx, const attn::Call& c, std::span<const Atte
       if (sq.n_tokens == 0 || (sq.n_tokens == 1) != decode) continue;
       SeqPlan pl{.sq = &sq, .item_begin = n_items};
       if (!decode) {
-        n_items += c.n_head_kv * ceil_div(sq.n_tokens, attn::kTokBlock);
+        n_items += c.n_head_kv * ceil_div(sq.n_tokens, tok_block);
       } else {
         pl.kv_lo = attn::first_seen(c, sq, 0);
         pl.n_split = std::clamp<int64_t>(ceil_div(sq.n_kv - pl.kv_lo, slice), 1, kMaxSplit);
@@ -653,10 +660,10 @@ void attend_fast(const OpContext& ctx, const attn::Call& c, std::span<const Atte
     if (pl.n_split == 0) {
       // Prefill (sequence, KV head, token block); later token blocks see more positions: walk
       // them first for a better balance.
-      const int64_t tb = ceil_div(sq.n_tokens, attn::kTokBlock) - 1 - local / c.n_head_kv;
+      const int64_t tb = ceil_div(sq.n_tokens, tok_block) - 1 - local / c.n_head_kv;
       const int64_t hk = local % c.n_head_kv;
-      const int64_t t0 = tb * attn::kTokBlock;
-      const int64_t t1 = std::min(sq.n_tokens, t0 + attn::kTokBlock);
+      const int64_t t0 = tb * tok_block;
+      const int64_t t1 = std::min(sq.n_tokens, t0 + tok_block);
       // The walk starts at a multiple of kKvBlock, so a row's blocks are the same whichever
       // token block (and chunk) it is in: the same bits alone or batched.
       const int64_t lo = attn::first_seen(c, sq, t0);
