@@ -39,7 +39,7 @@ struct GroupSpec {
 struct KvSpec {
   int64_t n_layer = 0;
   int64_t kv_dim = 0;  // elements per position per layer: n_head_kv * head_dim
-  // f32, bf16, f16, or i8: 8-bit codes with a scale per position and KV head (see row_bytes).
+  // f32, bf16, f16, or i8: 8-bit codes with a scale per group of values (see row_bytes).
   DType dtype = DType::kF32;
   int64_t head_dim = 0;     // elements per KV head (needed by i8; 0: not given)
   int64_t block_size = 16;  // positions per block

@@ -145,7 +145,7 @@ class LlamaModel final : public DecoderModel {
 
   // A CPU runner (llama_runner.cpp): multi-sequence batches over a paged host KV arena.
   Result<std::unique_ptr<DecoderRunner>> create_runner(const RunnerOptions& opts) const override;
-  // f32, or int8 codes with a scale per position and KV head (strategies.kv_cache.dtype).
+  // f32, or int8 codes with a scale per 16 values (strategies.kv_cache.dtype).
   Result<kv::KvSpec> kv_spec(int64_t n_ctx, int64_t block_size) const override {
     return kv_spec_of(kv_dtype(), n_ctx, block_size);
   }

@@ -99,7 +99,7 @@ const StrategyInfo& kv_cache_strategy() {
        {"dtype", "auto | bf16 | f32 | int8", "auto",
         "the cache's element type: auto is bf16 on CUDA (half the bytes a decode step reads) "
         "and f32 on the CPU; f32 on CUDA keeps keys and values unrounded; int8 (CPU) keeps 8-bit "
-        "codes with an f32 scale per position and KV head (max |x| / 127): about a quarter of "
+        "codes with an f32 scale per 16 values (max |x| / 127): under a third of "
         "f32's bytes"},
        {"layout", "contiguous | paged", "paged",
         "contiguous: one block of the whole context per sequence (the baseline); paged: blocks "
