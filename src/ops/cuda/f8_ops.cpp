@@ -52,4 +52,10 @@ Status matvec_f8(const DeviceWeight& w, const uint8_t* xq, const float* x_scale,
                      "matvec_f8 launch");
 }
 
+Status matvec_f8_rows(const DeviceWeight& w, const void* x, DType x_dtype, int64_t n_rows,
+                      uint8_t* q, float* scale, const float* add, float* y, cudaStream_t stream) {
+  RINFER_RETURN_IF_ERROR(quantize_rows_f8(x, x_dtype, n_rows, w.n_in, w.n_in, q, scale, stream));
+  return matvec_f8(w, q, scale, n_rows, add, y, stream);
+}
+
 }  // namespace rinfer::cuda

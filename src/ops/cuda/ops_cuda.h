@@ -147,6 +147,10 @@ Status quantize_rows_f8(const void* x, DType x_dtype, int64_t n_rows, int64_t n,
 // n_in] (16-byte aligned): decode through tensor-core MMAs, every weight byte read once.
 Status matvec_f8(const DeviceWeight& w, const uint8_t* xq, const float* x_scale, int64_t n_rows,
                  const float* add, float* y, cudaStream_t stream);
+// The same from rows of f32 or bf16 activations x [n_rows, w.n_in]: quantize_rows_f8 into the
+// workspace q [n_rows, w.n_in] (16-byte aligned) and scale [n_rows], then matvec_f8.
+Status matvec_f8_rows(const DeviceWeight& w, const void* x, DType x_dtype, int64_t n_rows,
+                      uint8_t* q, float* scale, const float* add, float* y, cudaStream_t stream);
 
 // y[n_tokens, n_out] = (xq W^T) * w.scales[out] * x_scale[token] through cuBLASLt's FP8 GEMM
 // (outer-vector scales, f32 accumulation; y f32 or bf16); xq [n_tokens, n_in] e4m3 codes.

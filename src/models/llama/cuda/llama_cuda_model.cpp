@@ -334,9 +334,7 @@ Status LlamaCudaModel::matvec_f32_in(const DeviceWeight& w, const float* x, cons
   cudaStream_t st = stream_.get();
   if (w.dtype != DType::kF8E4M3) return cuda::matvec(w, x, add, y, st);
   // FP8 weights: the row's e4m3 codes and scale first (dynamic, per row).
-  RINFER_RETURN_IF_ERROR(
-      cuda::quantize_rows_f8(x, DType::kF32, 1, w.n_in, w.n_in, s.f8, s.f8_scale, st));
-  return cuda::matvec_f8(w, s.f8, s.f8_scale, 1, add, y, st);
+  return cuda::matvec_f8_rows(w, x, DType::kF32, 1, s.f8, s.f8_scale, add, y, st);
 }
 
 NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer, bool producer_q16_in,

@@ -408,10 +408,9 @@ class LlamaCudaRunner final : public DecoderRunner {
         nt <= cuda::kMatvecBatchMaxRows) {
       // FP8: the rows' e4m3 codes (per-row scales), then the tensor-core matvec.
       auto* q = f8_ws_.as<uint8_t>();
-      auto* sc = reinterpret_cast<float*>(q + f8_codes_bytes_);
-      RINFER_RETURN_IF_ERROR(
-          cuda::quantize_rows_f8(x, DType::kBF16, nt, w.n_in, w.n_in, q, sc, stream_));
-      return cuda::matvec_f8(w, q, sc, nt, nullptr, y, stream_);
+      return cuda::matvec_f8_rows(w, x, DType::kBF16, nt, q,
+                                  reinterpret_cast<float*>(q + f8_codes_bytes_), nullptr, y,
+                                  stream_);
     }
     return cuda::gemm(lt_, w, x, nt, DType::kF32, y, 0.0f, gemm_ws_.data(), gemm_ws_bytes_,
                       stream_);
