@@ -209,6 +209,41 @@ TEST_P(TinyModelTest, Int8KvCacheStaysNearF32) {
   }
 }
 
+// strategies.quantization.weights int8 (W8A8): every layer matrix becomes int8 codes with a scale
+// per row, packed for the integer kernel, and the activations int8 with a scale per token. The
+// logits stay near the exact f32 ones (the weights' and the activations' rounding), the fast and
+// the reference kernels agree to float rounding (the reference dequantizes and sums in double),
+// and decoding step by step gives the one pass's logits (a token's codes do not depend on the
+// tokens beside it).
+TEST_P(TinyModelTest, Int8WeightsStayNearF32) {
+  ThreadPool pool(2);
+  Loaded f32 = load(model_path(), cpu::Impl::kReference, &pool, false);
+  ASSERT_TRUE(f32.model);
+  const std::vector<int32_t> ids = fixture()["ids"];
+  const std::vector<float> ref = all_logits(f32, ids);
+  std::vector<float> fast;
+  for (cpu::Impl impl : {cpu::Impl::kFast, cpu::Impl::kReference}) {
+    LoadOptions opts;
+    opts.cpu.ops.impl = impl;
+    opts.cpu.ops.pool = &pool;
+    opts.weight_format = DType::kI8;
+    auto m = load_decoder_model(model_path(), opts);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    Loaded i8{std::move(m).value()};
+    const std::vector<float> one = all_logits(i8, ids);
+    const double err = rel_l2(one, ref);
+    EXPECT_LT(err, 5e-2);
+    EXPECT_GT(err, 0.0);
+    if (impl == cpu::Impl::kFast) {
+      fast = one;
+      EXPECT_LT(rel_l2(decode_logits(i8, ids), one), 1e-5);
+    } else {
+      // Same codes and scales; the fast path also rounds the activations to int8.
+      EXPECT_LT(rel_l2(fast, one), 5e-2);
+    }
+  }
+}
+
 TEST_P(TinyModelTest, RequestedRowsOnly) {
   Loaded l = load(model_path(), cpu::Impl::kReference, nullptr);
   ASSERT_TRUE(l.model);

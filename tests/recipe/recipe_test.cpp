@@ -169,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
             "qkv, batchnorm, conv_epilogue, blocks)"},
         Bad{BASE "strategies:\n  quantization: {weights: q3}\n",
             "bad.yaml:4:27: strategies.quantization.weights: expected one of keep, f16, bf16, "
-            "q8_0, q4_0, q4_1 or fp8, got q3"},
+            "q8_0, q4_0, q4_1, fp8 or int8, got q3"},
         Bad{BASE "strategies:\n  quantization: {weights: q8_0, keep_layers: [0, -70000]}\n",
             "strategies.quantization.keep_layers: item 1: expected an integer in [-65535, 65535], "
             "got -70000"},

@@ -7,9 +7,11 @@
 
 #include "core/error.h"
 #include "core/quantize.h"
+#include "core/quantize_8bit.h"
 #include "core/strings.h"
 #include "models/bind_util.h"
 #include "models/llama/llama_model.h"
+#include "ops/cpu/ops.h"
 
 namespace rinfer::llama {
 
@@ -366,6 +368,7 @@ Status LlamaModel::convert_weights() {
   // FP8 has no host layout (its per-row scales live beside the codes on the device): the CUDA
   // model quantizes at upload (LlamaCudaModel::upload).
   if (to == DType::kF8E4M3) return ok_status();
+  if (to == DType::kI8) return quantize_int8_rows(keep);
   auto conv = [&](Tensor& w, const std::string& what, bool whole) -> Status {
     if (!w.defined() || w.dtype() == to) return ok_status();
     auto c = convert_weight(w, to, opts_.cpu.ops.pool);
@@ -393,6 +396,43 @@ Status LlamaModel::convert_weights() {
       output_ = tok_embd_;
     } else {
       RINFER_RETURN_IF_ERROR(conv(output_, "output", true));
+    }
+  }
+  return ok_status();
+}
+
+Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (keep[static_cast<size_t>(il)]) continue;
+    LayerWeights& l = layers_[static_cast<size_t>(il)];
+    for (const LayerMatrix& m : kLayerMatrices) {
+      Tensor& w = l.*m.w;
+      if (!w.defined()) continue;
+      const std::string what = fmt::format("layer {} {}", il, m.name);
+      const int64_t n_out = w.dim(0), n_in = w.dim(1);
+      const DTypeTraits& tr = dtype_traits(w.dtype());
+      const int64_t row_bytes = w.strides()[0] / tr.block_size * tr.block_bytes;
+      std::vector<float> f(static_cast<size_t>(n_in));
+      RINFER_ASSIGN_OR_RETURN(Tensor codes, Tensor::empty({n_out, n_in}, DType::kI8));
+      RINFER_ASSIGN_OR_RETURN(Tensor scales, Tensor::empty({n_out}, DType::kF32));
+      for (int64_t r = 0; r < n_out; ++r) {
+        const Status st = dequantize_row(
+            w.dtype(), static_cast<const uint8_t*>(w.data()) + r * row_bytes, f.data(), n_in);
+        if (!st.ok()) return st.with_context(fmt::format("converting {} to int8", what));
+        quantize_rows_int8(f.data(), 1, n_in, codes.mutable_data_as<int8_t>() + r * n_in,
+                           scales.mutable_data_as<float>() + r);
+      }
+      const float* sc = scales.data_as<float>();
+      for (int64_t r = 0; r < n_out; ++r) {
+        if (!std::isfinite(sc[r])) {
+          return invalid_argument("converting {} to int8: row {} holds a non-finite value", what,
+                                  r);
+        }
+      }
+      RINFER_ASSIGN_OR_RETURN(Tensor panels, cpu::pack_w8a8(codes));
+      weight_bytes_ = weight_bytes_ - w.nbytes() + panels.nbytes() + scales.nbytes();
+      w = std::move(panels);
+      l.scales.*m.scale = std::move(scales);
     }
   }
   return ok_status();

@@ -27,6 +27,9 @@ void add_bias(const cpu::OpContext& ctx, float* x, const Tensor& bias, int64_t n
   for (int64_t r = 0; r < n_rows; ++r) cpu::add(ctx, x + r * n, b, n, x + r * n);
 }
 
+// The row scales of an int8 matrix (weights: int8), nullptr for the other formats.
+const Tensor* row_scale(const Tensor& s) { return s.defined() ? &s : nullptr; }
+
 }  // namespace
 
 float LlamaModel::attention_scale() const {
@@ -99,12 +102,13 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     if (opts_.fusion.qkv) {
       // One pass: h quantized once, the rows of all three matrices split over the pool together.
       const Tensor* ws[] = {&l.wq, &l.wk, &l.wv};
+      const Tensor* ss[] = {row_scale(l.scales.wq), row_scale(l.scales.wk), row_scale(l.scales.wv)};
       float* ys[] = {q, k_new, v_new};
-      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys));
+      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys, ss));
     } else {
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q));
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wk, h, nt, k_new));
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wv, h, nt, v_new));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wq, h, nt, q, row_scale(l.scales.wq)));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wk, h, nt, k_new, row_scale(l.scales.wk)));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wv, h, nt, v_new, row_scale(l.scales.wv)));
     }
     add_bias(ctx, q, l.bq, nt, q_dim);
     add_bias(ctx, k_new, l.bk, nt, kv_dim);
@@ -134,7 +138,8 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     }
     {
       OpScope op(timer, "wo", il, mm(l.wo));
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.wo, attn, nt, h));  // h: [nt, n_embd]
+      RINFER_RETURN_IF_ERROR(
+          cpu::matmul(ctx, l.wo, attn, nt, h, row_scale(l.scales.wo)));  // h: [nt, n_embd]
     }
     if (hp_.post_norms) {
       OpScope op(timer, "post_norm", il, row_norm);
@@ -153,11 +158,12 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     std::optional<OpScope> gu_op(std::in_place, timer, "gate_up", il, mm_sum({&l.w_gate, &l.w_up}));
     if (opts_.fusion.swiglu) {
       const Tensor* ws[] = {&l.w_gate, &l.w_up};
+      const Tensor* ss[] = {row_scale(l.scales.w_gate), row_scale(l.scales.w_up)};
       float* ys[] = {gate, up};
-      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys));
+      RINFER_RETURN_IF_ERROR(cpu::matmul_multi(ctx, ws, h, nt, ys, ss));
     } else {
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate));
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_gate, h, nt, gate, row_scale(l.scales.w_gate)));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_up, h, nt, up, row_scale(l.scales.w_up)));
     }
     gu_op.reset();
     {
@@ -170,7 +176,7 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
     }
     {
       OpScope op(timer, "down", il, mm(l.w_down));
-      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_down, gate, nt, h));
+      RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_down, gate, nt, h, row_scale(l.scales.w_down)));
     }
     if (hp_.post_norms) {
       OpScope op(timer, "post_norm", il, row_norm);

@@ -62,7 +62,8 @@ struct LayerWeights {
   Tensor q_norm, k_norm;                 // [head_dim] f32, per-head RMSNorm of Q and K
   Tensor post_attn_norm, post_ffn_norm;  // [n_embd] f32, norms of the block outputs
   // The per-row scales of the matrices an FP8 checkpoint stores as f8_e4m3 codes (value = code *
-  // scale[row]), f32 [n_out, 1] under the matrix's name; undefined for every other dtype.
+  // scale[row]), f32 [n_out, 1] under the matrix's name, or of the W8A8 matrices weights: int8
+  // makes (f32 [n_out]; the matrix then holds cpu::pack_w8a8's panels); undefined otherwise.
   struct Scales {
     Tensor wq, wk, wv, wo, w_gate, w_up, w_down;
   } scales;
@@ -192,6 +193,10 @@ class LlamaModel final : public DecoderModel {
   // LoadOptions::weight_format: converts the layer matrices (all but keep_precision_layers) and,
   // with convert_embeddings, the embedding table and output projection (owned copies).
   Status convert_weights();
+  // weights: int8 — each layer matrix not in `keep` becomes int8 codes with an f32 scale per
+  // row (quantize_rows_int8) in LayerWeights::scales, the codes packed for the W8A8 matmul
+  // (cpu::pack_w8a8).
+  Status quantize_int8_rows(const std::vector<bool>& keep);
 
   std::shared_ptr<const void> file_;  // what the weights view: a GgufFile or a SafetensorsModel
   LoadOptions opts_;

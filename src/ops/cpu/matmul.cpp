@@ -16,6 +16,12 @@
 
 namespace rinfer::cpu {
 
+// W8A8 over int8 matrices with row scales sharing x (matmul_i8.cpp): x quantized once, the rows
+// of every matrix split over the pool together; arguments checked by the caller.
+Status matmul_i8_fast(const OpContext& ctx, std::span<const Tensor* const> ws,
+                      std::span<const Tensor* const> scales, const float* x, int64_t n_tokens,
+                      std::span<float* const> ys);
+
 namespace {
 
 using internal::QActs;
@@ -62,6 +68,49 @@ Status check_matmul_args(const Tensor& w, const float* x, int64_t n_tokens, cons
   if (n_tokens < 0) return invalid_argument("matmul: negative n_tokens {}", n_tokens);
   if (n_tokens > 0 && w.dim(0) > 0 && w.dim(1) > 0 && (x == nullptr || y == nullptr)) {
     return invalid_argument("matmul: null {} pointer", x == nullptr ? "x" : "y");
+  }
+  return ok_status();
+}
+
+// row_scale: [n_out] contiguous f32 CPU values beside W8A8 panels (pack_w8a8) of n_out rows.
+Status check_row_scale(const Tensor& w, const Tensor* scale) {
+  if (w.dtype() != DType::kU8 || w.dim(1) % internal::kW8A8Panel != 0) {
+    return invalid_argument(
+        "matmul: row scales go with W8A8 weights (pack_w8a8: u8 panels of 16 rows), not {}",
+        w.to_string());
+  }
+  if (scale == nullptr || !scale->defined()) {
+    return invalid_argument("matmul: W8A8 weight {} needs its per-row scales", w.to_string());
+  }
+  const int64_t n_out = scale->numel();
+  if (scale->dtype() != DType::kF32 || !scale->is_contiguous() || !scale->device().is_cpu() ||
+      (n_out + internal::kW8A8Panel - 1) / internal::kW8A8Panel != w.dim(0) || n_out == 0) {
+    return invalid_argument(
+        "matmul: the row scales of {} must be contiguous f32 CPU values, one per row of its {} "
+        "panels of 16, not {}",
+        w.to_string(), w.dim(0), scale->to_string());
+  }
+  return ok_status();
+}
+
+// The reference over W8A8 panels: value = (byte - 128) * scale[o], sums in double.
+Status matmul_reference_w8a8(const Tensor& w, const Tensor& scale, const float* x, int64_t n_tokens,
+                             float* y) {
+  const int64_t n_out = scale.numel(), k = w.dim(1) / internal::kW8A8Panel;
+  const uint8_t* base = w.data_as<uint8_t>();
+  const float* sc = scale.data_as<float>();
+  for (int64_t o = 0; o < n_out; ++o) {
+    const uint8_t* panel = base + (o / internal::kW8A8Panel) * w.dim(1);
+    const int64_t j = o % internal::kW8A8Panel;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        const float v =
+            static_cast<float>(static_cast<int>(panel[(i / 4) * 64 + j * 4 + i % 4]) - 128) * sc[o];
+        acc += static_cast<double>(v) * static_cast<double>(x[t * k + i]);
+      }
+      y[t * n_out + o] = static_cast<float>(acc);
+    }
   }
   return ok_status();
 }
@@ -269,12 +318,19 @@ Status matmul_multi_direct(const OpContext& ctx, std::span<const Tensor* const> 
 }  // namespace
 
 Status matmul_multi(const OpContext& ctx, std::span<const Tensor* const> ws, const float* x,
-                    int64_t n_tokens, std::span<float* const> ys) {
+                    int64_t n_tokens, std::span<float* const> ys,
+                    std::span<const Tensor* const> row_scales) {
   if (ws.size() != ys.size()) {
     return invalid_argument("matmul_multi: {} weights but {} outputs", ws.size(), ys.size());
   }
   if (ws.empty()) return ok_status();
+  if (!row_scales.empty() && row_scales.size() != ws.size()) {
+    return invalid_argument("matmul_multi: {} weights but {} row scales", ws.size(),
+                            row_scales.size());
+  }
+  auto scale_of = [&](size_t i) { return row_scales.empty() ? nullptr : row_scales[i]; };
   bool direct = ctx.impl == Impl::kFast && ctx.quantize_activations && n_tokens == 1;
+  bool all_i8 = ctx.impl == Impl::kFast && ctx.quantize_activations;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (ws[i] == nullptr) return invalid_argument("matmul_multi: null weight {}", i);
     RINFER_RETURN_IF_ERROR(check_matmul_args(*ws[i], x, n_tokens, ys[i])
@@ -284,18 +340,33 @@ Status matmul_multi(const OpContext& ctx, std::span<const Tensor* const> ws, con
                               ws[i]->dim(1), ws[0]->dim(1));
     }
     direct = direct && ws[i]->dim(0) > 0 && ws[i]->dim(1) > 0 &&
-             internal::has_direct_matvec(ws[i]->dtype());
+             internal::has_direct_matvec(ws[i]->dtype()) && scale_of(i) == nullptr;
+    all_i8 = all_i8 && scale_of(i) != nullptr;
+    if (scale_of(i) != nullptr) RINFER_RETURN_IF_ERROR(check_row_scale(*ws[i], scale_of(i)));
   }
   if (direct) return matmul_multi_direct(ctx, ws, x, ys);
+  if (all_i8) return matmul_i8_fast(ctx, ws, row_scales, x, n_tokens, ys);
   for (size_t i = 0; i < ws.size(); ++i)
-    RINFER_RETURN_IF_ERROR(matmul(ctx, *ws[i], x, n_tokens, ys[i]));
+    RINFER_RETURN_IF_ERROR(matmul(ctx, *ws[i], x, n_tokens, ys[i], scale_of(i)));
   return ok_status();
 }
 
 std::string_view simd_target_name() { return internal::simd_target(); }
 
-Status matmul(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+Status matmul(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens, float* y,
+              const Tensor* row_scale) {
   RINFER_RETURN_IF_ERROR(check_matmul_args(w, x, n_tokens, y));
+  if (row_scale != nullptr) {
+    RINFER_RETURN_IF_ERROR(check_row_scale(w, row_scale));
+    if (n_tokens == 0) return ok_status();
+    if (ctx.impl == Impl::kReference || !ctx.quantize_activations) {
+      return matmul_reference_w8a8(w, *row_scale, x, n_tokens, y);
+    }
+    const Tensor* ws[] = {&w};
+    const Tensor* sc[] = {row_scale};
+    float* ys[] = {y};
+    return matmul_i8_fast(ctx, ws, sc, x, n_tokens, ys);
+  }
   if (n_tokens == 0 || w.dim(0) == 0) return ok_status();
   if (w.dim(1) == 0) {
     std::fill(y, y + n_tokens * w.dim(0), 0.0f);

@@ -24,6 +24,7 @@
 // Symmetric formats fold their offset into wm (Q4_0: q - 8 gives wm = -8 d).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -125,5 +126,37 @@ bool int8_matvec_direct(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_
                         const QActs& a, float* y, int64_t ldy = 0);
 
 const char* simd_target();
+
+// W8A8 (matmul_i8.cpp): activations quantized per token and per group of kW8A8Group columns,
+// q [n_tokens, kp] (kp = n_in rounded up to 64, zero padded, 64-byte aligned), x ~= scale[t, g] *
+// q[t, :] over group g, sum[t, g] = sum of the group's codes.
+inline constexpr int64_t kW8A8Group = 64;
+struct I8Acts {
+  int64_t kp = 0;
+  int64_t k = 0;           // n_in
+  int8_t* q = nullptr;
+  float* scale = nullptr;  // [n_tokens, groups()] max|x| / 127 over the group (0: all zero)
+  int32_t* sum = nullptr;  // [n_tokens, groups()]
+  int64_t groups() const { return (k + kW8A8Group - 1) / kW8A8Group; }
+};
+// Per group: scale = max|x| / 127, q = nearbyint(x * (127 / max|x|)) (round to nearest even):
+// AVX-512 where the CPU has VNNI and !scalar, else a scalar loop (the same bits).
+void quantize_tokens_i8(const float* x, int64_t n_tokens, int64_t k, const I8Acts& a,
+                        bool scalar = false);
+// One group's contribution to a row's float sum: acc sums the unsigned weight bytes (code + 128)
+// times the codes, code_sum the group's codes; every kernel adds it with this one fused
+// multiply-add, group by group, and multiplies the total by the row's scale.
+inline float i8_group_add(int32_t acc, int32_t code_sum, float x_scale, float f) {
+  return std::fma(static_cast<float>(acc - 128 * code_sum), x_scale, f);
+}
+// Rows per panel of packed W8A8 weights (pack_w8a8): byte (row j, column i) of panel p is at
+// p * 16 * k + (i / 4) * 64 + j * 4 + i % 4, holding code + 128.
+inline constexpr int64_t kW8A8Panel = 16;
+// y[t * ldy + o] = w_scale[o] * (the i8_group_add chain over the groups) for the rows o < n_out
+// of panels [p0, p1) and every token: the VNNI kernel where the CPU has it and !scalar, else the
+// scalar loop (the same bits).
+void w8a8_panels(const uint8_t* w, int64_t n_out, int64_t k, const float* w_scale, int64_t p0,
+                 int64_t p1, const I8Acts& a, int64_t n_tokens, float* y, int64_t ldy, bool scalar);
+bool has_i8_vnni();
 
 }  // namespace rinfer::cpu::internal

@@ -61,14 +61,34 @@ std::string_view simd_target_name();
 // n_tokens == 1 runs a matrix-vector kernel (memory bound); more tokens run a tiled
 // matrix-matrix kernel that unpacks each weight tile once and reuses it across all tokens.
 // Work is split over ctx.pool by output rows. x and y must not overlap.
-Status matmul(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens, float* y);
+//
+//
+// W8A8 (row_scale given): w holds int8 codes packed by pack_w8a8 (u8 [ceil(n_out / 16),
+// 16 * n_in]) and row_scale [n_out] f32 the scale of each row (value = code * row_scale[o]), so
+// n_out is row_scale's length and n_in w.dim(1) / 16; the reference is the formula above over
+// those values. Fast with ctx.quantize_activations: x is quantized per token to int8 with a scale
+// per 64 columns (max|x| / 127 over them), each group's sum is exact int32 (AVX-512 VNNI where
+// present), the groups add in f32 and the row's scale multiplies once; the error is the
+// activations' rounding (relative L2 error vs the reference under 2e-2 on uniform random data).
+// Without quantize_activations it runs the reference.
+Status matmul(const OpContext& ctx, const Tensor& w, const float* x, int64_t n_tokens, float* y,
+              const Tensor* row_scale = nullptr);
 
 // Several matmuls that share their input, e.g. Q, K and V, or the FFN's gate and up:
 // ys[i][n_tokens, n_out_i] = x[n_tokens, n_in] * ws[i]^T, every ws[i] with the same n_in.
 // Same results as calling matmul for each; the fast path quantizes x once and, for one token,
 // splits the rows of all the matrices over the pool in a single round trip.
+// row_scales (empty, or one per matrix, nullptr where none): as matmul's row_scale; W8A8
+// matrices quantize x once and split all their panels over the pool together.
 Status matmul_multi(const OpContext& ctx, std::span<const Tensor* const> ws, const float* x,
-                    int64_t n_tokens, std::span<float* const> ys);
+                    int64_t n_tokens, std::span<float* const> ys,
+                    std::span<const Tensor* const> row_scales = {});
+
+// The W8A8 layout of int8 codes [n_out, n_in] (n_in a multiple of 4) for matmul's row_scale
+// form: panels of 16 rows, each 4-column step of the 16 rows in 64 bytes, as code + 128 (the
+// unsigned operand of the integer dot products); u8 [ceil(n_out / 16), 16 * n_in], rows past
+// n_out zero codes.
+Result<Tensor> pack_w8a8(const Tensor& codes);
 
 // out[i, :] = table[ids[i], :] as f32, for a 2-D CPU table [n_rows, n] of any dtype.
 // out: [ids.size(), n]. Ids out of range are an error naming the id and its position.

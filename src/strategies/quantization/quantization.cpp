@@ -18,9 +18,9 @@ namespace {
 constexpr bool kCpuConvertsWeights = true;
 
 const std::vector<std::string_view> kWeightNames{"keep", "f16",  "bf16", "q8_0",
-                                                 "q4_0", "q4_1", "fp8"};
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,  DType::kQ8_0,
-                                  DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3};
+                                                 "q4_0", "q4_1", "fp8",  "int8"};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,   DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3, DType::kI8};
 
 constexpr int64_t kMaxLayer = 65535;
 
@@ -35,8 +35,8 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
       if (**raw != name) continue;
       return m.error("weights",
                      fmt::format("{}: there is no converter to this format at load (keep, f16, "
-                                 "bf16, q8_0, q4_0, q4_1 and fp8 are accepted; a file's own q4_k "
-                                 "tensors run as they are with weights: keep)",
+                                 "bf16, q8_0, q4_0, q4_1, fp8 and int8 are accepted; a file's own "
+                                 "q4_k tensors run as they are with weights: keep)",
                                  name));
     }
   }
@@ -100,6 +100,24 @@ Status validate(const StrategyConfig& s, const Device& device) {
                         "true: the embedding table and the output projection have no FP8 kernels "
                         "(fp8 converts the layer matrices; they keep their stored format)");
   }
+  if (q.weights == DType::kI8 && !device.is_cpu()) {
+    return key_conflict(s.origins, "strategies.quantization.weights", "device",
+                        fmt::format("int8 (W8A8: int8 weights with a scale per row, int8 "
+                                    "activations per token) runs on the CPU; on {} use fp8",
+                                    device.to_string()));
+  }
+  if (q.weights == DType::kI8 && q.embeddings) {
+    return key_conflict(s.origins, "strategies.quantization.embeddings",
+                        "strategies.quantization.weights",
+                        "true: int8 converts the layer matrices only (the embedding table and "
+                        "the output projection keep their stored format)");
+  }
+  if (q.weights == DType::kI8 && q.activations != ActivationFormat::kInt8) {
+    return key_conflict(s.origins, "strategies.quantization.activations",
+                        "strategies.quantization.weights",
+                        fmt::format("{}: int8 weights run W8A8, with int8 activations",
+                                    activation_format_name(q.activations)));
+  }
   if (q.weights && device.is_cpu() && !kCpuConvertsWeights) {
     return key_conflict(s.origins, "strategies.quantization.weights", "device",
                         fmt::format("{}: converting weights at load is not implemented on the "
@@ -151,6 +169,7 @@ std::string_view activation_format_name(ActivationFormat a) {
 
 std::string weight_format_name(const std::optional<DType>& weights) {
   if (!weights) return "keep";
+  if (*weights == DType::kI8) return "int8";
   return std::string(dtype_name(*weights));
 }
 
@@ -158,9 +177,10 @@ const StrategyInfo& quantization_strategy() {
   static const StrategyInfo info{
       "quantization",
       "weight format at load (some layers kept in higher precision) and CPU activation format",
-      {{"weights", "keep|f16|bf16|q8_0|q4_0|q4_1|fp8", "keep",
+      {{"weights", "keep|f16|bf16|q8_0|q4_0|q4_1|fp8|int8", "keep",
         "convert the block matrices at load; keep: the file's stored formats; fp8 (CUDA): "
-        "E4M3 weights and activations"},
+        "E4M3 weights and activations; int8 (CPU): W8A8, int8 weights with a scale per row "
+        "and int8 activations with a scale per token"},
        {"keep_layers", "list of int in [-65535, 65535]", "[0, -1] when weights converts",
         "blocks left in their stored format; negative from the last (-1: the last)"},
        {"embeddings", "bool", "false", "convert the token embedding / output projection too"},
