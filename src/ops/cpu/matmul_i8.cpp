@@ -109,18 +109,23 @@ RINFER_VNNI inline void tile_vnni(const uint8_t* w0, int64_t k, int64_t row0, in
                                   float* y, int64_t ldy) {
   __m512i acc[NP][NT];
   __m512 f[NP][NT];
+#pragma GCC unroll 8
   for (int p = 0; p < NP; ++p) {
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) f[p][t] = _mm512_setzero_ps();
   }
   const int64_t pb = kW8A8Panel * k;  // bytes of a panel
   const int64_t steps = k / 4, ng = a.groups();
   for (int64_t gi = 0; gi < ng; ++gi) {
+#pragma GCC unroll 8
     for (auto& row : acc) {
+#pragma GCC unroll 8
       for (__m512i& v : row) v = _mm512_setzero_si512();
     }
     const int64_t g_end = std::min(steps, (gi + 1) * (kW8A8Group / 4));
     for (int64_t g = gi * (kW8A8Group / 4); g < g_end; ++g) {
       __m512i wv[NP];
+#pragma GCC unroll 8
       for (int p = 0; p < NP; ++p) {
         if (pf) {
           _mm_prefetch(reinterpret_cast<const char*>(w0 + p * pb + g * 64 + kPrefetchBytes),
@@ -128,29 +133,35 @@ RINFER_VNNI inline void tile_vnni(const uint8_t* w0, int64_t k, int64_t row0, in
         }
         wv[p] = _mm512_loadu_si512(w0 + p * pb + g * 64);
       }
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         int32_t four;
         std::memcpy(&four, a.q + (t0 + t) * a.kp + g * 4, 4);
         const __m512i av = _mm512_set1_epi32(four);
+#pragma GCC unroll 8
         for (int p = 0; p < NP; ++p) acc[p][t] = _mm512_dpbusd_epi32(acc[p][t], wv[p], av);
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const int64_t at = (t0 + t) * ng + gi;
       const __m512i off = _mm512_set1_epi32(128 * a.sum[at]);
       const __m512 xs = _mm512_set1_ps(a.scale[at]);
+#pragma GCC unroll 8
       for (int p = 0; p < NP; ++p) {
         f[p][t] = _mm512_fmadd_ps(
             _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(acc[p][t], off)), xs, f[p][t]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int p = 0; p < NP; ++p) {
     const int64_t r = row0 + p * kW8A8Panel;
     const int64_t left = n_out - r;
     if (left <= 0) break;
     const __mmask16 m = left >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << left) - 1);
     const __m512 ws = _mm512_maskz_loadu_ps(m, w_scale + r);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       _mm512_mask_storeu_ps(y + (t0 + t) * ldy + r, m, _mm512_mul_ps(f[p][t], ws));
     }
@@ -176,6 +187,7 @@ RINFER_VNNI void matvec_vnni(const uint8_t* w, int64_t n_out, int64_t k, const f
         _mm_prefetch(reinterpret_cast<const char*>(panel + g * 64 + kPrefetchBytes), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(panel + g * 64 + 128 + kPrefetchBytes),
                      _MM_HINT_T0);
+#pragma GCC unroll 8
         for (int u = 0; u < 4; ++u) {
           int32_t four;
           std::memcpy(&four, q + (g + u) * 4, 4);
@@ -339,8 +351,10 @@ struct I8Scratch {
 };
 thread_local I8Scratch t_i8_acts;
 
-// Matrices below this many weight bytes per call stay on the calling thread (as matmul's).
-constexpr int64_t kMinParallelBytes = 4 << 20;
+// Matrices below this many weight bytes per call stay on the calling thread. Lower than the GGUF
+// kernels' 4 MB (matmul.cpp): the panels stream fast enough that SmolLM2's decode matrices of 1-2
+// MB gain from the second core despite the pool round trip (docs/strategies/quantization.md).
+constexpr int64_t kMinParallelBytes = 1 << 20;
 
 }  // namespace
 
