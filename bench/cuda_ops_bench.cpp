@@ -180,11 +180,13 @@ json matvec_row(const std::string& dtype, const std::string& kernel, const Shape
 json bench_matvec(Ctx& c) {
   json rows = json::array();
   std::printf("\n== decode matvec y = W x (f32 x, y), %d-rep median of graph replays\n", c.reps);
-  std::printf("(dtype/q16: int16 activations + dp2a; the others dequantize to f32 exactly)\n");
+  std::printf(
+      "(dtype/q16: int16 activations + dp2a; the others dequantize to f32 exactly, f8_e4m3 as "
+      "weights only: W8A16)\n");
   std::printf("%-9s %-24s %9s %9s %9s %8s %7s\n", "dtype", "shape", "MB", "us", "limit us", "GB/s",
               "of BW");
-  for (DType t :
-       {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K}) {
+  for (DType t : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
+                  DType::kF8E4M3}) {
     for (const Shape& sh : kShapes) {
       const std::vector<DeviceWeight> ws = weight_copies(c, t, sh);
       const uint64_t wbytes = ws[0].bytes;

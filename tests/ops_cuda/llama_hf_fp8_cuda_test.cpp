@@ -35,7 +35,9 @@ Result<std::vector<float>> logits(const std::string& dir, const LoadOptions& o,
 
 // The checkpoint's codes on the device equal what quantizing its dequantized values at load
 // makes (a scale per row of max|w| / 448 gives back the same codes; the scales agree within an
-// ulp), so the logits agree to rounding; and both stay near the CPU's bf16 values.
+// ulp), so the logits agree to rounding; and both stay near the CPU's bf16 values: the GPU's
+// prefill rounds each matrix's input to e4m3 (RMS relative error 2^-3 / sqrt(12), 3.6%), the
+// CPU does not, so the logits differ by a few such roundings.
 TEST(CudaHfFp8, CheckpointCodesRunAsTheyAre) {
   if (!cuda_devices().ok()) GTEST_SKIP() << "no usable CUDA device";
   const test::TinySpec s = cuda_spec();
@@ -68,7 +70,7 @@ TEST(CudaHfFp8, CheckpointCodesRunAsTheyAre) {
       "against the CPU's bf16 values\n",
       same, near_cpu);
   EXPECT_LT(same, 1e-4);
-  EXPECT_LT(near_cpu, 0.05);
+  EXPECT_LT(near_cpu, 0.15);
   EXPECT_GT(near_cpu, 0.0);  // activations in FP8 on the GPU, not on the CPU
   // The down rows (f32 in the reference, bf16 from the codes) are the only difference.
   const int64_t e = s.n_embd, f = s.n_ff, l = s.n_layer;

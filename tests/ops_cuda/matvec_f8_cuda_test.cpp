@@ -371,8 +371,14 @@ TEST_F(CudaF8, BadArgumentsAreRefusedByName) {
          "f16");
   auto r = cuda::random_device_weight(DType::kF8E4M3, 4, 100, 1, 0, stream());
   ASSERT_FALSE(r.ok());
-  // f8 weights go through matvec_f8 only: the other ops name the layout.
-  expect(cuda::matvec(f8, xs.as<float>(), nullptr, y.as<float>(), stream()), "f8_e4m3");
+  // f8 weights go through the matvecs only (matvec_f8, and matvec / matvec_rms_norm as weights
+  // only): the other ops name the layout.
+  expect(cuda::matvec_batch(f8, reinterpret_cast<const uint16_t*>(xs.data()), 1, y.as<float>(),
+                            stream()),
+         "f8_e4m3");
+  expect(cuda::get_rows(f8, reinterpret_cast<const int32_t*>(xs.data()), 1, DType::kF32,
+                        y.as<float>(), stream()),
+         "f8_e4m3");
 }
 
 }  // namespace

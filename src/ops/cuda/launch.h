@@ -24,7 +24,19 @@ int sm_count();
 void set_matvec_split(int split);
 
 // Weight formats of the device layout (see DeviceWeight in ops_cuda.h).
-enum WFormat : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_1, kWQ4_K, kWFormatCount };
+// kWF8: f8_e4m3 codes [n_out, n_in] with an f32 scale per row (scales), read by the decode matvec
+// alone (the other kernels' switches refuse it).
+enum WFormat : int {
+  kWF32 = 0,
+  kWF16,
+  kWBF16,
+  kWQ8_0,
+  kWQ4_0,
+  kWQ4_1,
+  kWQ4_K,
+  kWF8,
+  kWFormatCount
+};
 
 struct WeightView {
   int format = kWF32;
@@ -32,7 +44,8 @@ struct WeightView {
   int64_t n_in = 0;
   int64_t ld = 0;                // scalar formats: elements between rows (n_in padded to 16 B)
   const void* data = nullptr;    // [n_out, row bytes]
-  const void* scales = nullptr;  // Q8_0 / Q4_0: f16 [n_out, n_in/32]; Q4_1: (d, m) f16 pairs
+  const void* scales = nullptr;  // Q8_0 / Q4_0: f16 [n_out, n_in/32]; Q4_1: (d, m) f16 pairs;
+                                 // F8: f32 [n_out]
 };
 
 // The RMSNorm of the matvec's own input (launch_matvec_rms_norm): weights [n_in] f32.

@@ -7,13 +7,19 @@
 // (lane l takes chunks l, l + 32, ...), kUnroll chunks in flight per row; matrices with few rows
 // split each row over S warps (split-K, matvec_split: warp k of S takes chunks 32 k + l,
 // 32 (k + S) + l, ...; their sums are added through shared memory), so attn_out and ffn_down
-// keep enough warps and loads in flight (docs/strategies/kernels.md, "Measured choices"); x is loaded once per
-// chunk and used for all kRows rows (Q4 formats read 8 bytes of x per byte of weight, so sharing
-// x keeps the L1 traffic under the DRAM traffic). Per-row sums are reduced with shuffles.
+// keep enough warps and loads in flight (docs/strategies/kernels.md, "Measured choices"); x is
+// loaded once per chunk and used for all kRows rows (Q4 formats read 8 bytes of x per byte of
+// weight, so sharing x keeps the L1 traffic under the DRAM traffic). Per-row sums are reduced with
+// shuffles.
+//
+// FP8 (f8_e4m3 codes, an f32 scale per row): weights only, x stays f32 (W8A16); pairs of codes
+// become exact halves with one cvt (e4m3x2 -> f16x2), the row scale multiplies the row's sum.
 //
 // Exact dequantization: nibbles and bytes become floats through the 2^23 mantissa trick (PRMT +
 // FADD, exact), block scales multiply partial sums: Q4_0 d*(sum q*x - 8 sum x), Q4_1
 // d*sum q*x + m*sum x, Q4_K per 32-element sub-block (d*sc)*sum q*x - (dmin*m)*sum x.
+#include <cuda_fp8.h>
+
 #include <atomic>
 
 #include "ops/cuda/matvec_common.cuh"
@@ -67,11 +73,18 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps
 
-// Rows per warp and chunks in flight per lane and row (docs/strategies/kernels.md, "Measured choices"): for the 16-bit formats four
-// rows and 2 chunks beat two rows and 4 (each x load serves more rows), which beat one row and
-// 8; Q4 rows share the larger x loads (four rows and 4 chunks was slower). kWide (16-bit
-// formats, rows of 2048 elements or more): eight rows and one chunk, so each x load serves eight
-// rows.
+// Two e4m3 codes (the low 16 bits, element 0 in the low byte) as exact floats.
+__device__ __forceinline__ float2 f8x2_to_float2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return half2_to_float2(static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16));
+}
+
+// Rows per warp and chunks in flight per lane and row (docs/strategies/kernels.md, "Measured
+// choices"): for the 16-bit formats four rows and 2 chunks beat two rows and 4 (each x load serves
+// more rows), which beat one row and 8; Q4 rows share the larger x loads (four rows and 4 chunks
+// was slower). kWide (16-bit formats and F8, rows of 2048 elements or more): eight rows and one
+// chunk, so each x load serves eight rows.
 template <int F, bool kWide = false>
 struct MvCfg {
   static constexpr int kRows = F == kWF32 ? 1 : (kWide ? 8 : 4);
@@ -83,8 +96,9 @@ struct MvCfg {
   // take up to 239.
   static constexpr int kMinBlocks =
       kWide ? 6
-            : (F == kWBF16 || F == kWF16 || F == kWF32 ? 8
-                                                       : (F == kWQ8_0 ? 5 : (F == kWQ4_K ? 3 : 4)));
+            : (F == kWBF16 || F == kWF16 || F == kWF32
+                   ? 8
+                   : (F == kWQ8_0 || F == kWF8 ? 5 : (F == kWQ4_K ? 3 : 4)));
 };
 
 // x[base, base + n) into registers; elements at or past n_in read as 0 (only the last chunk of a
@@ -180,6 +194,17 @@ __global__ void __launch_bounds__(kThreads, kNorm ? MvCfg<F, kWide>::kMinBlocks 
               s = fmaf(f.y, xr[2 * i + 1], s);
             }
             acc[r] += s;
+          } else if constexpr (F == kWF8) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float2 lo = f8x2_to_float2(words[i]);
+              const float2 hi = f8x2_to_float2(words[i] >> 16);
+              s = fmaf(lo.x, xr[4 * i], s);
+              s = fmaf(lo.y, xr[4 * i + 1], s);
+              s = fmaf(hi.x, xr[4 * i + 2], s);
+              s = fmaf(hi.y, xr[4 * i + 3], s);
+            }
+            acc[r] += s;
           } else {  // Q8_0
             float q[16];
             q8_unpack(wv[u][r], q);
@@ -230,6 +255,10 @@ __global__ void __launch_bounds__(kThreads, kNorm ? MvCfg<F, kWide>::kMinBlocks 
   }
   pdl_begin();   // lanes without chunks (a repeat for the others returns at once)
   __syncwarp();  // the lanes reconverge here: the shuffles below stay plain SHFLs
+  if constexpr (F == kWF8) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] *= __ldg(reinterpret_cast<const float*>(rs.s0) + rs.row(r));
+  }
   if constexpr (kNorm) {
     // The row group's S warps each saw a share of x: pool their sums (every thread arrives).
     __shared__ float s_ss[kThreads / kWarp];
@@ -268,7 +297,7 @@ cudaError_t launch_fw(const WeightView& w, const float* x, const float* add, flo
 template <int F, bool kNorm = false>
 cudaError_t launch_f(const WeightView& w, const float* x, const float* add, float* y,
                      const RowNorm& nw, cudaStream_t stream) {
-  if constexpr (F == kWBF16 || F == kWF16) {
+  if constexpr (F == kWBF16 || F == kWF16 || F == kWF8) {
     if (w.n_in >= 2048) return launch_fw<F, true, kNorm>(w, x, add, y, nw, stream);
   }
   return launch_fw<F, false, kNorm>(w, x, add, y, nw, stream);
@@ -286,6 +315,7 @@ cudaError_t launch_matvec(const WeightView& w, const float* x, const float* add,
     case kWQ4_0: return launch_f<kWQ4_0>(w, x, add, y, {}, stream);
     case kWQ4_1: return launch_f<kWQ4_1>(w, x, add, y, {}, stream);
     case kWQ4_K: return launch_f<kWQ4_K>(w, x, add, y, {}, stream);
+    case kWF8: return launch_f<kWF8>(w, x, add, y, {}, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -295,6 +325,7 @@ cudaError_t launch_matvec_rms_norm(const WeightView& w, const float* x, const Ro
   switch (w.format) {
     case kWF16: return launch_f<kWF16, true>(w, x, nullptr, y, nw, stream);
     case kWBF16: return launch_f<kWBF16, true>(w, x, nullptr, y, nw, stream);
+    case kWF8: return launch_f<kWF8, true>(w, x, nullptr, y, nw, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -58,7 +58,7 @@ __device__ __forceinline__ void matvec_store(float (&acc)[R], int lane, int wi, 
 // registers than R 64-bit pointers: the kernels' occupancy is register-bound).
 struct MvRows {
   const uint8_t* w0 = nullptr;  // row0's weights
-  const uint8_t* s0 = nullptr;  // row0's scales (Q8_0 / Q4_0: f16; Q4_1: f16 pairs)
+  const uint8_t* s0 = nullptr;  // row0's scales (Q8_0 / Q4_0: f16; Q4_1: f16 pairs; F8: f32)
   int32_t last = 0;             // the last row that exists, relative to row0
   int32_t rb = 0;               // weight bytes per row
   int32_t sb = 0;               // scale bytes per row
@@ -70,7 +70,7 @@ __device__ __forceinline__ MvRows matvec_rows(const WeightView& w, int64_t row0)
   MvRows m;
   m.rb = static_cast<int32_t>(w_row_bytes<F>(w));
   const int64_t nb = w.n_in / 32;
-  m.sb = static_cast<int32_t>(F == kWQ4_1 ? nb * 4 : nb * 2);
+  m.sb = static_cast<int32_t>(F == kWF8 ? 4 : (F == kWQ4_1 ? nb * 4 : nb * 2));
   const int64_t r0 = min(row0, w.n_out - 1);
   m.last = static_cast<int32_t>(w.n_out - 1 - r0);
   m.w0 = static_cast<const uint8_t*>(w.data) + r0 * m.rb;

@@ -18,8 +18,15 @@ Status launched(cudaError_t err, const char* op) {
   return cuda_status(err, op);
 }
 
-Result<kern::WeightView> view_of(const DeviceWeight& w, const char* op) {
+// allow_f8: the op reads f8_e4m3 weights (the decode matvecs); the others name the layout.
+Result<kern::WeightView> view_of(const DeviceWeight& w, const char* op, bool allow_f8 = false) {
   kern::WeightView v;
+  if (w.dtype == DType::kF8E4M3 && !allow_f8) {
+    return invalid_argument(
+        "{}: weight layout f8_e4m3 is read by matvec, matvec_rms_norm and "
+        "matvec_f8 only",
+        op);
+  }
   switch (w.dtype) {
     case DType::kF32: v.format = kern::kWF32; break;
     case DType::kF16: v.format = kern::kWF16; break;
@@ -28,6 +35,7 @@ Result<kern::WeightView> view_of(const DeviceWeight& w, const char* op) {
     case DType::kQ4_0: v.format = kern::kWQ4_0; break;
     case DType::kQ4_1: v.format = kern::kWQ4_1; break;
     case DType::kQ4_K: v.format = kern::kWQ4_K; break;
+    case DType::kF8E4M3: v.format = kern::kWF8; break;
     default:
       return invalid_argument("{}: weight layout {} is not a device layout", op,
                               dtype_name(w.dtype));
@@ -63,7 +71,7 @@ Status check_rows(int64_t n_rows, int64_t n, const void* a, const void* b, const
 
 Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
               cudaStream_t stream) {
-  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec"));
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec", true));
   if (x == nullptr || y == nullptr) return invalid_argument("matvec: null pointer");
   if (!aligned16(x)) return invalid_argument("matvec: x must be 16-byte aligned");
   if (x == y) return invalid_argument("matvec: x and y must not alias");
@@ -100,14 +108,15 @@ Status matvec_batch(const DeviceWeight& w, const uint16_t* x, int64_t n_rows, fl
 }
 
 bool matvec_rms_norm_supported(DType layout) {
-  return layout == DType::kBF16 || layout == DType::kF16;
+  return layout == DType::kBF16 || layout == DType::kF16 || layout == DType::kF8E4M3;
 }
 
 Status matvec_rms_norm(const DeviceWeight& w, const float* x, const float* norm_w, float eps,
                        float* y, cudaStream_t stream) {
-  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_rms_norm"));
+  RINFER_ASSIGN_OR_RETURN(kern::WeightView v, view_of(w, "matvec_rms_norm", true));
   if (!matvec_rms_norm_supported(w.dtype)) {
-    return invalid_argument("matvec_rms_norm: layout {} (only f16 and bf16)", dtype_name(w.dtype));
+    return invalid_argument("matvec_rms_norm: layout {} (only f16, bf16 and f8_e4m3)",
+                            dtype_name(w.dtype));
   }
   if (x == nullptr || y == nullptr || norm_w == nullptr) {
     return invalid_argument("matvec_rms_norm: null pointer");

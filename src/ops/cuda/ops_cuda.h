@@ -65,11 +65,12 @@ Result<DeviceWeight> upload_weight(const Tensor& w, int device, cudaStream_t str
                                    DeviceAllocator* allocator = nullptr);
 
 // y[n_out] = W x (+ add[n_out] when add != nullptr; add may alias y). x: [n_in] f32, 16-byte
-// aligned, must not alias y. Batch-1 decode; memory-bound.
+// aligned, must not alias y. Batch-1 decode; memory-bound. An f8_e4m3 layout is read as weights
+// only (code * row scale, x kept in f32: W8A16), unlike matvec_f8's e4m3 activations.
 Status matvec(const DeviceWeight& w, const float* x, const float* add, float* y,
               cudaStream_t stream);
-// y[n_out] = W (rms_norm(x) * norm_w) for the F16 and BF16 layouts: the RMSNorm of a residual row
-// x [n_in] (weights norm_w [n_in], both 16-byte aligned) formed while x is read, so no norm
+// y[n_out] = W (rms_norm(x) * norm_w) for the F16, BF16 and F8 layouts: the RMSNorm of a residual
+// row x [n_in] (weights norm_w [n_in], both 16-byte aligned) formed while x is read, so no norm
 // kernel runs before a decode matvec. x must not alias y.
 bool matvec_rms_norm_supported(DType layout);
 Status matvec_rms_norm(const DeviceWeight& w, const float* x, const float* norm_w, float eps,

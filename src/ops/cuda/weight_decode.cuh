@@ -27,6 +27,10 @@ struct WFmt<kWQ8_0> {
   static constexpr int kEpc = 16;
 };
 template <>
+struct WFmt<kWF8> {
+  static constexpr int kEpc = 16;
+};
+template <>
 struct WFmt<kWQ4_0> {
   static constexpr int kEpc = 32;
 };
@@ -49,7 +53,7 @@ template <int F>
 __host__ __device__ inline int64_t w_row_bytes(const WeightView& w) {
   if constexpr (F == kWF32) return w.ld * 4;
   if constexpr (F == kWF16 || F == kWBF16) return w.ld * 2;
-  if constexpr (F == kWQ8_0) return w.n_in;
+  if constexpr (F == kWQ8_0 || F == kWF8) return w.n_in;
   if constexpr (F == kWQ4_0 || F == kWQ4_1) return w.n_in / 2;
   return w.n_in / 256 * 144;  // Q4_K
 }

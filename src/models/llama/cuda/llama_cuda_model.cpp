@@ -287,9 +287,6 @@ Result<LlamaCudaModel::Scratch> LlamaCudaModel::allocate_scratch() {
     RINFER_ASSIGN_OR_RETURN(void* parts, get(f(cuda::split_norm_parts(e))));
     s.norm_parts = static_cast<float*>(parts);
   }
-  RINFER_ASSIGN_OR_RETURN(void* f8, get(static_cast<size_t>((qn + 15) / 16 * 16 + 16)));
-  s.f8 = static_cast<uint8_t*>(f8);
-  s.f8_scale = reinterpret_cast<float*>(s.f8 + (qn + 15) / 16 * 16);
   RINFER_ASSIGN_OR_RETURN(void* ints, get(2 * 4));
   s.tokens = static_cast<int32_t*>(ints);
   s.positions = s.tokens + 1;
@@ -322,19 +319,8 @@ Status LlamaCudaModel::project(const DeviceWeight& w, const float* x_f32, bool x
                             cuda::quantized_activation_in(s.q16, s.q16_bytes, w.n_in));
     return cuda::matvec_q16(w, qa, nullptr, y, st);
   }
-  if (x_quantized && w.dtype == DType::kF8E4M3) {
-    // The norm before left x's e4m3 codes in s.f8 (residual_norm with want_f8).
-    return cuda::matvec_f8(w, s.f8, s.f8_scale, 1, nullptr, y, st);
-  }
-  return matvec_f32_in(w, x_f32, nullptr, y, s);
-}
-
-Status LlamaCudaModel::matvec_f32_in(const DeviceWeight& w, const float* x, const float* add,
-                                     float* y, const Scratch& s) {
-  cudaStream_t st = stream_.get();
-  if (w.dtype != DType::kF8E4M3) return cuda::matvec(w, x, add, y, st);
-  // FP8 weights: the row's e4m3 codes and scale first (dynamic, per row).
-  return cuda::matvec_f8_rows(w, x, DType::kF32, 1, s.f8, s.f8_scale, add, y, st);
+  // f8_e4m3 weights too: a decode row reads them as weights only (W8A16; docs/gpu-inference.md).
+  return cuda::matvec(w, x_f32, nullptr, y, st);
 }
 
 NormMode LlamaCudaModel::norm_mode(const DeviceWeight* producer, bool producer_q16_in,
@@ -373,11 +359,11 @@ Status LlamaCudaModel::norm_produce(NormMode mode, const DeviceWeight& producer,
   }
   // kRow: the residual add in place.
   if (in) return cuda::matvec_q16(producer, *in, s.x, s.x, st);
-  return matvec_f32_in(producer, x_f32, s.x, s.x, s);
+  return cuda::matvec(producer, x_f32, s.x, s.x, st);
 }
 
 Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const float* w,
-                                           const Scratch& s, bool want_q16, bool want_f8) {
+                                           const Scratch& s, bool want_q16) {
   cudaStream_t st = stream_.get();
   const int64_t e = hp_.n_embd;
   if (opts_.fusion.residual_norm && e % 32 == 0 && e <= 32768) {
@@ -385,11 +371,6 @@ Result<bool> LlamaCudaModel::residual_norm(float* x, const float* delta, const f
     // residual x += delta and the norm of x; with want_q16 also the int16 form.
     const float* in = delta == nullptr ? x : delta;
     float* res = delta == nullptr ? nullptr : x;
-    if (want_f8 && e <= 16384) {
-      RINFER_RETURN_IF_ERROR(
-          cuda::rms_norm_row_f8(in, res, w, e, hp_.norm_eps, s.h, s.f8, s.f8_scale, st));
-      return true;
-    }
     if (!want_q16) {
       RINFER_RETURN_IF_ERROR(cuda::rms_norm_row(in, res, w, e, hp_.norm_eps, s.h, st));
       return false;
@@ -483,8 +464,7 @@ Status LlamaCudaModel::layer_forward(int64_t il, const Scratch& s, bool h_quanti
     }
     OpScope op(op_timer_, "norm", il, pc.norm);
     RINFER_ASSIGN_OR_RETURN(
-        hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up}),
-                          any_f8({&d.wgu, &d.w_gate, &d.w_up})));
+        hq, residual_norm(s.x, s.o, d.ffn_norm, s, any_q16({&d.wgu, &d.w_gate, &d.w_up})));
   }
 
   // MLP.
@@ -573,8 +553,7 @@ Status LlamaCudaModel::forward(const Scratch& s) {
     if (norm.mode == NormMode::kKernel && !hq) {
       OpScope op(op_timer_, "norm", il, pc.norm);
       RINFER_ASSIGN_OR_RETURN(hq, residual_norm(s.x, il == 0 ? nullptr : s.o, d.attn_norm, s,
-                                                any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv}),
-                                                any_f8({&d.wqkv, &d.wq, &d.wk, &d.wv})));
+                                                any_q16({&d.wqkv, &d.wq, &d.wk, &d.wv})));
     }
     NormIn next;
     RINFER_RETURN_IF_ERROR(layer_forward(il, s, hq, norm, next));

@@ -123,8 +123,6 @@ class LlamaCudaModel final : public DecoderModel {
     void* q16n = nullptr;  // [n_embd] int16 blocks a split norm's producer writes
     size_t q16n_bytes = 0;
     float* norm_parts = nullptr;   // the split norm's sums of squares
-    uint8_t* f8 = nullptr;         // e4m3 codes of a matvec_f8's input row (f8_e4m3 weights)
-    float* f8_scale = nullptr;     // [1] its scale
     int32_t* tokens = nullptr;     // [1] (the runner points it at its staged input)
     int32_t* positions = nullptr;  // [1]
     float* logits = nullptr;       // [n_vocab]
@@ -154,10 +152,6 @@ class LlamaCudaModel final : public DecoderModel {
   // input is a norm without a kernel (above).
   Status project(const DeviceWeight& w, const float* x_f32, bool x_quantized, const Scratch& s,
                  float* y, NormIn norm = {});
-  // y[n_out] = W x (+ add) from the f32 row x: the f32 matvec, or for f8_e4m3 weights the row's
-  // e4m3 codes (in s.f8) and matvec_f8.
-  Status matvec_f32_in(const DeviceWeight& w, const float* x, const float* add, float* y,
-                       const Scratch& s);
   // The producer of a kQ16 or kRow norm (its input: the int16 blocks in s.q16 when x_quantized,
   // else x_f32): s.x += W x, and for kQ16 the norm with weights norm_w for the consumers.
   Status norm_produce(NormMode mode, const DeviceWeight& producer, const float* x_f32,
@@ -179,19 +173,13 @@ class LlamaCudaModel final : public DecoderModel {
     return ok_status();
   }
   // s.h = rms_norm(x + delta) with the residual updated in place (fused or not); with
-  // want_q16 also the int16 form into s.q16 (in the same kernel with the fusion on), with
-  // want_f8 (fusion on) its e4m3 codes and scale into s.f8; returns whether it wrote either.
+  // want_q16 also the int16 form into s.q16 (in the same kernel with the fusion on); returns
+  // whether it wrote it.
   Result<bool> residual_norm(float* x, const float* delta, const float* w, const Scratch& s,
-                             bool want_q16 = false, bool want_f8 = false);
+                             bool want_q16 = false);
   static bool any_q16(std::initializer_list<const DeviceWeight*> ws) {
     for (const DeviceWeight* w : ws) {
       if (w->data != nullptr && q16_layout(*w)) return true;
-    }
-    return false;
-  }
-  static bool any_f8(std::initializer_list<const DeviceWeight*> ws) {
-    for (const DeviceWeight* w : ws) {
-      if (w->data != nullptr && w->dtype == DType::kF8E4M3) return true;
     }
     return false;
   }
