@@ -5,7 +5,8 @@
 // roof (and the f32 kernels on the same shapes). Prints a table and, with
 // --out FILE, writes JSON (git sha, date, machine).
 //
-//   ops_bench [--out FILE] [--reps N] [--quick]
+//   ops_bench [--out FILE] [--reps N] [--quick] [--w8a8]
+//   (--w8a8: only the W8A8 against Q8_0 table, ops_bench_w8a8.cpp)
 //
 // Decode (1 token) numbers cycle through enough copies of each weight matrix to exceed the
 // last-level cache, so they measure DRAM streaming as in a real forward pass.
@@ -41,6 +42,10 @@
 #include "ops/cpu/attention_bf16.h"
 #include "ops/cpu/matmul_bf16.h"
 #include "ops/cpu/ops.h"
+#include "ops_bench.h"
+
+using ops_bench::make_weights;
+using ops_bench::time_median;
 
 namespace {
 
@@ -57,8 +62,12 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+}  // namespace
+
+namespace ops_bench {
+
 // Median seconds of fn() over `reps` runs after one warm-up (at least min_time in total).
-double time_median(int reps, const std::function<void()>& fn, double min_time = 0.0) {
+double time_median(int reps, const std::function<void()>& fn, double min_time) {
   fn();
   std::vector<double> t;
   const auto start = Clock::now();
@@ -70,6 +79,10 @@ double time_median(int reps, const std::function<void()>& fn, double min_time = 
   }
   return median(t);
 }
+
+}  // namespace ops_bench
+
+namespace {
 
 struct AlignedBuf {
   explicit AlignedBuf(size_t n) : size(n), p(static_cast<uint8_t*>(std::aligned_alloc(64, n))) {
@@ -146,6 +159,10 @@ Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
   return bw;
 }
 
+}  // namespace
+
+namespace ops_bench {
+
 // Random weights: random bytes with every block's f16 scale fields set to small sane values.
 std::vector<uint8_t> make_weights(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
   const auto& tr = rinfer::dtype_traits(t);
@@ -196,6 +213,10 @@ std::vector<uint8_t> make_weights(DType t, int64_t n_out, int64_t n_in, uint32_t
   }
   return w;
 }
+
+}  // namespace ops_bench
+
+namespace {
 
 #ifdef RINFER_BENCH_X86
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (their _mm512_undefined_* placeholders).
@@ -310,80 +331,6 @@ struct Shape {
 
 }  // namespace
 
-// W8A8 (int8 codes, a scale per row; int8 activations per token) against Q8_0 (int8 activations
-// per block of 32) on SmolLM2-135M's layer shapes, 1 and 512 tokens, 1 and 2 threads.
-void bench_w8a8(std::span<ThreadPool* const> pools, int reps, nlohmann::json& j) {
-  struct W8Shape {
-    const char* name;
-    int64_t n_out, n_in;
-  };
-  const W8Shape shapes[] = {{"attn_q/o 576->576", 576, 576},
-                            {"ffn_gate/up 576->1536", 1536, 576},
-                            {"ffn_down 1536->576", 576, 1536}};
-  std::printf("\n%-22s %-5s %4s %2s %11s %11s %7s\n", "W8A8 vs Q8_0", "", "tok", "th", "q8_0 us",
-              "int8 us", "speedup");
-  for (const W8Shape& s : shapes) {
-    // Copies so that a decode pass over them exceeds the last-level cache (it streams DRAM).
-    const int n_copies =
-        static_cast<int>(std::max<int64_t>(1, (int64_t{160} << 20) / (s.n_out * s.n_in)));
-    std::vector<std::vector<uint8_t>> q8;
-    std::vector<Tensor> wq8, codes, scales;
-    for (int c = 0; c < n_copies; ++c) {
-      q8.push_back(make_weights(DType::kQ8_0, s.n_out, s.n_in, static_cast<uint32_t>(c + 5)));
-      auto w = Tensor::wrap(q8.back().data(), q8.back().size(), {s.n_out, s.n_in}, DType::kQ8_0,
-                            rinfer::Device::cpu(), nullptr);
-      auto q = Tensor::empty({s.n_out, s.n_in}, DType::kI8);
-      auto sc = Tensor::empty({s.n_out}, DType::kF32);
-      if (!w.ok() || !q.ok() || !sc.ok()) std::abort();
-      for (int64_t i = 0; i < s.n_out * s.n_in; ++i) {
-        q->mutable_data_as<int8_t>()[i] = static_cast<int8_t>((i * 37 + 11 + c) % 255 - 127);
-      }
-      for (int64_t r = 0; r < s.n_out; ++r) sc->mutable_data_as<float>()[r] = 1e-3f;
-      wq8.push_back(*w);
-      auto packed = cpu::pack_w8a8(*q);
-      if (!packed.ok()) std::abort();
-      codes.push_back(*packed);
-      scales.push_back(*sc);
-    }
-    for (int64_t nt : {int64_t{1}, int64_t{512}}) {
-      std::vector<float> x(static_cast<size_t>(nt * s.n_in));
-      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
-      std::vector<float> y(static_cast<size_t>(nt * s.n_out));
-      for (ThreadPool* p : pools) {
-        const cpu::OpContext ctx{cpu::Impl::kFast, p};
-        const int r = nt > 1 ? std::max(3, reps / 3) : reps;
-        size_t next = 0;  // decode: a different copy each call, as successive layers would be
-        const double t_q8 = time_median(
-            r,
-            [&] {
-              const size_t c = nt == 1 ? next++ % wq8.size() : 0;
-              if (!cpu::matmul(ctx, wq8[c], x.data(), nt, y.data()).ok()) std::abort();
-            },
-            0.2);
-        const double t_i8 = time_median(
-            r,
-            [&] {
-              const size_t c = nt == 1 ? next++ % codes.size() : 0;
-              if (!cpu::matmul(ctx, codes[c], x.data(), nt, y.data(), &scales[c]).ok()) {
-                std::abort();
-              }
-            },
-            0.2);
-        std::printf("%-22s %-5s %4lld %2d %11.1f %11.1f %6.2fx\n", s.name, "",
-                    static_cast<long long>(nt), p->size(), t_q8 * 1e6, t_i8 * 1e6, t_q8 / t_i8);
-        j["w8a8"].push_back({{"shape", s.name},
-                             {"n_out", s.n_out},
-                             {"n_in", s.n_in},
-                             {"n_tokens", nt},
-                             {"threads", p->size()},
-                             {"q8_0_us", t_q8 * 1e6},
-                             {"int8_us", t_i8 * 1e6},
-                             {"speedup", t_q8 / t_i8}});
-      }
-    }
-  }
-}
-
 int main(int argc, char** argv) {
   std::string out_path;
   int reps = 15;
@@ -436,7 +383,7 @@ int main(int argc, char** argv) {
     return 0;
   };
   if (w8a8_only) {
-    bench_w8a8(pools, reps, j);
+    ops_bench::bench_w8a8(pools, reps, j);
     return write_out();
   }
 
@@ -800,6 +747,6 @@ int main(int argc, char** argv) {
   }
 #endif
 
-  bench_w8a8(pools, reps, j);
+  ops_bench::bench_w8a8(pools, reps, j);
   return write_out();
 }

@@ -29,31 +29,8 @@ using internal::QActsLayout;
 using internal::round_up;
 using internal::WTile;
 
-// A growable 64-byte-aligned buffer, one per thread and purpose, so steady-state calls never
-// allocate.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(p_); }
-  void* get(size_t bytes) {
-    if (bytes > size_) {
-      std::free(p_);
-      size_ = static_cast<size_t>(round_up(static_cast<int64_t>(bytes), 4096));
-      p_ = std::aligned_alloc(64, size_);
-      if (p_ == nullptr) size_ = 0;
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
-
-thread_local Scratch t_acts;  // activations of the call (caller thread)
-thread_local Scratch t_tile;  // the weight tile of the current row chunk (each thread)
+thread_local internal::Scratch t_acts;  // activations of the call (caller thread)
+thread_local internal::Scratch t_tile;  // the weight tile of the current row chunk (each thread)
 
 Status check_matmul_args(const Tensor& w, const float* x, int64_t n_tokens, const float* y) {
   if (!w.defined()) return invalid_argument("matmul: undefined weight tensor");

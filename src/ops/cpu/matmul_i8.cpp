@@ -334,22 +334,7 @@ bool has_i8_vnni() { return cpu_has_vnni(); }
 
 namespace {
 
-// A growable 64-byte-aligned scratch of the calling thread (steady-state calls never allocate).
-struct I8Scratch {
-  void* p = nullptr;
-  size_t size = 0;
-  ~I8Scratch() { std::free(p); }
-  void* get(size_t bytes) {
-    if (bytes > size) {
-      std::free(p);
-      size = (bytes + 4095) / 4096 * 4096;
-      p = std::aligned_alloc(64, size);
-      if (p == nullptr) size = 0;
-    }
-    return p;
-  }
-};
-thread_local I8Scratch t_i8_acts;
+thread_local internal::Scratch t_i8_acts;  // the quantized activations (caller thread)
 
 // Matrices below this many weight bytes per call stay on the calling thread. Lower than the GGUF
 // kernels' 4 MB (matmul.cpp): the panels stream fast enough that SmolLM2's decode matrices of 1-2

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/dtype.h"
 
@@ -37,6 +38,29 @@ inline constexpr int64_t kGroupPad = 16;  // group arrays are padded to this man
 // The micro-kernels' register tile is 4 rows x 4 tokens.
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A growable 64-byte-aligned buffer, one per thread and purpose, so steady-state calls never
+// allocate.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(p_); }
+  void* get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(p_);
+      size_ = static_cast<size_t>(round_up(static_cast<int64_t>(bytes), 4096));
+      p_ = std::aligned_alloc(64, size_);
+      if (p_ == nullptr) size_ = 0;
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t size_ = 0;
+};
 
 struct QActsLayout {
   int64_t k = 0;    // logical n_in
@@ -133,7 +157,7 @@ const char* simd_target();
 inline constexpr int64_t kW8A8Group = 64;
 struct I8Acts {
   int64_t kp = 0;
-  int64_t k = 0;           // n_in
+  int64_t k = 0;  // n_in
   int8_t* q = nullptr;
   float* scale = nullptr;  // [n_tokens, groups()] max|x| / 127 over the group (0: all zero)
   int32_t* sum = nullptr;  // [n_tokens, groups()]
