@@ -1,5 +1,8 @@
 #include "engine/strategy_options.h"
 
+#include <fmt/format.h>
+
+#include "formats/calibration.h"
 #include "formats/model_cache.h"
 #include "models/registry.h"
 #include "strategies/registry.h"
@@ -21,6 +24,17 @@ Status apply_strategies(const StrategyConfig& s, const Device& device, LoadOptio
   load.weight_format = q.weights;
   load.keep_precision_layers = q.effective_keep_layers();
   load.convert_embeddings = q.weights.has_value() && q.embeddings;
+  load.smoothing = nullptr;
+  load.smoothing_file = q.smoothing;
+  if (!q.smoothing.empty()) {
+    auto stats = read_calibration(q.smoothing);
+    if (!stats.ok()) {
+      return stats.status().with_context(
+          fmt::format("{}: strategies.quantization.smoothing",
+                      s.origins.where("strategies.quantization.smoothing")));
+    }
+    load.smoothing = std::make_shared<const CalibrationStats>(std::move(stats).value());
+  }
   load.cpu.ops.quantize_activations = q.activations == ActivationFormat::kInt8;
   load.cpu.bf16_matmuls = q.activations == ActivationFormat::kBf16;
   // cuda_graphs, device_sampling

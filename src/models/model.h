@@ -39,6 +39,7 @@
 namespace rinfer {
 
 struct ModelInfo;
+struct CalibrationStats;
 
 struct SamplingParams;
 namespace kv {
@@ -102,6 +103,11 @@ struct LoadOptions {
   // convert_embeddings.
   std::vector<int64_t> keep_precision_layers;
   bool convert_embeddings = false;
+  // strategies.quantization.smoothing: the activation statistics of `rinfer calibrate`
+  // (formats/calibration.h) and their file, for messages; the int8 conversion smooths the
+  // matrices that read the normed residual stream with them. Null: no smoothing.
+  std::shared_ptr<const CalibrationStats> smoothing;
+  std::string smoothing_file;
   FusionOptions fusion;
   // The KV cache's element type (strategies.kv_cache.dtype): nullopt is the device's default,
   // bf16 on CUDA and f32 on the CPU (whose cache is f32 only); CUDA also takes f32.

@@ -102,6 +102,9 @@ struct QuantizationConfig {
   std::optional<std::vector<int64_t>> keep_layers;
   bool embeddings = false;  // convert the token embedding / output projection too
   ActivationFormat activations = ActivationFormat::kInt8;
+  // strategies.quantization.smoothing: a `rinfer calibrate` file (a path relative to the recipe
+  // that names it resolved against that recipe's folder); empty: none.
+  std::string smoothing;
 
   // The layers that keep their stored precision: keep_layers, or {0, -1} when the weights are
   // converted and keep_layers is absent; empty when nothing is converted.

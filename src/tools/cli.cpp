@@ -86,6 +86,7 @@ int run_cli(int argc, char** argv) {
   add_parity_command(app, exit_code);
   add_diff_command(app, exit_code);
   add_eval_command(app, exit_code);
+  add_calibrate_command(app, exit_code);
   add_profile_command(app, exit_code);
   add_tune_command(app, exit_code);
   add_strategies_command(app, exit_code);

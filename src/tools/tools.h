@@ -14,6 +14,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code);
 void add_parity_command(CLI::App& app, int& exit_code);
 void add_diff_command(CLI::App& app, int& exit_code);
 void add_eval_command(CLI::App& app, int& exit_code);
+void add_calibrate_command(CLI::App& app, int& exit_code);
 void add_profile_command(CLI::App& app, int& exit_code);
 void add_tune_command(CLI::App& app, int& exit_code);
 void add_strategies_command(CLI::App& app, int& exit_code);

@@ -149,6 +149,10 @@ TEST(StrategyRegistryTest, KeysAgreeWithTheParserAndTheDocs) {
         EXPECT_TRUE(parses(name, key, "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"));
         EXPECT_FALSE(parses(name, key, "[" + std::to_string(hi + 1) + "]"));
         EXPECT_FALSE(parses(name, key, "[" + std::to_string(lo - 1) + "]"));
+      } else if (type == "path") {  // a file named relative to the recipe
+        EXPECT_TRUE(parses(name, key, "some/file.json"));
+        EXPECT_FALSE(parses(name, key, "''"));
+        EXPECT_FALSE(parses(name, key, "[1]"));
       } else {
         ASSERT_NE(type.find('|'), std::string::npos) << "an unknown kind of type";
         std::stringstream values(type);

@@ -9,6 +9,7 @@
 #include "core/quantize.h"
 #include "core/quantize_8bit.h"
 #include "core/strings.h"
+#include "formats/calibration.h"
 #include "models/bind_util.h"
 #include "models/llama/llama_model.h"
 #include "ops/cpu/ops.h"
@@ -402,23 +403,74 @@ Status LlamaModel::convert_weights() {
 }
 
 Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
+  const CalibrationStats* cal = opts_.smoothing.get();
+  if (cal != nullptr && (cal->n_layer != hp_.n_layer || cal->n_embd != hp_.n_embd)) {
+    return invalid_argument(
+        "{}: calibrated on a model of {} layers of width {} ({}), this one has {} of width {}",
+        opts_.smoothing_file, cal->n_layer, cal->n_embd, cal->model, hp_.n_layer, hp_.n_embd);
+  }
+  std::vector<float> f;
+  // One row of w (layer matrix `what`) as f32 values in f.
+  auto row_of = [&](const Tensor& w, int64_t r, const std::string& what) -> Status {
+    const DTypeTraits& tr = dtype_traits(w.dtype());
+    const int64_t row_bytes = w.strides()[0] / tr.block_size * tr.block_bytes;
+    f.resize(static_cast<size_t>(w.dim(1)));
+    const Status st = dequantize_row(
+        w.dtype(), static_cast<const uint8_t*>(w.data()) + r * row_bytes, f.data(), w.dim(1));
+    return st.ok() ? st : st.with_context(fmt::format("converting {} to int8", what));
+  };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     if (keep[static_cast<size_t>(il)]) continue;
     LayerWeights& l = layers_[static_cast<size_t>(il)];
+    // SmoothQuant (formats/calibration.h): the factors of the attention's and the MLP's normed
+    // inputs, divided out of their norms and multiplied into the columns of their readers.
+    std::vector<float> s_attn, s_mlp;
+    if (cal != nullptr) {
+      auto smooth = [&](Tensor& norm, std::initializer_list<const LayerMatrix*> readers,
+                        const std::vector<float>& act, std::vector<float>& s) -> Status {
+        std::vector<float> wmax(static_cast<size_t>(hp_.n_embd), 0.0f);
+        for (const LayerMatrix* m : readers) {
+          const Tensor& w = l.*(m->w);
+          const std::string what = fmt::format("layer {} {}", il, m->name);
+          for (int64_t r = 0; r < w.dim(0); ++r) {
+            RINFER_RETURN_IF_ERROR(row_of(w, r, what));
+            for (size_t j = 0; j < wmax.size(); ++j) wmax[j] = std::max(wmax[j], std::fabs(f[j]));
+          }
+        }
+        s.resize(wmax.size());
+        for (size_t j = 0; j < s.size(); ++j) s[j] = smoothing_factor(act[j], wmax[j], cal->alpha);
+        // A fresh tensor: the loaded one may view the read-only mapped file.
+        RINFER_ASSIGN_OR_RETURN(Tensor n, Tensor::empty({hp_.n_embd}, DType::kF32));
+        for (size_t j = 0; j < s.size(); ++j) {
+          n.mutable_data_as<float>()[j] = norm.data_as<float>()[j] / s[j];
+        }
+        norm = std::move(n);
+        return ok_status();
+      };
+      RINFER_RETURN_IF_ERROR(smooth(l.attn_norm,
+                                    {&kLayerMatrices[0], &kLayerMatrices[1], &kLayerMatrices[2]},
+                                    cal->attn_in[static_cast<size_t>(il)], s_attn));
+      RINFER_RETURN_IF_ERROR(smooth(l.ffn_norm, {&kLayerMatrices[4], &kLayerMatrices[5]},
+                                    cal->mlp_in[static_cast<size_t>(il)], s_mlp));
+    }
     for (const LayerMatrix& m : kLayerMatrices) {
       Tensor& w = l.*m.w;
       if (!w.defined()) continue;
       const std::string what = fmt::format("layer {} {}", il, m.name);
       const int64_t n_out = w.dim(0), n_in = w.dim(1);
-      const DTypeTraits& tr = dtype_traits(w.dtype());
-      const int64_t row_bytes = w.strides()[0] / tr.block_size * tr.block_bytes;
-      std::vector<float> f(static_cast<size_t>(n_in));
+      const bool reads_attn =
+          m.w == &LayerWeights::wq || m.w == &LayerWeights::wk || m.w == &LayerWeights::wv;
+      const bool reads_mlp = m.w == &LayerWeights::w_gate || m.w == &LayerWeights::w_up;
+      const std::vector<float>* cs = reads_attn ? &s_attn : reads_mlp ? &s_mlp : nullptr;
+      if (cs != nullptr && cs->empty()) cs = nullptr;
       RINFER_ASSIGN_OR_RETURN(Tensor codes, Tensor::empty({n_out, n_in}, DType::kI8));
       RINFER_ASSIGN_OR_RETURN(Tensor scales, Tensor::empty({n_out}, DType::kF32));
       for (int64_t r = 0; r < n_out; ++r) {
-        const Status st = dequantize_row(
-            w.dtype(), static_cast<const uint8_t*>(w.data()) + r * row_bytes, f.data(), n_in);
-        if (!st.ok()) return st.with_context(fmt::format("converting {} to int8", what));
+        RINFER_RETURN_IF_ERROR(row_of(w, r, what));
+        if (cs != nullptr) {
+          for (int64_t j = 0; j < n_in; ++j)
+            f[static_cast<size_t>(j)] *= (*cs)[static_cast<size_t>(j)];
+        }
         quantize_rows_int8(f.data(), 1, n_in, codes.mutable_data_as<int8_t>() + r * n_in,
                            scales.mutable_data_as<float>() + r);
       }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/error.h"
 #include "strategies/modules.h"
@@ -28,7 +29,8 @@ constexpr int64_t kMaxLayer = 65535;
 constexpr std::string_view kNoConverter[] = {"f32", "q4_k"};
 
 Status parse(const YamlMap& m, StrategyConfig& s) {
-  RINFER_RETURN_IF_ERROR(m.check_keys({"weights", "keep_layers", "embeddings", "activations"}));
+  RINFER_RETURN_IF_ERROR(
+      m.check_keys({"weights", "keep_layers", "embeddings", "activations", "smoothing"}));
   QuantizationConfig& q = s.quantization;
   if (auto raw = m.get_string("weights"); raw.ok() && raw->has_value()) {
     for (std::string_view name : kNoConverter) {
@@ -66,7 +68,16 @@ Status parse(const YamlMap& m, StrategyConfig& s) {
                                              ActivationFormat::kBf16};
     q.activations = kFormats[*act];
   }
-  for (const char* k : {"weights", "keep_layers", "embeddings", "activations"}) {
+  RINFER_ASSIGN_OR_RETURN(auto smoothing, m.get_string("smoothing"));
+  if (smoothing) {
+    if (smoothing->empty()) return m.error("smoothing", "an empty path");
+    const std::filesystem::path p(*smoothing);
+    q.smoothing =
+        p.is_absolute()
+            ? p.string()
+            : (std::filesystem::path(m.file()).parent_path() / p).lexically_normal().string();
+  }
+  for (const char* k : {"weights", "keep_layers", "embeddings", "activations", "smoothing"}) {
     note_origin(m, k, s);
   }
   return ok_status();
@@ -118,6 +129,12 @@ Status validate(const StrategyConfig& s, const Device& device) {
                         fmt::format("{}: int8 weights run W8A8, with int8 activations",
                                     activation_format_name(q.activations)));
   }
+  if (!q.smoothing.empty() && q.weights != DType::kI8) {
+    return key_conflict(s.origins, "strategies.quantization.smoothing",
+                        "strategies.quantization.weights",
+                        fmt::format("smooths the int8 (W8A8) conversion; the weights are {}",
+                                    weight_format_name(q.weights)));
+  }
   if (q.weights && device.is_cpu() && !kCpuConvertsWeights) {
     return key_conflict(s.origins, "strategies.quantization.weights", "device",
                         fmt::format("{}: converting weights at load is not implemented on the "
@@ -142,6 +159,10 @@ std::string describe(const StrategyConfig& s, const Device& device) {
     out = fmt::format("weights {} (layers kept: {}{})", weight_format_name(q.weights),
                       keep.empty() ? std::string("none") : fmt::format("{}", fmt::join(keep, " ")),
                       q.embeddings ? ", embeddings converted" : "");
+    if (!q.smoothing.empty()) {
+      out +=
+          fmt::format(", smoothed by {}", std::filesystem::path(q.smoothing).filename().string());
+    }
   }
   if (device.is_cpu()) {
     if (!out.empty()) out += ", ";
@@ -186,9 +207,12 @@ const StrategyInfo& quantization_strategy() {
        {"embeddings", "bool", "false", "convert the token embedding / output projection too"},
        {"activations", "int8|float|bf16", "int8",
         "CPU fast kernels: int8 activations with integer dot products, f32, or (encoders on "
-        "a CPU with AMX-BF16) bf16 matrices and activations on AMX tiles"}},
+        "a CPU with AMX-BF16) bf16 matrices and activations on AMX tiles"},
+       {"smoothing", "path", "none",
+        "int8: a `rinfer calibrate` file; SmoothQuant moves the activations' outlier channels "
+        "into the weights of q, k, v, gate and up (relative paths from the recipe's folder)"}},
       "{weights: keep, activations: float}",
-      "LoadOptions::weight_format, keep_precision_layers, convert_embeddings, "
+      "LoadOptions::weight_format, keep_precision_layers, convert_embeddings, smoothing, "
       "cpu.ops.quantize_activations, cpu.bf16_matmuls",
       "weights: cpu, cuda; activations: cpu",
       "docs/strategies/quantization.md",

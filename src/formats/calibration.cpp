@@ -1,0 +1,166 @@
+#include "formats/calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/input_file.h"
+
+namespace rinfer {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kFormat = "rinfer-calibration";
+constexpr int kVersion = 1;
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+// A calibration file of a 1M-wide, 1k-layer model would be far larger than any real one.
+constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
+
+// Checks what read_calibration and calibration_json both require; `where` prefixes messages.
+Status check(const CalibrationStats& c, const std::string& where) {
+  if (c.n_layer < 1 || c.n_layer > kMaxDim || c.n_embd < 1 || c.n_embd > kMaxDim) {
+    return invalid_argument("{}: n_layer {} and n_embd {} must be in [1, {}]", where, c.n_layer,
+                            c.n_embd, kMaxDim);
+  }
+  if (!(c.alpha >= 0.0 && c.alpha <= 1.0)) {
+    return invalid_argument("{}: alpha {} is outside [0, 1]", where, c.alpha);
+  }
+  if (c.tokens < 1) return invalid_argument("{}: tokens {} must be at least 1", where, c.tokens);
+  for (const auto* v : {&c.attn_in, &c.mlp_in}) {
+    const char* name = v == &c.attn_in ? "attn_in_absmax" : "mlp_in_absmax";
+    if (static_cast<int64_t>(v->size()) != c.n_layer) {
+      return invalid_argument("{}: {} lists for {} layers", where, v->size(), c.n_layer);
+    }
+    for (size_t l = 0; l < v->size(); ++l) {
+      const std::vector<float>& row = (*v)[l];
+      if (static_cast<int64_t>(row.size()) != c.n_embd) {
+        return invalid_argument("{}: layers[{}].{} has {} values, expected n_embd {}", where, l,
+                                name, row.size(), c.n_embd);
+      }
+      for (size_t j = 0; j < row.size(); ++j) {
+        if (!(row[j] >= 0.0f) || !std::isfinite(row[j])) {
+          return invalid_argument("{}: layers[{}].{}[{}] is {}, expected a finite value >= 0",
+                                  where, l, name, j, row[j]);
+        }
+      }
+    }
+  }
+  return ok_status();
+}
+
+// obj[key] as T, or an error naming the key and what it holds.
+template <typename T>
+Result<T> field(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return invalid_argument("{}: '{}' is missing", where, key);
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (it->is_string()) return it->get<std::string>();
+    return invalid_argument("{}: '{}' must be a string", where, key);
+  } else if constexpr (std::is_integral_v<T>) {
+    if (it->is_number_integer()) return it->get<T>();
+    return invalid_argument("{}: '{}' must be an integer", where, key);
+  } else {
+    if (it->is_number()) return it->get<T>();
+    return invalid_argument("{}: '{}' must be a number", where, key);
+  }
+}
+
+Result<std::vector<float>> floats(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return invalid_argument("{}: '{}' is missing", where, key);
+  if (!it->is_array()) return invalid_argument("{}: '{}' must be a list of numbers", where, key);
+  std::vector<float> out;
+  out.reserve(it->size());
+  for (size_t j = 0; j < it->size(); ++j) {
+    const json& v = (*it)[j];
+    if (!v.is_number()) {
+      return invalid_argument("{}: {}[{}] is not a number", where, key, j);
+    }
+    out.push_back(v.get<float>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<CalibrationStats> read_calibration(const std::string& path) {
+  RINFER_ASSIGN_OR_RETURN(const std::string text, read_regular_file(path, kMaxFileBytes));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    return invalid_argument("{}: not a calibration file (not JSON: {})", path, e.what());
+  }
+  if (!j.is_object()) return invalid_argument("{}: not a calibration file (not an object)", path);
+  RINFER_ASSIGN_OR_RETURN(const std::string format, field<std::string>(j, "format", path));
+  if (format != kFormat) {
+    return invalid_argument("{}: format '{}', expected '{}' (written by rinfer calibrate)", path,
+                            format, kFormat);
+  }
+  RINFER_ASSIGN_OR_RETURN(const int64_t version, field<int64_t>(j, "version", path));
+  if (version != kVersion) {
+    return invalid_argument("{}: version {}, this build reads version {}", path, version, kVersion);
+  }
+  CalibrationStats c;
+  RINFER_ASSIGN_OR_RETURN(c.model, field<std::string>(j, "model", path));
+  RINFER_ASSIGN_OR_RETURN(c.n_layer, field<int64_t>(j, "n_layer", path));
+  RINFER_ASSIGN_OR_RETURN(c.n_embd, field<int64_t>(j, "n_embd", path));
+  RINFER_ASSIGN_OR_RETURN(c.tokens, field<int64_t>(j, "tokens", path));
+  RINFER_ASSIGN_OR_RETURN(c.alpha, field<double>(j, "alpha", path));
+  auto layers = j.find("layers");
+  if (layers == j.end() || !layers->is_array()) {
+    return invalid_argument("{}: 'layers' must be a list of the layers' statistics", path);
+  }
+  for (size_t l = 0; l < layers->size(); ++l) {
+    const json& e = (*layers)[l];
+    const std::string where = fmt::format("{}: layers[{}]", path, l);
+    if (!e.is_object()) return invalid_argument("{} is not an object", where);
+    RINFER_ASSIGN_OR_RETURN(auto a, floats(e, "attn_in_absmax", where));
+    RINFER_ASSIGN_OR_RETURN(auto m, floats(e, "mlp_in_absmax", where));
+    c.attn_in.push_back(std::move(a));
+    c.mlp_in.push_back(std::move(m));
+  }
+  RINFER_RETURN_IF_ERROR(check(c, path));
+  return c;
+}
+
+Result<std::string> calibration_json(const CalibrationStats& c) {
+  RINFER_RETURN_IF_ERROR(check(c, "calibration"));
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["model"] = c.model;
+  j["n_layer"] = c.n_layer;
+  j["n_embd"] = c.n_embd;
+  j["tokens"] = c.tokens;
+  j["alpha"] = c.alpha;
+  // Four significant digits: the factors are powers of these maxima, and the file stays small
+  // enough to keep beside a recipe.
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<double> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = std::stod(fmt::format("{:.4g}", v[i]));
+    return out;
+  };
+  json layers = json::array();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    layers.push_back({{"attn_in_absmax", rounded(c.attn_in[static_cast<size_t>(l)])},
+                      {"mlp_in_absmax", rounded(c.mlp_in[static_cast<size_t>(l)])}});
+  }
+  j["layers"] = std::move(layers);
+  return j.dump() + "\n";
+}
+
+float smoothing_factor(float act_absmax, float w_absmax, double alpha) {
+  if (!(act_absmax > 0.0f) || !(w_absmax > 0.0f)) return 1.0f;
+  const double s = std::pow(static_cast<double>(act_absmax), alpha) /
+                   std::pow(static_cast<double>(w_absmax), 1.0 - alpha);
+  return static_cast<float>(std::clamp(s, 1e-5, 1e5));
+}
+
+}  // namespace rinfer

@@ -1,0 +1,48 @@
+// The sidecar file `rinfer calibrate` writes and a recipe names (strategies.quantization.
+// smoothing): per layer, the largest |x| of each input channel of the matrices that read the
+// normed residual stream (q, k, v after the attention norm; gate and up after the MLP norm),
+// measured over calibration text, and the migration strength alpha of SmoothQuant. The loader
+// turns them into smoothing factors with the weights it holds (llama_loader.cpp):
+//   s_j = clamp(max|X_j|^alpha / max|W_j|^(1 - alpha), 1e-5, 1e5), W_j: column j of every
+//   matrix reading that input;
+// the norm's weight j is divided by s_j and column j of those matrices multiplied by it, which
+// leaves the float model unchanged and moves the activations' outlier channels into the
+// weights, where per-row int8 scales hold them.
+//
+// JSON: {"format": "rinfer-calibration", "version": 1, "model": NAME, "n_layer": L,
+//        "n_embd": E, "tokens": N, "alpha": A,
+//        "layers": [{"attn_in_absmax": [E numbers], "mlp_in_absmax": [E numbers]}, ...]}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace rinfer {
+
+struct CalibrationStats {
+  std::string model;  // the model file's name it was measured on
+  int64_t n_layer = 0;
+  int64_t n_embd = 0;
+  int64_t tokens = 0;  // calibration tokens seen
+  double alpha = 0.5;  // migration strength, in [0, 1]
+  // [n_layer][n_embd]: max |x| of the attention's and the MLP's normed inputs, finite and >= 0.
+  std::vector<std::vector<float>> attn_in, mlp_in;
+};
+
+// Reads and checks a calibration file: errors name the file and the field (a missing or
+// mistyped key, a list of the wrong length, a negative or non-finite value, alpha outside
+// [0, 1], an unknown format or version).
+Result<CalibrationStats> read_calibration(const std::string& path);
+
+// The JSON text of `c` (checked as read_calibration checks), each maximum to four significant
+// digits.
+Result<std::string> calibration_json(const CalibrationStats& c);
+
+// SmoothQuant's factor for one channel: act^alpha / w^(1 - alpha), clamped to [1e-5, 1e5];
+// 1 where either maximum is 0 (a channel that never fires or that no weight reads).
+float smoothing_factor(float act_absmax, float w_absmax, double alpha);
+
+}  // namespace rinfer
