@@ -4,15 +4,24 @@
 # ROUNDS times (default 2) for FORMATS (default q8_0,q4_0; Llama-3-8B shape, --reps 3), then,
 # with .nsyslib carried (see nsys_trace.sh), Nsight Systems traces of 16 queued decode steps of
 # each binary for TRACE_FORMAT (default q4_0) cut into steps by step_gaps.py: span, busy and idle
-# time a step on the GPU. Carry: [".device", ".nsyslib", BASE's folder].
+# time a step on the GPU. PREV (a folder with another llm_cuda_bench, say main's before a change)
+# joins both as a third binary. Carry: [".device", ".nsyslib", BASE's folder].
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 base="${BASE:-.devpack/base}"
 fmts="${FORMATS:-q8_0,q4_0}"
+whos="new base"
+[ -n "${PREV:-}" ] && whos="new prev base"
+bin_of() {
+  case "$1" in
+    base) echo "$base/llm_cuda_bench" ;;
+    prev) echo "$PREV/llm_cuda_bench" ;;
+    *) echo "$b/bin/llm_cuda_bench" ;;
+  esac
+}
 for r in $(seq "${ROUNDS:-2}"); do
-  for who in new base; do
-    bin="$b/bin/llm_cuda_bench"
-    [ "$who" = base ] && bin="$base/llm_cuda_bench"
+  for who in $whos; do
+    bin="$(bin_of "$who")"
     timeout 240 "$bin" --shape llama3-8b --format "$fmts" --reps 3 \
       --out "$out/ab_${who}_$r.json" >"$out/ab_${who}_$r.txt" 2>&1 || echo "$who round $r failed"
     echo "== $who round $r"
@@ -25,10 +34,10 @@ host="$(dirname "$(find /opt/nvidia /usr/local -path '*target-linux-x64/nsys' -t
 [ -x "$host/nsys" ] || { echo "nsys not found"; exit 0; }
 export LD_LIBRARY_PATH="$PWD/.nsyslib:$LD_LIBRARY_PATH"
 fmt="${TRACE_FORMAT:-q4_0}"
-for who in new base; do
-  bin="$b/bin/llm_cuda_bench"
+for who in $whos; do
+  bin="$(bin_of "$who")"
   extra=""
-  if [ "$who" = base ]; then bin="$base/llm_cuda_bench"; extra="--device-sampling"; fi
+  [ "$who" = base ] && extra="--device-sampling"
   rep="/tmp/steps_$who"
   timeout 240 "$host/nsys" profile -o "$rep" --force-overwrite true --cuda-graph-trace=node \
     --capture-range=cudaProfilerApi -t cuda "$bin" --profile --shape llama3-8b --format "$fmt" \
@@ -42,4 +51,5 @@ for who in new base; do
     python3 scripts/device/trace_summary.py "$out/steps_${who}_${fmt}_cuda_gpu_trace.csv"
   } | tee -a "$out/steps_$fmt.txt"
   rm -f "$out/steps_${who}_${fmt}_cuda_gpu_trace.csv"  # too many rows to bring back
+  rm -f "/tmp/steps_$who.nsys-rep"
 done

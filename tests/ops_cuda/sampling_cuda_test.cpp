@@ -167,5 +167,57 @@ TEST_F(CudaSampling, GreedyAndUnsupportedSettings) {
 // penalties over the history ring (duplicates penalized once, ids joining as they are sampled),
 // then argmax or the top-k chain with the host's uniform; and its bookkeeping (token, position,
 // KV length, host ring).
+
+// The two ends of a step queued ahead, each as its rule says, twice in a row: pull copies the
+// staged words of the half the parity names (read again from pinned memory, which the host
+// rewrote between the two), feed writes the id to the token, the history slot and the pinned
+// half the parity names, then flips the parity; a negative slot writes no history.
+TEST_F(CudaSampling, DecodePullAndFeedFollowTheParity) {
+  const int64_t stride = 37, n = 29;  // odd sizes; the halves' words beyond n are not copied
+  int32_t* pinned = nullptr;
+  ASSERT_EQ(
+      cudaHostAlloc(reinterpret_cast<void**>(&pinned), (2 * stride + 2) * 4, cudaHostAllocPortable),
+      cudaSuccess);
+  for (int64_t i = 0; i < 2 * stride + 2; ++i) pinned[i] = static_cast<int32_t>(1000 + i);
+  std::vector<int32_t> hist(12, -7);
+  cuda::DeviceBuffer dst = poisoned<int32_t>(static_cast<size_t>(n) + 1);
+  cuda::DeviceBuffer dhist = upload(hist), parity = upload(std::vector<int32_t>{0});
+  cuda::DeviceBuffer ids = upload(std::vector<int32_t>{4242});
+  cuda::DeviceBuffer token = upload(std::vector<int32_t>{-1}), at = upload(std::vector<int32_t>{5});
+  int32_t* out = pinned + 2 * stride;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    CU_ASSERT_OK(
+        cuda::decode_pull(pinned, stride, n, dst.as<int32_t>(), parity.as<int32_t>(), stream()));
+    std::vector<int32_t> got = download<int32_t>(dst, static_cast<size_t>(n) + 1);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(got[static_cast<size_t>(i)], pinned[round * stride + i]) << i;
+    EXPECT_EQ(got[static_cast<size_t>(n)], -1);  // past n: untouched (0xff bytes)
+    CU_ASSERT_OK(cuda::decode_feed(ids.as<int32_t>(), token.as<int32_t>(), dhist.as<int32_t>(),
+                                   at.as<int32_t>(), out, parity.as<int32_t>(), stream()));
+    EXPECT_EQ(download<int32_t>(token, 1)[0], 4242);
+    EXPECT_EQ(out[round], 4242);
+    EXPECT_EQ(out[1 - round], round == 0 ? static_cast<int32_t>(1000 + 2 * stride + 1) : 4242);
+    EXPECT_EQ(download<int32_t>(parity, 1)[0], 1 - round);
+    hist = download<int32_t>(dhist, hist.size());
+    for (size_t i = 0; i < hist.size(); ++i) EXPECT_EQ(hist[i], i == 5 ? 4242 : -7) << i;
+    // The host rewrites half 1 before the second pull; the second feed goes to half 1.
+    for (int64_t i = 0; i < stride; ++i) pinned[stride + i] = static_cast<int32_t>(-3 * i);
+  }
+  // No history slot: only the token and the pinned id.
+  const int32_t none = -1, id = 77;
+  ASSERT_EQ(cudaMemcpyAsync(at.data(), &none, 4, cudaMemcpyHostToDevice, stream()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(ids.data(), &id, 4, cudaMemcpyHostToDevice, stream()), cudaSuccess);
+  CU_ASSERT_OK(cuda::decode_feed(ids.as<int32_t>(), token.as<int32_t>(), dhist.as<int32_t>(),
+                                 at.as<int32_t>(), out, parity.as<int32_t>(), stream()));
+  EXPECT_EQ(download<int32_t>(token, 1)[0], 77);
+  EXPECT_EQ(out[0], 77);
+  hist = download<int32_t>(dhist, hist.size());
+  EXPECT_EQ(std::count(hist.begin(), hist.end(), 77), 0);
+  EXPECT_FALSE(
+      cuda::decode_pull(pinned, 4, 5, dst.as<int32_t>(), parity.as<int32_t>(), stream()).ok());
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace rinfer

@@ -317,6 +317,15 @@ cudaError_t launch_sample_rows(float* logits, int64_t n_rows, int64_t n_vocab,
 cudaError_t launch_token_mask(float* logits, int64_t n_rows, int64_t n_vocab, const uint32_t* bits,
                               cudaStream_t stream);
 
+// A one-row decode step queued ahead (decode_feed.cu): dst[i] = src[*parity * stride + i] for i
+// < n (src pinned host memory); then, after the step, *token = ids[0], hist[*feed_at] = ids[0]
+// when *feed_at >= 0, host_out[*parity] = ids[0] (pinned), and *parity ^= 1.
+cudaError_t launch_decode_pull(const int32_t* src, int64_t stride, int64_t n, int32_t* dst,
+                               const int32_t* parity, cudaStream_t stream);
+cudaError_t launch_decode_feed(const int32_t* ids, int32_t* token, int32_t* hist,
+                               const int32_t* feed_at, int32_t* host_out, int32_t* parity,
+                               cudaStream_t stream);
+
 // Random data (tests and benchmarks). kind: 0 f32, 1 f16, 2 bf16; values uniform in [lo, hi),
 // never 0. q4k_headers: sane f16 d/dmin in every 144-byte block.
 cudaError_t launch_fill_uniform(void* p, int kind, int64_t n, float lo, float hi, uint64_t seed,

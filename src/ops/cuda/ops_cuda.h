@@ -414,6 +414,15 @@ inline constexpr int32_t kMaxDecodeHistory = 1024;
 // a frequency penalty).
 Status decode_sampling_supported(const DecodeSampling& s, int64_t n_vocab);
 
+// The ends of a one-row decode step queued ahead, captured in its graph (decode_feed.cu): pull
+// copies n words from pinned host memory src + *parity * stride to dst; feed writes the sampled
+// id ids[0] to *token, to hist[*feed_at] (when >= 0) and to pinned host_out[*parity], then flips
+// *parity.
+Status decode_pull(const int32_t* src, int64_t stride, int64_t n, int32_t* dst,
+                   const int32_t* parity, cudaStream_t stream);
+Status decode_feed(const int32_t* ids, int32_t* token, int32_t* hist, const int32_t* feed_at,
+                   int32_t* host_out, int32_t* parity, cudaStream_t stream);
+
 // Rows of a batch sampled on the device, each with its own settings: the penalties of
 // ops/cpu/sampler.h over its history window, then the chain with its uniform draw (the same
 // draws as the host Sampler's). `args` and `hist` live on the device; out[r] is the id or -1

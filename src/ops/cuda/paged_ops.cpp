@@ -251,4 +251,24 @@ Status mask_tokens(float* logits, int64_t n_rows, int64_t n_vocab, const uint32_
                   "mask_tokens launch");
 }
 
+Status decode_pull(const int32_t* src, int64_t stride, int64_t n, int32_t* dst,
+                   const int32_t* parity, cudaStream_t stream) {
+  if (n < 0 || stride < n) return invalid_argument("decode_pull: {} words a half of {}", n, stride);
+  if (src == nullptr || dst == nullptr || parity == nullptr) {
+    return invalid_argument("decode_pull: null pointer");
+  }
+  return launched(kern::launch_decode_pull(src, stride, n, dst, parity, stream),
+                  "decode_pull launch");
+}
+
+Status decode_feed(const int32_t* ids, int32_t* token, int32_t* hist, const int32_t* feed_at,
+                   int32_t* host_out, int32_t* parity, cudaStream_t stream) {
+  if (ids == nullptr || token == nullptr || hist == nullptr || feed_at == nullptr ||
+      host_out == nullptr || parity == nullptr) {
+    return invalid_argument("decode_feed: null pointer");
+  }
+  return launched(kern::launch_decode_feed(ids, token, hist, feed_at, host_out, parity, stream),
+                  "decode_feed launch");
+}
+
 }  // namespace rinfer::cuda

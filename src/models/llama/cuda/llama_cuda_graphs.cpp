@@ -9,6 +9,7 @@
 #include "core/cuda/stream.h"
 #include "core/error.h"
 #include "models/llama/cuda/llama_cuda_model_internal.h"
+#include "ops/cuda/ops_cuda.h"
 
 namespace rinfer::llama {
 
@@ -125,7 +126,11 @@ Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
   RINFER_ASSIGN_OR_RETURN(void* p, cuda::pinned_host_allocator().allocate(pinned_bytes()));
   pinned_ = static_cast<int32_t*>(p);
   std::memset(pinned_, 0, pinned_bytes());
-  RINFER_ASSIGN_OR_RETURN(dev_, cuda::DeviceBuffer::create(words_ * 4, device_, st, alloc_));
+  // Pinned memory is read and written by kernels through the host's pointer (unified addressing:
+  // cudaHostAlloc's memory is reachable from every device at the same address).
+  pinned_dev_ = pinned_;
+  // The inputs, then the parity word.
+  RINFER_ASSIGN_OR_RETURN(dev_, cuda::DeviceBuffer::create((words_ + 1) * 4, device_, st, alloc_));
   for (cudaEvent_t& e : fed_) {
     if (e == nullptr) RINFER_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
@@ -137,6 +142,7 @@ Status OneRowGraphs::allocate(const kv::KvSpec& spec, cudaStream_t st) {
   in_.table_width = width;
   in_.sample = reinterpret_cast<const cuda::RowSample*>(d + off_sample_);
   in_.hist = d + off_hist_;
+  parity_ = d + words_;
   return ok_status();
 }
 
@@ -185,6 +191,7 @@ Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
   int32_t* p = pinned_;
   RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
   p[0] = b.tokens[0];
+  p[3] = sample != nullptr ? static_cast<int32_t>(hist.size()) : -1;  // where the id goes
   if (sample != nullptr) {
     std::memcpy(p + off_sample_, sample, sizeof(cuda::RowSample));
     std::copy(hist.begin(), hist.end(), p + off_hist_);
@@ -192,32 +199,25 @@ Status OneRowGraphs::stage(const ForwardBatch& b, const kv::KvArena& arena,
   const size_t n = sample != nullptr ? off_hist_ + hist.size() : off_sample_;
   RINFER_CUDA_RETURN(
       cudaMemcpyAsync(dev_.data(), p, n * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  RINFER_CUDA_RETURN(cudaMemsetAsync(parity_, 0, sizeof(int32_t), st));  // the graph pulls half 0
   return ok_status();
 }
 
 Status OneRowGraphs::stage_ahead(const ForwardBatch& b, const kv::KvArena& arena,
-                                 const cuda::RowSample& sample, int64_t k, cudaStream_t st) {
-  if (dev_.data() == nullptr) return invalid_argument("one-row decode: nothing staged before");
-  int32_t* p = pinned_ + static_cast<size_t>(k % 2) * words_;
-  RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
-  std::memcpy(p + off_sample_, &sample, sizeof(cuda::RowSample));
-  // Words [1, off_hist_): the token and the history are on the device already.
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(dev_.as<int32_t>() + 1, p + 1,
-                                     (off_hist_ - 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     st));
-  return ok_status();
-}
-
-Status OneRowGraphs::feed(const int32_t* ids, int64_t k, int32_t w, cudaStream_t st) {
+                                 const cuda::RowSample& sample, int64_t k, int32_t w) {
   if (dev_.data() == nullptr) return invalid_argument("one-row decode: nothing staged before");
   if (w < 0 || w > cuda::kMaxDecodeHistory || k < 0 || k >= kAheadSteps) {
     return invalid_argument("one-row decode: step {} past a window of {} ids", k, w);
   }
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(in_.token, ids, 4, cudaMemcpyDeviceToDevice, st));
-  auto* hist = const_cast<int32_t*>(in_.hist);
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(hist + w + k, ids, 4, cudaMemcpyDeviceToDevice, st));
-  int32_t* out = pinned_ + 2 * words_ + k % 2;
-  RINFER_CUDA_RETURN(cudaMemcpyAsync(out, ids, 4, cudaMemcpyDeviceToHost, st));
+  int32_t* p = pinned_ + static_cast<size_t>(k % 2) * words_;
+  RINFER_RETURN_IF_ERROR(write_inputs(b, arena, p));
+  p[3] = w + static_cast<int32_t>(k);
+  std::memcpy(p + off_sample_, &sample, sizeof(cuda::RowSample));
+  return ok_status();
+}
+
+Status OneRowGraphs::fed(int64_t k, cudaStream_t st) {
+  if (dev_.data() == nullptr) return invalid_argument("one-row decode: nothing staged before");
   RINFER_CUDA_RETURN(cudaEventRecord(fed_[k % 2], st));
   return ok_status();
 }
@@ -227,11 +227,13 @@ Result<int32_t> OneRowGraphs::wait(int64_t k) {
   return pinned_[2 * words_ + static_cast<size_t>(k % 2)];
 }
 
-Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const Capture& capture,
-                            cudaStream_t st) {
-  if (!captured_.matches(arena)) {
+Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const int32_t* ids,
+                            const Capture& capture, cudaStream_t st) {
+  if (sampled && ids == nullptr) return invalid_argument("one-row decode: sampled, no id");
+  if (!captured_.matches(arena) || (sampled && ids != ids_)) {
     drop_graphs();
     captured_.take(arena);
+    if (sampled) ids_ = ids;
   }
   size_t level = 0;
   const int64_t bound = graph_bound(kv_len_, n_ctx_, level);
@@ -239,7 +241,16 @@ Status OneRowGraphs::launch(const kv::KvArena& arena, bool sampled, const Captur
   if (v.size() <= level) v.resize(level + 1, nullptr);
   cudaGraphExec_t& exec = v[level];
   if (exec == nullptr) {
-    auto g = cuda::capture_graph(st, [&] { return capture(in_, bound, sampled); });
+    auto g = cuda::capture_graph(st, [&]() -> Status {
+      // Words [1, off_hist_): everything but the token and the history.
+      RINFER_RETURN_IF_ERROR(cuda::decode_pull(pinned_dev_ + 1, static_cast<int64_t>(words_),
+                                               static_cast<int64_t>(off_hist_) - 1,
+                                               dev_.as<int32_t>() + 1, parity_, st));
+      RINFER_RETURN_IF_ERROR(capture(in_, bound, sampled));
+      if (!sampled) return ok_status();
+      return cuda::decode_feed(ids_, in_.token, const_cast<int32_t*>(in_.hist),
+                               dev_.as<int32_t>() + 3, pinned_dev_ + 2 * words_, parity_, st);
+    });
     if (!g.ok()) return g.status().with_context("capturing the one-row decode graph");
     exec = *g;
   }

@@ -111,18 +111,23 @@ class OneRowGraphs {
   // cuda::kMaxDecodeHistory ids) when sampled.
   Status stage(const ForwardBatch& b, const kv::KvArena& arena, const cuda::RowSample* sample,
                std::span<const int32_t> hist, cudaStream_t st);
-  // Replays the graph of the staged step (captured by `capture` first when missing).
-  Status launch(const kv::KvArena& arena, bool sampled, const Capture& capture, cudaStream_t st);
+  // Replays the graph of the staged step (captured by `capture` first when missing). Every graph
+  // starts by pulling the step's inputs from pinned memory (cuda::decode_pull); a sampled one
+  // (`ids`: where its sampler writes the id) ends by feeding the id to the next step, the
+  // penalties' window and pinned memory (cuda::decode_feed), so that steps queued ahead run
+  // back to back with no copy between them.
+  Status launch(const kv::KvArena& arena, bool sampled, const int32_t* ids, const Capture& capture,
+                cudaStream_t st);
 
   // Steps a run queued ahead can take past its first history window.
   static constexpr int64_t kAheadSteps = 4096;
-  // Queues, after step k (sampled; `ids` its device id, `w` the first step's history window):
-  // the id into the token input and history slot w + k, into pinned memory, and step k's event.
-  Status feed(const int32_t* ids, int64_t k, int32_t w, cudaStream_t st);
+  // Queues step k's event (the graph of step k, sampled, has fed its id).
+  Status fed(int64_t k, cudaStream_t st);
   // Step k's inputs but the token and the history (the sampling row's hist_off k moves its
-  // window), through pinned slot k % 2 (free: step k - 2 has been waited for), not synchronized.
+  // window; its id goes to history slot w + k) into pinned half k % 2 (free: step k - 2 has
+  // been waited for), which step k's graph pulls; nothing queued.
   Status stage_ahead(const ForwardBatch& b, const kv::KvArena& arena, const cuda::RowSample& sample,
-                     int64_t k, cudaStream_t st);
+                     int64_t k, int32_t w);
   // Waits for step k (fed) and returns its id.
   Result<int32_t> wait(int64_t k);
   // Steps replayed so far.
@@ -143,7 +148,10 @@ class OneRowGraphs {
   size_t words_ = 0;  // int32 words of the inputs
   size_t pinned_bytes() const { return (2 * words_ + 2) * 4; }
   size_t off_sample_ = 0, off_hist_ = 0;
-  int32_t* pinned_ = nullptr;  // [2 slots of words_], then the ids of steps fed [2]
+  int32_t* pinned_ = nullptr;      // [2 halves of words_], then the ids of steps fed [2]
+  int32_t* pinned_dev_ = nullptr;  // the same memory as the device sees it
+  int32_t* parity_ = nullptr;      // device: the half the next graph pulls and feeds
+  const int32_t* ids_ = nullptr;   // the sampled graphs' id (captured in them)
   cudaEvent_t fed_[2] = {nullptr, nullptr};
   cuda::DeviceBuffer dev_;
   // Per length bound level: [0] logits only, [1] sampled.

@@ -103,7 +103,7 @@ Status LlamaCudaRunner::run_one_row_graph(const ForwardBatch& b, kv::KvArena& ar
   RINFER_RETURN_IF_ERROR(graphs_->stage(b, arena, rs ? &*rs : nullptr, hist, stream_));
   const OneRowGraphs::Capture capture = one_row_capture(arena);
   const int64_t before = graphs_->replays();
-  RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), capture, stream_));
+  RINFER_RETURN_IF_ERROR(graphs_->launch(arena, rs.has_value(), ids_dev_, capture, stream_));
   m_.graph_steps_ += graphs_->replays() - before;
   out_logits_ = one_row_->logits;
   return ok_status();

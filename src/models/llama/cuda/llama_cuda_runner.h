@@ -125,8 +125,8 @@ class LlamaCudaRunner final : public DecoderRunner {
     const OneRowGraphs::Capture capture = one_row_capture(arena);
     RINFER_RETURN_IF_ERROR(graphs_->stage(b0, arena, &rs, d.sampling.history.last(w), stream_));
     const int64_t before = graphs_->replays();
-    Status queued = graphs_->launch(arena, true, capture, stream_);
-    if (queued.ok()) queued = graphs_->feed(ids_dev_, 0, w32, stream_);
+    Status queued = graphs_->launch(arena, true, ids_dev_, capture, stream_);
+    if (queued.ok()) queued = graphs_->fed(0, stream_);
     int64_t handed = 0;
     for (int64_t k = 0; queued.ok(); ++k) {
       // Step k + 1 is queued before step k's id is read.
@@ -141,9 +141,9 @@ class LlamaCudaRunner final : public DecoderRunner {
           rs.hist_len = static_cast<int>(
               w == 0 ? 0 : std::min<int64_t>(end, d.sampling.sampling->repeat_last_n));
           rs.hist_off = static_cast<int>(end - rs.hist_len);
-          queued = graphs_->stage_ahead(*nb, arena, rs, k + 1, stream_);
-          if (queued.ok()) queued = graphs_->launch(arena, true, capture, stream_);
-          if (queued.ok()) queued = graphs_->feed(ids_dev_, k + 1, w32, stream_);
+          queued = graphs_->stage_ahead(*nb, arena, rs, k + 1, w32);
+          if (queued.ok()) queued = graphs_->launch(arena, true, ids_dev_, capture, stream_);
+          if (queued.ok()) queued = graphs_->fed(k + 1, stream_);
         }
       }
       auto id = graphs_->wait(k);
