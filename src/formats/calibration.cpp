@@ -24,24 +24,28 @@ constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
 
 // Checks what read_calibration and calibration_json both require; `where` prefixes messages.
 Status check(const CalibrationStats& c, const std::string& where) {
-  if (c.n_layer < 1 || c.n_layer > kMaxDim || c.n_embd < 1 || c.n_embd > kMaxDim) {
-    return invalid_argument("{}: n_layer {} and n_embd {} must be in [1, {}]", where, c.n_layer,
-                            c.n_embd, kMaxDim);
+  if (c.n_layer < 1 || c.n_layer > kMaxDim || c.n_embd < 1 || c.n_embd > kMaxDim || c.n_ff < 1 ||
+      c.n_ff > kMaxDim) {
+    return invalid_argument("{}: n_layer {}, n_embd {} and n_ff {} must be in [1, {}]", where,
+                            c.n_layer, c.n_embd, c.n_ff, kMaxDim);
   }
   if (!(c.alpha >= 0.0 && c.alpha <= 1.0)) {
     return invalid_argument("{}: alpha {} is outside [0, 1]", where, c.alpha);
   }
   if (c.tokens < 1) return invalid_argument("{}: tokens {} must be at least 1", where, c.tokens);
-  for (const auto* v : {&c.attn_in, &c.mlp_in}) {
-    const char* name = v == &c.attn_in ? "attn_in_absmax" : "mlp_in_absmax";
+  for (const auto* v : {&c.attn_in, &c.mlp_in, &c.down_in}) {
+    const char* name = v == &c.attn_in  ? "attn_in_absmax"
+                       : v == &c.mlp_in ? "mlp_in_absmax"
+                                        : "down_in_absmax";
+    const int64_t width = v == &c.down_in ? c.n_ff : c.n_embd;
     if (static_cast<int64_t>(v->size()) != c.n_layer) {
       return invalid_argument("{}: {} lists for {} layers", where, v->size(), c.n_layer);
     }
     for (size_t l = 0; l < v->size(); ++l) {
       const std::vector<float>& row = (*v)[l];
-      if (static_cast<int64_t>(row.size()) != c.n_embd) {
-        return invalid_argument("{}: layers[{}].{} has {} values, expected n_embd {}", where, l,
-                                name, row.size(), c.n_embd);
+      if (static_cast<int64_t>(row.size()) != width) {
+        return invalid_argument("{}: layers[{}].{} has {} values, expected {} {}", where, l, name,
+                                row.size(), v == &c.down_in ? "n_ff" : "n_embd", width);
       }
       for (size_t j = 0; j < row.size(); ++j) {
         if (!(row[j] >= 0.0f) || !std::isfinite(row[j])) {
@@ -111,6 +115,7 @@ Result<CalibrationStats> read_calibration(const std::string& path) {
   RINFER_ASSIGN_OR_RETURN(c.model, field<std::string>(j, "model", path));
   RINFER_ASSIGN_OR_RETURN(c.n_layer, field<int64_t>(j, "n_layer", path));
   RINFER_ASSIGN_OR_RETURN(c.n_embd, field<int64_t>(j, "n_embd", path));
+  RINFER_ASSIGN_OR_RETURN(c.n_ff, field<int64_t>(j, "n_ff", path));
   RINFER_ASSIGN_OR_RETURN(c.tokens, field<int64_t>(j, "tokens", path));
   RINFER_ASSIGN_OR_RETURN(c.alpha, field<double>(j, "alpha", path));
   auto layers = j.find("layers");
@@ -123,8 +128,10 @@ Result<CalibrationStats> read_calibration(const std::string& path) {
     if (!e.is_object()) return invalid_argument("{} is not an object", where);
     RINFER_ASSIGN_OR_RETURN(auto a, floats(e, "attn_in_absmax", where));
     RINFER_ASSIGN_OR_RETURN(auto m, floats(e, "mlp_in_absmax", where));
+    RINFER_ASSIGN_OR_RETURN(auto d, floats(e, "down_in_absmax", where));
     c.attn_in.push_back(std::move(a));
     c.mlp_in.push_back(std::move(m));
+    c.down_in.push_back(std::move(d));
   }
   RINFER_RETURN_IF_ERROR(check(c, path));
   return c;
@@ -138,6 +145,7 @@ Result<std::string> calibration_json(const CalibrationStats& c) {
   j["model"] = c.model;
   j["n_layer"] = c.n_layer;
   j["n_embd"] = c.n_embd;
+  j["n_ff"] = c.n_ff;
   j["tokens"] = c.tokens;
   j["alpha"] = c.alpha;
   // Four significant digits: the factors are powers of these maxima, and the file stays small
@@ -150,7 +158,8 @@ Result<std::string> calibration_json(const CalibrationStats& c) {
   json layers = json::array();
   for (int64_t l = 0; l < c.n_layer; ++l) {
     layers.push_back({{"attn_in_absmax", rounded(c.attn_in[static_cast<size_t>(l)])},
-                      {"mlp_in_absmax", rounded(c.mlp_in[static_cast<size_t>(l)])}});
+                      {"mlp_in_absmax", rounded(c.mlp_in[static_cast<size_t>(l)])},
+                      {"down_in_absmax", rounded(c.down_in[static_cast<size_t>(l)])}});
   }
   j["layers"] = std::move(layers);
   return j.dump() + "\n";

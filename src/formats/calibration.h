@@ -1,17 +1,19 @@
 // The sidecar file `rinfer calibrate` writes and a recipe names (strategies.quantization.
-// smoothing): per layer, the largest |x| of each input channel of the matrices that read the
-// normed residual stream (q, k, v after the attention norm; gate and up after the MLP norm),
-// measured over calibration text, and the migration strength alpha of SmoothQuant. The loader
-// turns them into smoothing factors with the weights it holds (llama_loader.cpp):
+// smoothing): per layer, the largest |x| of each input channel of three inputs: the normed
+// attention input (read by q, k, v), the normed MLP input (gate, up) and the MLP's activation
+// (ffn_down), measured over calibration text, and the migration strength alpha of SmoothQuant.
+// The loader turns them into smoothing factors with the weights it holds (llama_loader.cpp):
 //   s_j = clamp(max|X_j|^alpha / max|W_j|^(1 - alpha), 1e-5, 1e5), W_j: column j of every
 //   matrix reading that input;
-// the norm's weight j is divided by s_j and column j of those matrices multiplied by it, which
-// leaves the float model unchanged and moves the activations' outlier channels into the
-// weights, where per-row int8 scales hold them.
+// column j of those matrices is multiplied by s_j and the input divided by it where it is made:
+// the norm's weight j, or row j of up (the activation is linear in it). That leaves the float
+// model unchanged and moves the activations' outlier channels into the weights, where per-row
+// int8 scales hold them.
 //
 // JSON: {"format": "rinfer-calibration", "version": 1, "model": NAME, "n_layer": L,
-//        "n_embd": E, "tokens": N, "alpha": A,
-//        "layers": [{"attn_in_absmax": [E numbers], "mlp_in_absmax": [E numbers]}, ...]}
+//        "n_embd": E, "n_ff": F, "tokens": N, "alpha": A,
+//        "layers": [{"attn_in_absmax": [E numbers], "mlp_in_absmax": [E numbers],
+//                    "down_in_absmax": [F numbers]}, ...]}
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,12 @@ struct CalibrationStats {
   std::string model;  // the model file's name it was measured on
   int64_t n_layer = 0;
   int64_t n_embd = 0;
+  int64_t n_ff = 0;
   int64_t tokens = 0;  // calibration tokens seen
   double alpha = 0.5;  // migration strength, in [0, 1]
-  // [n_layer][n_embd]: max |x| of the attention's and the MLP's normed inputs, finite and >= 0.
-  std::vector<std::vector<float>> attn_in, mlp_in;
+  // [n_layer][n_embd]: max |x| of the attention's and the MLP's normed inputs; [n_layer][n_ff]:
+  // of the MLP's activation. Finite and >= 0.
+  std::vector<std::vector<float>> attn_in, mlp_in, down_in;
 };
 
 // Reads and checks a calibration file: errors name the file and the field (a missing or

@@ -6,7 +6,8 @@ namespace rinfer {
 
 namespace {
 constexpr std::array<std::string_view, kTapKindCount> kNames = {
-    "embed", "attn_norm", "attn_out", "mlp_norm", "mlp_out", "block_out", "pooled", "logits"};
+    "embed",     "attn_norm", "attn_out", "mlp_norm", "mlp_out",
+    "block_out", "pooled",    "logits",   "mlp_act"};
 }  // namespace
 
 std::string_view tap_name(TapKind kind) { return kNames[static_cast<size_t>(kind)]; }

@@ -9,6 +9,8 @@
 //   block_out  the residual stream after layer il
 //   pooled     an encoder's pooled (and normalized) vector per sequence      layer n_layer
 //   logits     the output rows (the pass's logit rows)                       layer n_layer
+//   mlp_act    the MLP's activation, the input of Wdown (silu(gate) * up): the CPU llama models
+//              only, for rinfer calibrate; rinfer diff does not ask for it
 //
 // An encoder (BERT, post-norm) taps embed (after the embeddings' LayerNorm), attn_out (after Wo
 // and its bias), mlp_norm (the LayerNorm of the residual sum after attention: the MLP's input),
@@ -36,9 +38,10 @@ enum class TapKind : uint8_t {
   kMlpOut,
   kBlockOut,
   kPooled,
-  kLogits
+  kLogits,
+  kMlpAct
 };
-inline constexpr int kTapKindCount = 8;
+inline constexpr int kTapKindCount = 9;
 
 // "embed", "attn_norm", ... (above).
 std::string_view tap_name(TapKind kind);

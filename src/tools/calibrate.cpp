@@ -35,20 +35,22 @@ struct CalibrateArgs {
   int64_t window = 0;  // 0: 256, or the recipe's context when shorter
 };
 
-// Keeps the running max |x| of each channel of the attention's and the MLP's normed inputs.
+// Keeps the running max |x| of each channel of the attention's and the MLP's normed inputs and
+// of the MLP's activation.
 class AbsMaxSink : public TapSink {
  public:
-  AbsMaxSink(int64_t n_layer, int64_t n_embd)
+  AbsMaxSink(int64_t n_layer, int64_t n_embd, int64_t n_ff)
       : attn_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n_embd))),
         mlp_(attn_),
-        n_embd_(n_embd) {}
+        down_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n_ff))) {}
   bool wants(TapKind kind) const override {
-    return kind == TapKind::kAttnNorm || kind == TapKind::kMlpNorm;
+    return kind == TapKind::kAttnNorm || kind == TapKind::kMlpNorm || kind == TapKind::kMlpAct;
   }
   void record(TapKind kind, int32_t layer, const float* rows, int64_t n_rows,
               int64_t width) override {
-    auto& all = kind == TapKind::kAttnNorm ? attn_ : mlp_;
-    if (layer < 0 || static_cast<size_t>(layer) >= all.size() || width != n_embd_) {
+    auto& all = kind == TapKind::kAttnNorm ? attn_ : kind == TapKind::kMlpNorm ? mlp_ : down_;
+    if (layer < 0 || static_cast<size_t>(layer) >= all.size() ||
+        width != static_cast<int64_t>(all[0].size())) {
       if (status_.ok()) {
         status_ = internal_error("calibrate: a {} tap of layer {} with {} values a row",
                                  tap_name(kind), layer, width);
@@ -64,11 +66,8 @@ class AbsMaxSink : public TapSink {
       }
     }
   }
-  std::vector<std::vector<float>> attn_, mlp_;
+  std::vector<std::vector<float>> attn_, mlp_, down_;
   Status status_;
-
- private:
-  int64_t n_embd_;
 };
 
 // max over median of one layer's channel maxima.
@@ -110,7 +109,13 @@ Status run(const CalibrateArgs& a) {
       std::vector<int32_t> ids,
       text_tokens(*tok, BenchText{a.text, "the calibration text"}, a.tokens, &source));
   const DecoderHParams& hp = engine->decoder().hparams();
-  AbsMaxSink sink(hp.n_layer, hp.n_embd);
+  if (recipe.device.is_cuda()) {
+    return invalid_argument(
+        "{} runs on {}: rinfer calibrate measures on the CPU (the MLP's "
+        "activation is tapped there); use the recipe's CPU twin",
+        a.recipe, recipe.device.to_string());
+  }
+  AbsMaxSink sink(hp.n_layer, hp.n_embd, hp.n_ff);
   const auto none = [](int64_t, std::span<const float>) { return ok_status(); };
   const auto t0 = std::chrono::steady_clock::now();
   int64_t windows = 0;
@@ -126,12 +131,15 @@ Status run(const CalibrateArgs& a) {
   c.model = std::filesystem::path(engine->model_path()).filename().string();
   c.n_layer = hp.n_layer;
   c.n_embd = hp.n_embd;
+  c.n_ff = hp.n_ff;
   c.tokens = static_cast<int64_t>(ids.size());
   c.alpha = a.alpha;
   c.attn_in = std::move(sink.attn_);
   c.mlp_in = std::move(sink.mlp_);
+  c.down_in = std::move(sink.down_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (const auto* v : {&c.attn_in[static_cast<size_t>(l)], &c.mlp_in[static_cast<size_t>(l)]}) {
+    const auto at = static_cast<size_t>(l);
+    for (const auto* v : {&c.attn_in[at], &c.mlp_in[at], &c.down_in[at]}) {
       for (float x : *v) {
         if (!std::isfinite(x)) {
           return data_loss(
@@ -148,11 +156,12 @@ Status run(const CalibrateArgs& a) {
               a.recipe.c_str(), c.model.c_str(), static_cast<long long>(c.tokens), source.c_str(),
               static_cast<long long>(windows), secs);
   std::printf("largest channel over the median one, by layer (the outliers smoothing moves):\n");
-  std::printf("%6s %12s %12s\n", "layer", "attn input", "mlp input");
+  std::printf("%6s %12s %12s %12s\n", "layer", "attn input", "mlp input", "down input");
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    std::printf("%6lld %12.1f %12.1f\n", static_cast<long long>(l),
-                outlier_ratio(c.attn_in[static_cast<size_t>(l)]),
-                outlier_ratio(c.mlp_in[static_cast<size_t>(l)]));
+    const auto at = static_cast<size_t>(l);
+    std::printf("%6lld %12.1f %12.1f %12.1f\n", static_cast<long long>(l),
+                outlier_ratio(c.attn_in[at]), outlier_ratio(c.mlp_in[at]),
+                outlier_ratio(c.down_in[at]));
   }
   std::printf("alpha %.2f; wrote %s (strategies.quantization.smoothing)\n", c.alpha, a.out.c_str());
   return ok_status();

@@ -311,7 +311,10 @@ std::string svg_plot(const std::vector<TapDiff>& diffs, int64_t n_layer, double 
   int legend = 0;
   for (int k = 0; k < kTapKindCount; ++k) {
     const auto kind = static_cast<TapKind>(k);
-    if (kind == TapKind::kLogits || kind == TapKind::kEmbed || kind == TapKind::kPooled) continue;
+    if (kind == TapKind::kLogits || kind == TapKind::kEmbed || kind == TapKind::kPooled ||
+        kind == TapKind::kMlpAct) {
+      continue;
+    }
     std::string pts;
     for (const TapDiff& d : diffs) {
       if (d.kind == kind) pts += fmt::format("{:.1f},{:.1f} ", x_of(d.layer), y_of(d.rel_l2));

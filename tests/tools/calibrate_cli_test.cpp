@@ -111,6 +111,10 @@ TEST_F(CalibrateCli, SmoothingTakesThePlantedOutliersIntoTheWeights) {
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   EXPECT_EQ(stats->n_layer, spec_.n_layer);
   EXPECT_EQ(stats->n_embd, spec_.n_embd);
+  EXPECT_EQ(stats->n_ff, spec_.n_ff);
+  for (const std::vector<float>& v : stats->down_in) {
+    EXPECT_GT(*std::max_element(v.begin(), v.end()), 0.0f);  // the MLP's activation was tapped
+  }
   EXPECT_EQ(stats->tokens, 300);
   EXPECT_DOUBLE_EQ(stats->alpha, 0.5);
   EXPECT_EQ(stats->model, "planted.gguf");
@@ -153,7 +157,8 @@ TEST_F(CalibrateCli, BadFilesAndSettingsAreClearErrors) {
                   recipe("other", other_, "{weights: int8, keep_layers: [], smoothing: cal.json}") +
                   "' -p hi --max-tokens 2");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find(file + ": calibrated on a model of 4 layers of width 128 (planted.gguf)"),
+  EXPECT_NE(r.err.find(file + ": calibrated on a model of 4 layers of width 128 and FFN 192 "
+                              "(planted.gguf)"),
             std::string::npos)
       << r.err;
   // A corrupt file, a missing one, a negative maximum.
@@ -196,10 +201,12 @@ TEST(CalibrationFile, RoundTripAndFactor) {
   c.model = "m.gguf";
   c.n_layer = 2;
   c.n_embd = 3;
+  c.n_ff = 2;
   c.tokens = 10;
   c.alpha = 0.25;
   c.attn_in = {{1.0f, 2.5f, 0.0f}, {3.0f, 0.5f, 7.0f}};  // exact in four digits
   c.mlp_in = {{4.0f, 1.0f, 2.0f}, {0.25f, 9.0f, 1.0f}};
+  c.down_in = {{6.0f, 0.125f}, {12.5f, 3.0f}};
   auto text = calibration_json(c);
   ASSERT_TRUE(text.ok()) << text.status().to_string();
   const std::string dir = test::fresh_dir("calibration_file");
@@ -211,6 +218,7 @@ TEST(CalibrationFile, RoundTripAndFactor) {
   EXPECT_DOUBLE_EQ(back->alpha, 0.25);
   EXPECT_EQ(back->attn_in, c.attn_in);
   EXPECT_EQ(back->mlp_in, c.mlp_in);
+  EXPECT_EQ(back->down_in, c.down_in);
 
   c.mlp_in[1].pop_back();
   auto bad = calibration_json(c);

@@ -404,10 +404,13 @@ Status LlamaModel::convert_weights() {
 
 Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
   const CalibrationStats* cal = opts_.smoothing.get();
-  if (cal != nullptr && (cal->n_layer != hp_.n_layer || cal->n_embd != hp_.n_embd)) {
+  if (cal != nullptr &&
+      (cal->n_layer != hp_.n_layer || cal->n_embd != hp_.n_embd || cal->n_ff != hp_.n_ff)) {
     return invalid_argument(
-        "{}: calibrated on a model of {} layers of width {} ({}), this one has {} of width {}",
-        opts_.smoothing_file, cal->n_layer, cal->n_embd, cal->model, hp_.n_layer, hp_.n_embd);
+        "{}: calibrated on a model of {} layers of width {} and FFN {} ({}), this one has {} of "
+        "width {} and FFN {}",
+        opts_.smoothing_file, cal->n_layer, cal->n_embd, cal->n_ff, cal->model, hp_.n_layer,
+        hp_.n_embd, hp_.n_ff);
   }
   std::vector<float> f;
   // One row of w (layer matrix `what`) as f32 values in f.
@@ -423,12 +426,15 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
     if (keep[static_cast<size_t>(il)]) continue;
     LayerWeights& l = layers_[static_cast<size_t>(il)];
     // SmoothQuant (formats/calibration.h): the factors of the attention's and the MLP's normed
-    // inputs, divided out of their norms and multiplied into the columns of their readers.
-    std::vector<float> s_attn, s_mlp;
+    // inputs, divided out of their norms, and of the MLP's activation, divided out of up's rows;
+    // each multiplied into the columns of the matrices that read the input.
+    std::vector<float> s_attn, s_mlp, s_down;
     if (cal != nullptr) {
-      auto smooth = [&](Tensor& norm, std::initializer_list<const LayerMatrix*> readers,
-                        const std::vector<float>& act, std::vector<float>& s) -> Status {
-        std::vector<float> wmax(static_cast<size_t>(hp_.n_embd), 0.0f);
+      const auto at = static_cast<size_t>(il);
+      // s from the input's maxima and the columns' maxima of its readers.
+      auto factors = [&](std::initializer_list<const LayerMatrix*> readers,
+                         const std::vector<float>& act, std::vector<float>& s) -> Status {
+        std::vector<float> wmax(act.size(), 0.0f);
         for (const LayerMatrix* m : readers) {
           const Tensor& w = l.*(m->w);
           const std::string what = fmt::format("layer {} {}", il, m->name);
@@ -439,7 +445,10 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         }
         s.resize(wmax.size());
         for (size_t j = 0; j < s.size(); ++j) s[j] = smoothing_factor(act[j], wmax[j], cal->alpha);
-        // A fresh tensor: the loaded one may view the read-only mapped file.
+        return ok_status();
+      };
+      // A fresh norm tensor: the loaded one may view the read-only mapped file.
+      auto divide_norm = [&](Tensor& norm, const std::vector<float>& s) -> Status {
         RINFER_ASSIGN_OR_RETURN(Tensor n, Tensor::empty({hp_.n_embd}, DType::kF32));
         for (size_t j = 0; j < s.size(); ++j) {
           n.mutable_data_as<float>()[j] = norm.data_as<float>()[j] / s[j];
@@ -447,11 +456,13 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         norm = std::move(n);
         return ok_status();
       };
-      RINFER_RETURN_IF_ERROR(smooth(l.attn_norm,
-                                    {&kLayerMatrices[0], &kLayerMatrices[1], &kLayerMatrices[2]},
-                                    cal->attn_in[static_cast<size_t>(il)], s_attn));
-      RINFER_RETURN_IF_ERROR(smooth(l.ffn_norm, {&kLayerMatrices[4], &kLayerMatrices[5]},
-                                    cal->mlp_in[static_cast<size_t>(il)], s_mlp));
+      RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[0], &kLayerMatrices[1], &kLayerMatrices[2]},
+                                     cal->attn_in[at], s_attn));
+      RINFER_RETURN_IF_ERROR(
+          factors({&kLayerMatrices[4], &kLayerMatrices[5]}, cal->mlp_in[at], s_mlp));
+      RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[6]}, cal->down_in[at], s_down));
+      RINFER_RETURN_IF_ERROR(divide_norm(l.attn_norm, s_attn));
+      RINFER_RETURN_IF_ERROR(divide_norm(l.ffn_norm, s_mlp));
     }
     for (const LayerMatrix& m : kLayerMatrices) {
       Tensor& w = l.*m.w;
@@ -461,15 +472,23 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
       const bool reads_attn =
           m.w == &LayerWeights::wq || m.w == &LayerWeights::wk || m.w == &LayerWeights::wv;
       const bool reads_mlp = m.w == &LayerWeights::w_gate || m.w == &LayerWeights::w_up;
-      const std::vector<float>* cs = reads_attn ? &s_attn : reads_mlp ? &s_mlp : nullptr;
-      if (cs != nullptr && cs->empty()) cs = nullptr;
+      const bool down = m.w == &LayerWeights::w_down;
+      const std::vector<float>* cs = reads_attn ? &s_attn : reads_mlp ? &s_mlp : &s_down;
+      if (cs->empty() || (!reads_attn && !reads_mlp && !down)) cs = nullptr;
+      // up's row r makes the activation's channel r: divided by that channel's factor.
+      const bool rows_down = m.w == &LayerWeights::w_up && !s_down.empty();
       RINFER_ASSIGN_OR_RETURN(Tensor codes, Tensor::empty({n_out, n_in}, DType::kI8));
       RINFER_ASSIGN_OR_RETURN(Tensor scales, Tensor::empty({n_out}, DType::kF32));
       for (int64_t r = 0; r < n_out; ++r) {
         RINFER_RETURN_IF_ERROR(row_of(w, r, what));
         if (cs != nullptr) {
-          for (int64_t j = 0; j < n_in; ++j)
+          for (int64_t j = 0; j < n_in; ++j) {
             f[static_cast<size_t>(j)] *= (*cs)[static_cast<size_t>(j)];
+          }
+        }
+        if (rows_down) {
+          const float d = 1.0f / s_down[static_cast<size_t>(r)];
+          for (float& v : f) v *= d;
         }
         quantize_rows_int8(f.data(), 1, n_in, codes.mutable_data_as<int8_t>() + r * n_in,
                            scales.mutable_data_as<float>() + r);

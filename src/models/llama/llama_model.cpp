@@ -174,6 +174,7 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
         cpu::swiglu(ctx, gate, up, nt * n_ff, gate);
       }
     }
+    tap(taps, TapKind::kMlpAct, il, gate, nt, n_ff);
     {
       OpScope op(timer, "down", il, mm(l.w_down));
       RINFER_RETURN_IF_ERROR(cpu::matmul(ctx, l.w_down, gate, nt, h, row_scale(l.scales.w_down)));
