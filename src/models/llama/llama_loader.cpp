@@ -473,8 +473,12 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
           m.w == &LayerWeights::wq || m.w == &LayerWeights::wk || m.w == &LayerWeights::wv;
       const bool reads_mlp = m.w == &LayerWeights::w_gate || m.w == &LayerWeights::w_up;
       const bool down = m.w == &LayerWeights::w_down;
-      const std::vector<float>* cs = reads_attn ? &s_attn : reads_mlp ? &s_mlp : &s_down;
-      if (cs->empty() || (!reads_attn && !reads_mlp && !down)) cs = nullptr;
+      // The factors of the input this matrix reads (none for the output projection).
+      const std::vector<float>* cs = reads_attn  ? &s_attn
+                                     : reads_mlp ? &s_mlp
+                                     : down      ? &s_down
+                                                 : nullptr;
+      if (cs != nullptr && cs->empty()) cs = nullptr;
       // up's row r makes the activation's channel r: divided by that channel's factor.
       const bool rows_down = m.w == &LayerWeights::w_up && !s_down.empty();
       RINFER_ASSIGN_OR_RETURN(Tensor codes, Tensor::empty({n_out, n_in}, DType::kI8));
