@@ -24,7 +24,8 @@ namespace rinfer {
 
 // Which kinds a recorder or comparer wants: bit (1 << kind).
 using TapMask = uint32_t;
-// Every kind the runners of both devices give (mlp_act, the CPU's alone, is left out).
+// Every kind the runners of both devices give (mlp_act and attn_ctx, the CPU's alone, are left
+// out: they come after every other kind).
 inline constexpr TapMask kAllTaps = (1u << static_cast<uint32_t>(TapKind::kMlpAct)) - 1;
 inline constexpr TapMask tap_bit(TapKind k) { return 1u << static_cast<uint32_t>(k); }
 

@@ -7,6 +7,8 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "core/input_file.h"
 
@@ -17,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kFormat = "rinfer-calibration";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 1 is read too (no o_in_absmax)
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 // A calibration file of a 1M-wide, 1k-layer model would be far larger than any real one.
 constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
@@ -33,11 +35,23 @@ Status check(const CalibrationStats& c, const std::string& where) {
     return invalid_argument("{}: alpha {} is outside [0, 1]", where, c.alpha);
   }
   if (c.tokens < 1) return invalid_argument("{}: tokens {} must be at least 1", where, c.tokens);
-  for (const auto* v : {&c.attn_in, &c.mlp_in, &c.down_in}) {
+  if (c.smooth.o && c.q_dim == 0) {
+    return invalid_argument("{}: smooth lists o_in, and there are no attention output maxima",
+                            where);
+  }
+  if (c.q_dim < 0 || c.q_dim > kMaxDim) {
+    return invalid_argument("{}: q_dim {} must be in [0, {}]", where, c.q_dim, kMaxDim);
+  }
+  for (const auto* v : {&c.attn_in, &c.mlp_in, &c.down_in, &c.o_in}) {
     const char* name = v == &c.attn_in  ? "attn_in_absmax"
                        : v == &c.mlp_in ? "mlp_in_absmax"
+                       : v == &c.o_in   ? "o_in_absmax"
                                         : "down_in_absmax";
-    const int64_t width = v == &c.down_in ? c.n_ff : c.n_embd;
+    const int64_t width = v == &c.down_in ? c.n_ff : v == &c.o_in ? c.q_dim : c.n_embd;
+    if (v == &c.o_in && c.q_dim == 0) {
+      if (!v->empty()) return invalid_argument("{}: o_in_absmax without q_dim", where);
+      continue;
+    }
     if (static_cast<int64_t>(v->size()) != c.n_layer) {
       return invalid_argument("{}: {} lists for {} layers", where, v->size(), c.n_layer);
     }
@@ -45,7 +59,11 @@ Status check(const CalibrationStats& c, const std::string& where) {
       const std::vector<float>& row = (*v)[l];
       if (static_cast<int64_t>(row.size()) != width) {
         return invalid_argument("{}: layers[{}].{} has {} values, expected {} {}", where, l, name,
-                                row.size(), v == &c.down_in ? "n_ff" : "n_embd", width);
+                                row.size(),
+                                v == &c.down_in ? "n_ff"
+                                : v == &c.o_in  ? "q_dim"
+                                                : "n_embd",
+                                width);
       }
       for (size_t j = 0; j < row.size(); ++j) {
         if (!(row[j] >= 0.0f) || !std::isfinite(row[j])) {
@@ -74,6 +92,12 @@ Result<T> field(const json& obj, const char* key, const std::string& where) {
     return invalid_argument("{}: '{}' must be a number", where, key);
   }
 }
+
+constexpr std::pair<const char*, bool CalibrationStats::Inputs::*> kInputs[] = {
+    {"attn_in", &CalibrationStats::Inputs::attn},
+    {"o_in", &CalibrationStats::Inputs::o},
+    {"mlp_in", &CalibrationStats::Inputs::mlp},
+    {"down_in", &CalibrationStats::Inputs::down}};
 
 Result<std::vector<float>> floats(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
@@ -108,14 +132,30 @@ Result<CalibrationStats> read_calibration(const std::string& path) {
                             format, kFormat);
   }
   RINFER_ASSIGN_OR_RETURN(const int64_t version, field<int64_t>(j, "version", path));
-  if (version != kVersion) {
-    return invalid_argument("{}: version {}, this build reads version {}", path, version, kVersion);
+  if (version != 1 && version != kVersion) {
+    return invalid_argument("{}: version {}, this build reads versions 1 and {}", path, version,
+                            kVersion);
   }
   CalibrationStats c;
   RINFER_ASSIGN_OR_RETURN(c.model, field<std::string>(j, "model", path));
   RINFER_ASSIGN_OR_RETURN(c.n_layer, field<int64_t>(j, "n_layer", path));
   RINFER_ASSIGN_OR_RETURN(c.n_embd, field<int64_t>(j, "n_embd", path));
   RINFER_ASSIGN_OR_RETURN(c.n_ff, field<int64_t>(j, "n_ff", path));
+  if (version >= 2) {
+    RINFER_ASSIGN_OR_RETURN(c.q_dim, field<int64_t>(j, "q_dim", path));
+    if (c.q_dim < 1) return invalid_argument("{}: q_dim {} must be at least 1", path, c.q_dim);
+    auto s = j.find("smooth");
+    if (s == j.end() || !s->is_array()) {
+      return invalid_argument("{}: 'smooth' must be a list of the inputs smoothed", path);
+    }
+    c.smooth = {false, false, false, false};
+    for (const json& e : *s) {
+      if (!e.is_string()) return invalid_argument("{}: 'smooth' holds a non-string", path);
+      auto one = parse_smooth_inputs(e.get<std::string>());
+      if (!one.ok()) return one.status().with_context(path + ": smooth");
+      for (const auto& [name, member] : kInputs) c.smooth.*member |= (*one).*member;
+    }
+  }
   RINFER_ASSIGN_OR_RETURN(c.tokens, field<int64_t>(j, "tokens", path));
   RINFER_ASSIGN_OR_RETURN(c.alpha, field<double>(j, "alpha", path));
   auto layers = j.find("layers");
@@ -129,6 +169,10 @@ Result<CalibrationStats> read_calibration(const std::string& path) {
     RINFER_ASSIGN_OR_RETURN(auto a, floats(e, "attn_in_absmax", where));
     RINFER_ASSIGN_OR_RETURN(auto m, floats(e, "mlp_in_absmax", where));
     RINFER_ASSIGN_OR_RETURN(auto d, floats(e, "down_in_absmax", where));
+    if (version >= 2) {
+      RINFER_ASSIGN_OR_RETURN(auto o, floats(e, "o_in_absmax", where));
+      c.o_in.push_back(std::move(o));
+    }
     c.attn_in.push_back(std::move(a));
     c.mlp_in.push_back(std::move(m));
     c.down_in.push_back(std::move(d));
@@ -139,6 +183,9 @@ Result<CalibrationStats> read_calibration(const std::string& path) {
 
 Result<std::string> calibration_json(const CalibrationStats& c) {
   RINFER_RETURN_IF_ERROR(check(c, "calibration"));
+  if (c.q_dim < 1) {
+    return invalid_argument("calibration: no attention output maxima (q_dim 0) to write");
+  }
   json j;
   j["format"] = kFormat;
   j["version"] = kVersion;
@@ -146,8 +193,14 @@ Result<std::string> calibration_json(const CalibrationStats& c) {
   j["n_layer"] = c.n_layer;
   j["n_embd"] = c.n_embd;
   j["n_ff"] = c.n_ff;
+  j["q_dim"] = c.q_dim;
   j["tokens"] = c.tokens;
   j["alpha"] = c.alpha;
+  json smooth = json::array();
+  for (const auto& [name, member] : kInputs) {
+    if (c.smooth.*member) smooth.push_back(name);
+  }
+  j["smooth"] = std::move(smooth);
   // Four significant digits: the factors are powers of these maxima, and the file stays small
   // enough to keep beside a recipe.
   auto rounded = [](const std::vector<float>& v) {
@@ -157,12 +210,45 @@ Result<std::string> calibration_json(const CalibrationStats& c) {
   };
   json layers = json::array();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    layers.push_back({{"attn_in_absmax", rounded(c.attn_in[static_cast<size_t>(l)])},
-                      {"mlp_in_absmax", rounded(c.mlp_in[static_cast<size_t>(l)])},
-                      {"down_in_absmax", rounded(c.down_in[static_cast<size_t>(l)])}});
+    const auto at = static_cast<size_t>(l);
+    layers.push_back({{"attn_in_absmax", rounded(c.attn_in[at])},
+                      {"o_in_absmax", rounded(c.o_in[at])},
+                      {"mlp_in_absmax", rounded(c.mlp_in[at])},
+                      {"down_in_absmax", rounded(c.down_in[at])}});
   }
   j["layers"] = std::move(layers);
   return j.dump() + "\n";
+}
+
+std::string smooth_inputs_text(const CalibrationStats::Inputs& in) {
+  std::string out;
+  for (const auto& [name, member] : kInputs) {
+    if (in.*member) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+Result<CalibrationStats::Inputs> parse_smooth_inputs(std::string_view list) {
+  CalibrationStats::Inputs in{false, false, false, false};
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    std::string name(list.substr(at, comma - at));
+    if (name.size() > 3 && name.ends_with("_in")) name.resize(name.size() - 3);
+    bool found = false;
+    for (const auto& [full, member] : kInputs) {
+      if (std::string_view(full).substr(0, std::string_view(full).size() - 3) == name) {
+        in.*member = true;
+        found = true;
+      }
+    }
+    if (!found) {
+      return invalid_argument("'{}' is not an input that smoothing takes (attn, o, mlp, down)",
+                              list.substr(at, comma - at));
+    }
+    at = comma + 1;
+  }
+  return in;
 }
 
 float smoothing_factor(float act_absmax, float w_absmax, double alpha) {

@@ -7,7 +7,7 @@ namespace rinfer {
 namespace {
 constexpr std::array<std::string_view, kTapKindCount> kNames = {
     "embed",     "attn_norm", "attn_out", "mlp_norm", "mlp_out",
-    "block_out", "pooled",    "logits",   "mlp_act"};
+    "block_out", "pooled",    "logits",   "mlp_act",  "attn_ctx"};
 }  // namespace
 
 std::string_view tap_name(TapKind kind) { return kNames[static_cast<size_t>(kind)]; }

@@ -11,6 +11,8 @@
 //   logits     the output rows (the pass's logit rows)                       layer n_layer
 //   mlp_act    the MLP's activation, the input of Wdown (silu(gate) * up): the CPU llama models
 //              only, for rinfer calibrate; rinfer diff does not ask for it
+//   attn_ctx   the attention's output before Wo (its input: [rows, n_head * head_dim]): the
+//              CPU llama models only, for rinfer calibrate; rinfer diff does not ask for it
 //
 // An encoder (BERT, post-norm) taps embed (after the embeddings' LayerNorm), attn_out (after Wo
 // and its bias), mlp_norm (the LayerNorm of the residual sum after attention: the MLP's input),
@@ -39,9 +41,10 @@ enum class TapKind : uint8_t {
   kBlockOut,
   kPooled,
   kLogits,
-  kMlpAct
+  kMlpAct,
+  kAttnCtx
 };
-inline constexpr int kTapKindCount = 9;
+inline constexpr int kTapKindCount = 10;
 
 // "embed", "attn_norm", ... (above).
 std::string_view tap_name(TapKind kind);

@@ -1,8 +1,9 @@
-// `rinfer calibrate RECIPE TEXT -o FILE [--alpha A] [--tokens N] [--window W]`: runs the
-// recipe's model unquantized (its stored weights, f32 activations) teacher-forced over TEXT in
-// windows of W tokens, records through the taps (models/taps.h) the largest |x| of every channel
-// of each layer's normed attention and MLP inputs, and writes them with the migration strength
-// alpha as a calibration file (formats/calibration.h) that a recipe names as
+// `rinfer calibrate RECIPE TEXT -o FILE [--alpha A] [--smooth LIST] [--tokens N] [--window W]`:
+// runs the recipe's model unquantized (its stored weights, f32 activations) teacher-forced over
+// TEXT in windows of W tokens, records through the taps (models/taps.h) the largest |x| of every
+// channel of each layer's normed attention and MLP inputs, the attention's output and the MLP's
+// activation, and writes them with the migration strength alpha and the inputs to smooth as a
+// calibration file (formats/calibration.h) that a recipe names as
 // strategies.quantization.smoothing. Prints per layer how far the largest channel stands above
 // the median one (the outliers SmoothQuant moves into the weights).
 #include <fmt/format.h>
@@ -31,24 +32,30 @@ namespace {
 struct CalibrateArgs {
   std::string recipe, text, out;
   double alpha = 0.5;
+  std::string smooth = "attn,mlp,down";
   int64_t tokens = 2048;
   int64_t window = 0;  // 0: 256, or the recipe's context when shorter
 };
 
-// Keeps the running max |x| of each channel of the attention's and the MLP's normed inputs and
-// of the MLP's activation.
+// Keeps the running max |x| of each channel of the attention's and the MLP's normed inputs, of
+// the attention's output and of the MLP's activation.
 class AbsMaxSink : public TapSink {
  public:
-  AbsMaxSink(int64_t n_layer, int64_t n_embd, int64_t n_ff)
+  AbsMaxSink(int64_t n_layer, int64_t n_embd, int64_t n_ff, int64_t q_dim)
       : attn_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n_embd))),
         mlp_(attn_),
-        down_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n_ff))) {}
+        down_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(n_ff))),
+        o_(static_cast<size_t>(n_layer), std::vector<float>(static_cast<size_t>(q_dim))) {}
   bool wants(TapKind kind) const override {
-    return kind == TapKind::kAttnNorm || kind == TapKind::kMlpNorm || kind == TapKind::kMlpAct;
+    return kind == TapKind::kAttnNorm || kind == TapKind::kMlpNorm || kind == TapKind::kMlpAct ||
+           kind == TapKind::kAttnCtx;
   }
   void record(TapKind kind, int32_t layer, const float* rows, int64_t n_rows,
               int64_t width) override {
-    auto& all = kind == TapKind::kAttnNorm ? attn_ : kind == TapKind::kMlpNorm ? mlp_ : down_;
+    auto& all = kind == TapKind::kAttnNorm  ? attn_
+                : kind == TapKind::kMlpNorm ? mlp_
+                : kind == TapKind::kAttnCtx ? o_
+                                            : down_;
     if (layer < 0 || static_cast<size_t>(layer) >= all.size() ||
         width != static_cast<int64_t>(all[0].size())) {
       if (status_.ok()) {
@@ -66,7 +73,7 @@ class AbsMaxSink : public TapSink {
       }
     }
   }
-  std::vector<std::vector<float>> attn_, mlp_, down_;
+  std::vector<std::vector<float>> attn_, mlp_, down_, o_;
   Status status_;
 };
 
@@ -79,6 +86,8 @@ double outlier_ratio(std::vector<float> v) {
 }
 
 Status run(const CalibrateArgs& a) {
+  auto smooth = parse_smooth_inputs(a.smooth);
+  if (!smooth.ok()) return smooth.status().with_context("--smooth");
   RINFER_ASSIGN_OR_RETURN(RecipeConfig recipe, load_recipe(a.recipe));
   if (recipe.scenario != "llm-chat" && recipe.scenario != "llm-serve") {
     return invalid_argument(
@@ -115,7 +124,7 @@ Status run(const CalibrateArgs& a) {
         "activation is tapped there); use the recipe's CPU twin",
         a.recipe, recipe.device.to_string());
   }
-  AbsMaxSink sink(hp.n_layer, hp.n_embd, hp.n_ff);
+  AbsMaxSink sink(hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim);
   const auto none = [](int64_t, std::span<const float>) { return ok_status(); };
   const auto t0 = std::chrono::steady_clock::now();
   int64_t windows = 0;
@@ -132,14 +141,17 @@ Status run(const CalibrateArgs& a) {
   c.n_layer = hp.n_layer;
   c.n_embd = hp.n_embd;
   c.n_ff = hp.n_ff;
+  c.q_dim = hp.n_head * hp.head_dim;
   c.tokens = static_cast<int64_t>(ids.size());
   c.alpha = a.alpha;
+  c.smooth = *smooth;
   c.attn_in = std::move(sink.attn_);
   c.mlp_in = std::move(sink.mlp_);
   c.down_in = std::move(sink.down_);
+  c.o_in = std::move(sink.o_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const auto at = static_cast<size_t>(l);
-    for (const auto* v : {&c.attn_in[at], &c.mlp_in[at], &c.down_in[at]}) {
+    for (const auto* v : {&c.attn_in[at], &c.o_in[at], &c.mlp_in[at], &c.down_in[at]}) {
       for (float x : *v) {
         if (!std::isfinite(x)) {
           return data_loss(
@@ -156,14 +168,16 @@ Status run(const CalibrateArgs& a) {
               a.recipe.c_str(), c.model.c_str(), static_cast<long long>(c.tokens), source.c_str(),
               static_cast<long long>(windows), secs);
   std::printf("largest channel over the median one, by layer (the outliers smoothing moves):\n");
-  std::printf("%6s %12s %12s %12s\n", "layer", "attn input", "mlp input", "down input");
+  std::printf("%6s %12s %12s %12s %12s\n", "layer", "attn input", "o input", "mlp input",
+              "down input");
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const auto at = static_cast<size_t>(l);
-    std::printf("%6lld %12.1f %12.1f %12.1f\n", static_cast<long long>(l),
-                outlier_ratio(c.attn_in[at]), outlier_ratio(c.mlp_in[at]),
-                outlier_ratio(c.down_in[at]));
+    std::printf("%6lld %12.1f %12.1f %12.1f %12.1f\n", static_cast<long long>(l),
+                outlier_ratio(c.attn_in[at]), outlier_ratio(c.o_in[at]),
+                outlier_ratio(c.mlp_in[at]), outlier_ratio(c.down_in[at]));
   }
-  std::printf("alpha %.2f; wrote %s (strategies.quantization.smoothing)\n", c.alpha, a.out.c_str());
+  std::printf("alpha %.2f, smoothing %s; wrote %s (strategies.quantization.smoothing)\n", c.alpha,
+              smooth_inputs_text(c.smooth).c_str(), a.out.c_str());
   return ok_status();
 }
 
@@ -183,6 +197,10 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
                   "Migration strength: how much of the activations' range moves into the "
                   "weights (default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--smooth", a->smooth,
+                  "The inputs to smooth, of attn (q, k, v's), o (the output projection's), mlp "
+                  "(gate and up's), down (ffn_down's) (default attn,mlp,down; every input's "
+                  "maxima are recorded)");
   cmd->add_option("--tokens", a->tokens, "Tokens of the text to run (default 2048)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
   cmd->add_option("--window", a->window,

@@ -312,7 +312,7 @@ std::string svg_plot(const std::vector<TapDiff>& diffs, int64_t n_layer, double 
   for (int k = 0; k < kTapKindCount; ++k) {
     const auto kind = static_cast<TapKind>(k);
     if (kind == TapKind::kLogits || kind == TapKind::kEmbed || kind == TapKind::kPooled ||
-        kind == TapKind::kMlpAct) {
+        kind == TapKind::kMlpAct || kind == TapKind::kAttnCtx) {
       continue;
     }
     std::string pts;

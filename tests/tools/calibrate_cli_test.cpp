@@ -1,9 +1,11 @@
 // `rinfer calibrate` and strategies.quantization.smoothing (SmoothQuant) end to end on a tiny
 // random llama with outlier channels planted the way real models have them: two channels of
 // every attention and MLP norm scaled up 40 times and the same columns of the matrices that
-// read them scaled down as much, which leaves the float model as it was but makes those two
-// channels set the int8 activations' scales. The calibration file names those channels, and
-// int8 with the smoothing it gives lands ten times closer to the float model than int8 without.
+// read them scaled down as much, and one channel of v scaled up (its row) with the output
+// projection's columns that read it (one a query head) scaled down, which leaves the float model
+// as it was but makes those channels set the int8 activations' scales. The calibration file
+// names those channels, and int8 with the smoothing it gives lands ten times closer to the float
+// model than int8 without.
 // Then the errors: a file of another model, a corrupt file, smoothing without int8 weights.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -26,6 +28,8 @@ using test::slurp;
 
 constexpr float kPlant = 40.0f;
 constexpr int kChannels[] = {5, 70};
+constexpr int kHeadDim = 64;  // n_embd 128 over 2 heads (below)
+constexpr int kVChannel = 9;  // of v's head: the attention output's channels 9 and 73
 
 class CalibrateCli : public ::testing::Test {
  protected:
@@ -45,6 +49,16 @@ class CalibrateCli : public ::testing::Test {
              p + "self_attn.v_proj.weight"});
       plant(w, p + "post_attention_layernorm.weight",
             {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+      test::TinyTensor& v = w.at(p + "self_attn.v_proj.weight");
+      for (int64_t j = 0; j < v.shape[1]; ++j) {
+        v.values[static_cast<size_t>(kVChannel * v.shape[1] + j)] *= kPlant;
+      }
+      test::TinyTensor& o = w.at(p + "self_attn.o_proj.weight");
+      for (int64_t row = 0; row < o.shape[0]; ++row) {
+        for (int h = 0; h < spec_.n_head; ++h) {
+          o.values[static_cast<size_t>(row * o.shape[1] + h * kHeadDim + kVChannel)] /= kPlant;
+        }
+      }
     }
     dir_ = test::fresh_dir("calibrate");
     model_ = test::with_tiny_tokenizer(test::write_gguf_model("calibrate_planted", spec_, w),
@@ -112,6 +126,7 @@ TEST_F(CalibrateCli, SmoothingTakesThePlantedOutliersIntoTheWeights) {
   EXPECT_EQ(stats->n_layer, spec_.n_layer);
   EXPECT_EQ(stats->n_embd, spec_.n_embd);
   EXPECT_EQ(stats->n_ff, spec_.n_ff);
+  EXPECT_EQ(stats->q_dim, spec_.n_head * kHeadDim);
   for (const std::vector<float>& v : stats->down_in) {
     EXPECT_GT(*std::max_element(v.begin(), v.end()), 0.0f);  // the MLP's activation was tapped
   }
@@ -129,15 +144,44 @@ TEST_F(CalibrateCli, SmoothingTakesThePlantedOutliersIntoTheWeights) {
       for (int c : kChannels) EXPECT_GT(v[static_cast<size_t>(c)], 5.0f * most) << c;
     }
   }
+  ASSERT_EQ(stats->o_in.size(), static_cast<size_t>(spec_.n_layer));
+  for (const std::vector<float>& v : stats->o_in) {
+    ASSERT_EQ(v.size(), static_cast<size_t>(spec_.n_head * kHeadDim));
+    std::vector<float> rest;
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (j % kHeadDim != kVChannel) rest.push_back(v[j]);
+    }
+    const float most = *std::max_element(rest.begin(), rest.end());
+    EXPECT_GT(most, 0.0f);
+    for (int h = 0; h < spec_.n_head; ++h) {
+      EXPECT_GT(v[static_cast<size_t>(h * kHeadDim + kVChannel)], 5.0f * most) << h;
+    }
+  }
 
-  // int8 against the float model, without and with the smoothing.
+  EXPECT_FALSE(stats->smooth.o);  // by default: the norms' inputs and the activation
+  EXPECT_TRUE(stats->smooth.attn && stats->smooth.mlp && stats->smooth.down);
+  // Every input smoothed, the attention's output too.
+  const std::string all = dir_ + "/cal_all.json";
+  r = rinfer("calibrate '" + ref + "' '" + dir_ + "/cal.txt' -o '" + all +
+             "' --alpha 0.5 --tokens 300 --window 100 --smooth attn,o_in,mlp,down");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("smoothing attn_in,o_in,mlp_in,down_in"), std::string::npos) << r.out;
+
+  // int8 against the float model: without smoothing, with the default inputs smoothed, with
+  // every input (v's planted channel then leaves the output projection's int8 input too).
   const double plain = mean_kl(recipe("int8", model_, "{weights: int8, keep_layers: []}"), ref);
   const double smoothed = mean_kl(
       recipe("int8_sq", model_, "{weights: int8, keep_layers: [], smoothing: cal.json}"), ref);
+  const double every = mean_kl(
+      recipe("int8_sq_all", model_, "{weights: int8, keep_layers: [], smoothing: cal_all.json}"),
+      ref);
   EXPECT_GT(plain, 0.0);
-  EXPECT_GT(smoothed, 0.0);
-  EXPECT_LT(smoothed, 0.1 * plain) << "plain " << plain << ", smoothed " << smoothed;
-  std::printf("mean KL against the float model: int8 %.4g, int8 smoothed %.4g\n", plain, smoothed);
+  EXPECT_GT(every, 0.0);
+  EXPECT_LT(smoothed, 0.5 * plain) << "plain " << plain << ", smoothed " << smoothed;
+  EXPECT_LT(every, 0.5 * smoothed) << "smoothed " << smoothed << ", every input " << every;
+  EXPECT_LT(every, 0.1 * plain) << "plain " << plain << ", every input " << every;
+  std::printf("mean KL against the float model: int8 %.4g, smoothed %.4g, every input %.4g\n",
+              plain, smoothed, every);
 
   // The knob is listed with its domain.
   r = rinfer("strategies quantization");
@@ -188,7 +232,13 @@ TEST_F(CalibrateCli, BadFilesAndSettingsAreClearErrors) {
   EXPECT_NE(r.err.find("smooths the int8 (W8A8) conversion; the weights are q8_0"),
             std::string::npos)
       << r.err;
-  // calibrate itself: a missing text, an embedding recipe's model.
+  // calibrate itself: an input smoothing does not take, a missing text.
+  r = rinfer("calibrate '" + ref + "' '" + dir_ + "/cal.txt' -o '" + dir_ +
+             "/x.json' --smooth attn,wo");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--smooth: 'wo' is not an input that smoothing takes (attn, o, mlp, down)"),
+            std::string::npos)
+      << r.err;
   r = rinfer("calibrate '" + ref + "' '" + dir_ + "/none.txt' -o '" + dir_ + "/x.json'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("none.txt"), std::string::npos) << r.err;
@@ -202,11 +252,14 @@ TEST(CalibrationFile, RoundTripAndFactor) {
   c.n_layer = 2;
   c.n_embd = 3;
   c.n_ff = 2;
+  c.q_dim = 2;
   c.tokens = 10;
   c.alpha = 0.25;
   c.attn_in = {{1.0f, 2.5f, 0.0f}, {3.0f, 0.5f, 7.0f}};  // exact in four digits
   c.mlp_in = {{4.0f, 1.0f, 2.0f}, {0.25f, 9.0f, 1.0f}};
   c.down_in = {{6.0f, 0.125f}, {12.5f, 3.0f}};
+  c.o_in = {{0.5f, 1.5f}, {2.0f, 0.0f}};
+  c.smooth = {true, true, false, true};
   auto text = calibration_json(c);
   ASSERT_TRUE(text.ok()) << text.status().to_string();
   const std::string dir = test::fresh_dir("calibration_file");
@@ -219,6 +272,53 @@ TEST(CalibrationFile, RoundTripAndFactor) {
   EXPECT_EQ(back->attn_in, c.attn_in);
   EXPECT_EQ(back->mlp_in, c.mlp_in);
   EXPECT_EQ(back->down_in, c.down_in);
+  EXPECT_EQ(back->q_dim, 2);
+  EXPECT_EQ(back->o_in, c.o_in);
+  EXPECT_TRUE(back->smooth.attn && back->smooth.o && back->smooth.down);
+  EXPECT_FALSE(back->smooth.mlp);
+  EXPECT_EQ(smooth_inputs_text(back->smooth), "attn_in,o_in,down_in");
+
+  // A version 1 file (no q_dim, no o_in_absmax) reads with its attention output unsmoothed.
+  nlohmann::json v1 = nlohmann::json::parse(*text);
+  v1["version"] = 1;
+  v1.erase("q_dim");
+  for (auto& l : v1["layers"]) l.erase("o_in_absmax");
+  test::write_file(dir + "/v1.json", v1.dump());
+  auto old = read_calibration(dir + "/v1.json");
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_EQ(old->q_dim, 0);
+  EXPECT_TRUE(old->o_in.empty());
+  EXPECT_EQ(old->down_in, c.down_in);
+  EXPECT_EQ(smooth_inputs_text(old->smooth), "attn_in,mlp_in,down_in");
+  // An unknown input in smooth; smooth missing.
+  nlohmann::json bad_smooth = nlohmann::json::parse(*text);
+  bad_smooth["smooth"].push_back("up_in");
+  test::write_file(dir + "/s.json", bad_smooth.dump());
+  auto s = read_calibration(dir + "/s.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("s.json: smooth: 'up_in' is not an input"), std::string::npos)
+      << s.status().message();
+  bad_smooth.erase("smooth");
+  test::write_file(dir + "/s.json", bad_smooth.dump());
+  s = read_calibration(dir + "/s.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("'smooth' must be a list"), std::string::npos);
+  // Version 2 without the attention output's maxima, or with a list of the wrong width.
+  nlohmann::json v2 = nlohmann::json::parse(*text);
+  v2["layers"][1].erase("o_in_absmax");
+  test::write_file(dir + "/v2.json", v2.dump());
+  auto miss = read_calibration(dir + "/v2.json");
+  ASSERT_FALSE(miss.ok());
+  EXPECT_NE(miss.status().message().find("layers[1]: 'o_in_absmax' is missing"), std::string::npos)
+      << miss.status().message();
+  v2 = nlohmann::json::parse(*text);
+  v2["layers"][0]["o_in_absmax"].push_back(1.0);
+  test::write_file(dir + "/v2.json", v2.dump());
+  miss = read_calibration(dir + "/v2.json");
+  ASSERT_FALSE(miss.ok());
+  EXPECT_NE(miss.status().message().find("layers[0].o_in_absmax has 3 values, expected q_dim 2"),
+            std::string::npos)
+      << miss.status().message();
 
   c.mlp_in[1].pop_back();
   auto bad = calibration_json(c);
@@ -226,10 +326,11 @@ TEST(CalibrationFile, RoundTripAndFactor) {
   EXPECT_NE(bad.status().message().find("layers[1].mlp_in_absmax has 2 values, expected n_embd 3"),
             std::string::npos)
       << bad.status().message();
-  test::write_file(dir + "/v.json", "{\"format\": \"rinfer-calibration\", \"version\": 2}");
-  auto v2 = read_calibration(dir + "/v.json");
-  ASSERT_FALSE(v2.ok());
-  EXPECT_NE(v2.status().message().find("version 2, this build reads version 1"), std::string::npos);
+  test::write_file(dir + "/v.json", "{\"format\": \"rinfer-calibration\", \"version\": 3}");
+  auto v3 = read_calibration(dir + "/v.json");
+  ASSERT_FALSE(v3.ok());
+  EXPECT_NE(v3.status().message().find("version 3, this build reads versions 1 and 2"),
+            std::string::npos);
 
   // act^a / w^(1-a): 16^0.5 / 4^0.5 = 2; a channel with no activation or no weight stays 1.
   EXPECT_FLOAT_EQ(smoothing_factor(16.0f, 4.0f, 0.5), 2.0f);

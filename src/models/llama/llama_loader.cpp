@@ -412,6 +412,15 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         opts_.smoothing_file, cal->n_layer, cal->n_embd, cal->n_ff, cal->model, hp_.n_layer,
         hp_.n_embd, hp_.n_ff);
   }
+  const int64_t hd = hp_.head_dim, q_dim = hp_.n_head * hd, kv_dim = hp_.n_head_kv * hd;
+  if (cal != nullptr && cal->smooth.o && cal->q_dim != q_dim) {
+    return invalid_argument(
+        "{}: calibrated on attention outputs of width {} ({}), this model's are {} ({} heads of "
+        "{})",
+        opts_.smoothing_file, cal->q_dim, cal->model, q_dim, hp_.n_head, hd);
+  }
+  // Query head h reads KV head h / group.
+  const int64_t group = hp_.n_head_kv > 0 ? hp_.n_head / hp_.n_head_kv : 1;
   std::vector<float> f;
   // One row of w (layer matrix `what`) as f32 values in f.
   auto row_of = [&](const Tensor& w, int64_t r, const std::string& what) -> Status {
@@ -426,15 +435,16 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
     if (keep[static_cast<size_t>(il)]) continue;
     LayerWeights& l = layers_[static_cast<size_t>(il)];
     // SmoothQuant (formats/calibration.h): the factors of the attention's and the MLP's normed
-    // inputs, divided out of their norms, and of the MLP's activation, divided out of up's rows;
-    // each multiplied into the columns of the matrices that read the input.
-    std::vector<float> s_attn, s_mlp, s_down;
+    // inputs, divided out of their norms, of the attention's output, divided out of v's rows
+    // (s_v, a factor per KV channel; s_o spreads it over the query heads' channels), and of the
+    // MLP's activation, divided out of up's rows; each multiplied into the columns of the
+    // matrices that read the input.
+    std::vector<float> s_attn, s_mlp, s_down, s_v, s_o;
     if (cal != nullptr) {
       const auto at = static_cast<size_t>(il);
-      // s from the input's maxima and the columns' maxima of its readers.
-      auto factors = [&](std::initializer_list<const LayerMatrix*> readers,
-                         const std::vector<float>& act, std::vector<float>& s) -> Status {
-        std::vector<float> wmax(act.size(), 0.0f);
+      // The columns' maxima of an input's readers.
+      auto col_max = [&](std::initializer_list<const LayerMatrix*> readers,
+                         std::vector<float>& wmax) -> Status {
         for (const LayerMatrix* m : readers) {
           const Tensor& w = l.*(m->w);
           const std::string what = fmt::format("layer {} {}", il, m->name);
@@ -443,6 +453,13 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
             for (size_t j = 0; j < wmax.size(); ++j) wmax[j] = std::max(wmax[j], std::fabs(f[j]));
           }
         }
+        return ok_status();
+      };
+      // s from the input's maxima and the columns' maxima of its readers.
+      auto factors = [&](std::initializer_list<const LayerMatrix*> readers,
+                         const std::vector<float>& act, std::vector<float>& s) -> Status {
+        std::vector<float> wmax(act.size(), 0.0f);
+        RINFER_RETURN_IF_ERROR(col_max(readers, wmax));
         s.resize(wmax.size());
         for (size_t j = 0; j < s.size(); ++j) s[j] = smoothing_factor(act[j], wmax[j], cal->alpha);
         return ok_status();
@@ -456,13 +473,45 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         norm = std::move(n);
         return ok_status();
       };
-      RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[0], &kLayerMatrices[1], &kLayerMatrices[2]},
-                                     cal->attn_in[at], s_attn));
-      RINFER_RETURN_IF_ERROR(
-          factors({&kLayerMatrices[4], &kLayerMatrices[5]}, cal->mlp_in[at], s_mlp));
-      RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[6]}, cal->down_in[at], s_down));
-      RINFER_RETURN_IF_ERROR(divide_norm(l.attn_norm, s_attn));
-      RINFER_RETURN_IF_ERROR(divide_norm(l.ffn_norm, s_mlp));
+      if (cal->smooth.attn) {
+        RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[0], &kLayerMatrices[1], &kLayerMatrices[2]},
+                                       cal->attn_in[at], s_attn));
+        RINFER_RETURN_IF_ERROR(divide_norm(l.attn_norm, s_attn));
+      }
+      if (cal->smooth.mlp) {
+        RINFER_RETURN_IF_ERROR(
+            factors({&kLayerMatrices[4], &kLayerMatrices[5]}, cal->mlp_in[at], s_mlp));
+        RINFER_RETURN_IF_ERROR(divide_norm(l.ffn_norm, s_mlp));
+      }
+      if (cal->smooth.down) {
+        RINFER_RETURN_IF_ERROR(factors({&kLayerMatrices[6]}, cal->down_in[at], s_down));
+      }
+      if (cal->smooth.o && l.wo.defined() && l.wv.defined()) {
+        // The query heads of a group read the same v channel: their maxima together.
+        std::vector<float> wmax_q(static_cast<size_t>(q_dim), 0.0f);
+        RINFER_RETURN_IF_ERROR(col_max({&kLayerMatrices[3]}, wmax_q));
+        std::vector<float> act(static_cast<size_t>(kv_dim), 0.0f), wmax(act);
+        s_o.resize(static_cast<size_t>(q_dim));
+        for (int64_t j = 0; j < q_dim; ++j) {
+          const auto c = static_cast<size_t>((j / hd) / group * hd + j % hd);
+          act[c] = std::max(act[c], cal->o_in[at][static_cast<size_t>(j)]);
+          wmax[c] = std::max(wmax[c], wmax_q[static_cast<size_t>(j)]);
+        }
+        s_v.resize(act.size());
+        for (size_t c = 0; c < act.size(); ++c) {
+          s_v[c] = smoothing_factor(act[c], wmax[c], cal->alpha);
+        }
+        for (int64_t j = 0; j < q_dim; ++j) {
+          s_o[static_cast<size_t>(j)] = s_v[static_cast<size_t>((j / hd) / group * hd + j % hd)];
+        }
+        if (l.bv.defined()) {  // v's bias (Qwen2) makes the same channels
+          RINFER_ASSIGN_OR_RETURN(Tensor bv, Tensor::empty({kv_dim}, DType::kF32));
+          for (int64_t c = 0; c < kv_dim; ++c) {
+            bv.mutable_data_as<float>()[c] = l.bv.data_as<float>()[c] / s_v[static_cast<size_t>(c)];
+          }
+          l.bv = std::move(bv);
+        }
+      }
     }
     for (const LayerMatrix& m : kLayerMatrices) {
       Tensor& w = l.*m.w;
@@ -473,14 +522,18 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
           m.w == &LayerWeights::wq || m.w == &LayerWeights::wk || m.w == &LayerWeights::wv;
       const bool reads_mlp = m.w == &LayerWeights::w_gate || m.w == &LayerWeights::w_up;
       const bool down = m.w == &LayerWeights::w_down;
-      // The factors of the input this matrix reads (none for the output projection).
+      // The factors of the input this matrix reads.
       const std::vector<float>* cs = reads_attn  ? &s_attn
                                      : reads_mlp ? &s_mlp
                                      : down      ? &s_down
-                                                 : nullptr;
-      if (cs != nullptr && cs->empty()) cs = nullptr;
-      // up's row r makes the activation's channel r: divided by that channel's factor.
-      const bool rows_down = m.w == &LayerWeights::w_up && !s_down.empty();
+                                                 : &s_o;
+      if (cs->empty()) cs = nullptr;
+      // up's row r makes the activation's channel r, v's row r the attention output's channels
+      // of KV channel r: divided by that channel's factor.
+      const std::vector<float>* rs = m.w == &LayerWeights::w_up ? &s_down
+                                     : m.w == &LayerWeights::wv ? &s_v
+                                                                : nullptr;
+      if (rs != nullptr && rs->empty()) rs = nullptr;
       RINFER_ASSIGN_OR_RETURN(Tensor codes, Tensor::empty({n_out, n_in}, DType::kI8));
       RINFER_ASSIGN_OR_RETURN(Tensor scales, Tensor::empty({n_out}, DType::kF32));
       for (int64_t r = 0; r < n_out; ++r) {
@@ -490,8 +543,8 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
             f[static_cast<size_t>(j)] *= (*cs)[static_cast<size_t>(j)];
           }
         }
-        if (rows_down) {
-          const float d = 1.0f / s_down[static_cast<size_t>(r)];
+        if (rs != nullptr) {
+          const float d = 1.0f / (*rs)[static_cast<size_t>(r)];
           for (float& v : f) v *= d;
         }
         quantize_rows_int8(f.data(), 1, n_in, codes.mutable_data_as<int8_t>() + r * n_in,

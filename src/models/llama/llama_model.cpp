@@ -136,6 +136,7 @@ Status LlamaModel::run_layers(const cpu::OpContext& ctx, ForwardScratch& s,
       OpScope op(timer, "attention", il, kv.attend_cost(il));
       RINFER_RETURN_IF_ERROR(kv.attend(il, q, attn));
     }
+    tap(taps, TapKind::kAttnCtx, il, attn, nt, q_dim);
     {
       OpScope op(timer, "wo", il, mm(l.wo));
       RINFER_RETURN_IF_ERROR(
