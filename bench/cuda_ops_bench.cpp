@@ -504,14 +504,15 @@ void bench_paged_attention(Ctx& c, json& rows) {
   };
   const Batch batches[] = {{"decode", 256, 1, 192},    {"decode", 64, 1, 1000},
                            {"decode", 16, 1, 4000},    {"decode", 4, 1, 16000},
-                           {"prefill", 4, 2048, 2048}, {"chunk", 8, 512, 2048}};
+                           {"prefill", 4, 2048, 2048}, {"prefill", 1, 2048, 2048},
+                           {"chunk", 8, 512, 2048}};
   const int64_t n_head = 32, n_head_kv = 8, d = 128, bs = 16, kv_dim = n_head_kv * d;
   std::printf(
       "\n== paged attention, Llama-3-8B heads (32 q / 8 kv, head_dim 128), bf16 KV in "
       "blocks of %ld\n",
       static_cast<long>(bs));
-  std::printf("%-8s %5s %6s %6s %5s %10s %10s %16s %7s\n", "kind", "seqs", "new", "n_kv", "cfg",
-              "us", "limit us", "rate", "of lim");
+  std::printf("%-8s %5s %6s %6s %5s %4s %10s %10s %16s %7s\n", "kind", "seqs", "new", "n_kv", "cfg",
+              "rows", "us", "limit us", "rate", "of lim");
   for (const Batch& b : batches) {
     const int64_t per_seq = (b.n_kv + bs - 1) / bs, n_blocks = b.n_seq * per_seq;
     std::vector<int32_t> tables(static_cast<size_t>(n_blocks));
@@ -524,8 +525,6 @@ void bench_paged_attention(Ctx& c, json& rows) {
       kv_len.push_back(static_cast<int32_t>(b.n_kv));
     }
     const int64_t nt = qstart.back();
-    std::vector<int32_t> work;
-    rinfer::cuda::paged_attention_work(qstart, kv_len, n_head, n_head_kv, work);
     const int64_t arena = n_blocks * bs * kv_dim;
     DeviceBuffer kv =
         take(DeviceBuffer::create(static_cast<size_t>(2 * arena * 2), 0, c.s), "alloc");
@@ -535,19 +534,27 @@ void bench_paged_attention(Ctx& c, json& rows) {
         take(DeviceBuffer::create(static_cast<size_t>(nt * n_head * d * 2), 0, c.s), "alloc");
     check(rinfer::cuda::fill_random(kv.data(), DType::kBF16, 2 * arena, -1, 1, 3, c.s), "fill");
     check(rinfer::cuda::fill_random(q.data(), DType::kF32, nt * n_head * d, -1, 1, 4, c.s), "fill");
-    std::vector<int32_t> ints = qstart;
-    ints.insert(ints.end(), kv_len.begin(), kv_len.end());
-    ints.insert(ints.end(), tables.begin(), tables.end());
-    ints.resize((ints.size() + 3) / 4 * 4, 0);  // the work items' pairs 8-byte aligned
-    const size_t work_at = ints.size();
-    ints.insert(ints.end(), work.begin(), work.end());
-    DeviceBuffer di = take(DeviceBuffer::create(ints.size() * 4, 0, c.s), "alloc");
-    check_cuda(
-        cudaMemcpyAsync(di.data(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, c.s),
-        "copy");
-    check_cuda(cudaStreamSynchronize(c.s), "sync");
-    const int32_t* base = di.as<int32_t>();
-    for (int tile : {0, 1, 2}) {  // the configurations: 64 x 2 stages, 32 x 3, 32 x 4
+    // The configurations: 64 positions x 2 stages, 32 x 3, 32 x 4 at 64 rows a block; and the
+    // first at 128 rows where the batch takes them (the runner's choice: paged_attention_rows).
+    const int32_t runner_rows =
+        rinfer::cuda::paged_attention_rows(qstart, n_head, n_head_kv, d, DType::kBF16);
+    std::vector<std::pair<int, int32_t>> cfgs = {{0, 64}, {1, 64}, {2, 64}};
+    if (runner_rows == 128) cfgs.insert(cfgs.begin(), {0, 128});
+    for (auto [tile, n_rows] : cfgs) {
+      std::vector<int32_t> work;
+      rinfer::cuda::paged_attention_work(qstart, kv_len, n_head, n_head_kv, work, n_rows);
+      std::vector<int32_t> ints = qstart;
+      ints.insert(ints.end(), kv_len.begin(), kv_len.end());
+      ints.insert(ints.end(), tables.begin(), tables.end());
+      ints.resize((ints.size() + 3) / 4 * 4, 0);  // the work items' pairs 8-byte aligned
+      const size_t work_at = ints.size();
+      ints.insert(ints.end(), work.begin(), work.end());
+      DeviceBuffer di = take(DeviceBuffer::create(ints.size() * 4, 0, c.s), "alloc");
+      check_cuda(
+          cudaMemcpyAsync(di.data(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, c.s),
+          "copy");
+      check_cuda(cudaStreamSynchronize(c.s), "sync");
+      const int32_t* base = di.as<int32_t>();
       rinfer::cuda::set_paged_attention_config(tile);
       rinfer::cuda::PagedAttentionParams p;
       p.n_tokens = nt;
@@ -565,6 +572,7 @@ void bench_paged_attention(Ctx& c, json& rows) {
       p.kv_len = base + qstart.size();
       p.tables = p.kv_len + kv_len.size();
       p.work = base + work_at;
+      p.rows = n_rows;
       const size_t wsb = rinfer::cuda::paged_attention_workspace_bytes(nt, n_head, d, p.n_splits);
       DeviceBuffer ws = take(DeviceBuffer::create(wsb + 256, 0, c.s), "alloc");
       const double us = time_graph(c.s, c.reps, [&] {
@@ -579,9 +587,9 @@ void bench_paged_attention(Ctx& c, json& rows) {
       for (int64_t t = 0; t < b.n_new; ++t) pairs += static_cast<double>(b.n_kv - b.n_new + t + 1);
       const double flops = 4.0 * static_cast<double>(d * n_head * b.n_seq) * pairs;
       const double limit = decode ? bytes / (c.copy_gbs * 1e3) : flops / (c.peak_tflops * 1e6);
-      std::printf("%-8s %5ld %6ld %6ld %5d %10.2f %10.2f %9.0f %s %5.1f%%\n", b.kind,
+      std::printf("%-8s %5ld %6ld %6ld %5d %4d %10.2f %10.2f %9.0f %s %5.1f%%\n", b.kind,
                   static_cast<long>(b.n_seq), static_cast<long>(b.n_new), static_cast<long>(b.n_kv),
-                  tile, us, limit, decode ? bytes / us / 1e3 : flops / us / 1e6,
+                  tile, n_rows, us, limit, decode ? bytes / us / 1e3 : flops / us / 1e6,
                   decode ? "GB/s   " : "TFLOP/s", 100.0 * limit / us);
       rows.push_back({{"model", "Llama-3-8B"},
                       {"kind", std::string("paged_") + b.kind},
@@ -589,6 +597,7 @@ void bench_paged_attention(Ctx& c, json& rows) {
                       {"n_new", b.n_new},
                       {"n_kv", b.n_kv},
                       {"tile", tile},
+                      {"rows", n_rows},
                       {"splits", p.n_splits},
                       {"us", us},
                       {"limit_us", limit},

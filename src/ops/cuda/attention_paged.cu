@@ -80,8 +80,18 @@ __global__ void __launch_bounds__(kRows / 16 * 32)
   const int tile_lo = tile_lo0 + split * per;
   const int tile_end = min(tile_end0, tile_lo + per);
 
-  auto row_token = [&](int r) { return t0 + r / G; };  // within the sequence
-  auto row_head = [&](int r) { return hk * G + r % G; };
+  // Shifts and masks where block_size and G are powers of two: a division by a value known only
+  // at run time is a dozen instructions, and the table lookups take two a chunk a tile.
+  auto row_token = [&](int r) {  // within the sequence
+    return t0 + (a.group_shift >= 0 ? r >> a.group_shift : r / G);
+  };
+  auto row_head = [&](int r) { return hk * G + (a.group_shift >= 0 ? r & (G - 1) : r % G); };
+  auto block_of = [&](int pos) {
+    return a.block_shift >= 0 ? pos >> a.block_shift : pos / a.block_size;
+  };
+  auto in_block = [&](int pos) {
+    return a.block_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
+  };
 
   if (tile_lo >= tile_end) {
     // An empty split (short sequences in a split launch): nothing seen.
@@ -107,7 +117,7 @@ __global__ void __launch_bounds__(kRows / 16 * 32)
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int pos = kv0 + (tid + j * kThreads) / (kD / 8);
-      blk[j] = tile < tile_end && pos < kv_end && pos >= kv_lo ? table[pos / a.block_size] : -1;
+      blk[j] = tile < tile_end && pos < kv_end && pos >= kv_lo ? table[block_of(pos)] : -1;
     }
   };
   auto load_kv = [&](int tile, int buf, const int(&blk)[kPer]) {
@@ -118,7 +128,7 @@ __global__ void __launch_bounds__(kRows / 16 * 32)
       const int r = i / (kD / 8), c = i % (kD / 8);
       const int pos = kv0 + r;
       const bool ok = blk[j] >= 0;
-      const int64_t row = ok ? static_cast<int64_t>(blk[j]) * a.block_size + pos % a.block_size : 0;
+      const int64_t row = ok ? static_cast<int64_t>(blk[j]) * a.block_size + in_block(pos) : 0;
       const int64_t src = row * a.kv_row_stride + static_cast<int64_t>(hk) * kD + c * 8;
       const int dst = buf * C::kTileElems + r * S + c * 8;
       cp_async16(smem_u32(sK + dst), k + src, ok);

@@ -263,6 +263,9 @@ struct PagedAttnArgs {
   const int* kv_len;       // device [n_seq]
   const int* tables;       // device [n_seq, table_stride]
   int rows;                // query rows a block: 64, or 128 where attn_paged_rows_supported
+  // log2 of block_size and of the query heads per KV head where they are powers of two, else -1:
+  // the kernel's per-tile table lookups then shift and mask instead of dividing.
+  int block_shift = -1, group_shift = -1;
 };
 int attn_paged_tile(int64_t head_dim);  // KV positions per tile
 // The tile and pipeline depth of head dims 64 and 128 (process-wide): 0 (the default) 64

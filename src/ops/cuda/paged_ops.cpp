@@ -1,6 +1,7 @@
 // The Status API of the serving ops in ops_cuda.h: paged attention, the paged K/V store and
 // per-row device sampling.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <numeric>
 
@@ -163,6 +164,11 @@ Status paged_attention(const PagedAttentionParams& p, const void* k_cache, const
   a.kv_len = p.kv_len;
   a.tables = p.tables;
   a.rows = p.rows;
+  auto log2_of = [](int64_t x) {
+    return x > 0 && (x & (x - 1)) == 0 ? std::countr_zero(static_cast<uint64_t>(x)) : -1;
+  };
+  a.block_shift = log2_of(p.block_size);
+  a.group_shift = log2_of(p.n_head / p.n_head_kv);
   if (p.kv_dtype == DType::kF32) {
     a.n_splits = 1;
     const auto per =
