@@ -28,11 +28,7 @@ for r in $(seq "${ROUNDS:-2}"); do
     grep -E "^\| optimized" "$out/ab_${who}_$r.txt"
   done
 done
-[ -d .nsyslib ] || exit 0
-host="$(dirname "$(find /opt/nvidia /usr/local -path '*target-linux-x64/nsys' -type f 2>/dev/null |
-  head -1)")"
-[ -x "$host/nsys" ] || { echo "nsys not found"; exit 0; }
-export LD_LIBRARY_PATH="$PWD/.nsyslib:$LD_LIBRARY_PATH"
+find_nsys || exit 0
 fmt="${TRACE_FORMAT:-q4_0}"
 for who in $whos; do
   bin="$(bin_of "$who")"

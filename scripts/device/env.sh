@@ -29,3 +29,14 @@ serve_at() {
   grep -E "^\| (output tok/s|TTFT p50|time per output token p50)" "$out/serve.log" | tee -a "$4"
   return $rc
 }
+
+# find_nsys: sets host (the folder of the machine's nsys, the one inside Nsight Compute) and puts
+# .nsyslib (libdw and libelf for its importer: nsys_trace.sh says how to bring them) on the
+# library path; returns 1 without .nsyslib or without nsys.
+find_nsys() {
+  [ -d .nsyslib ] || return 1
+  host="$(dirname "$(find /opt/nvidia /usr/local -path '*target-linux-x64/nsys' -type f \
+    2>/dev/null | head -1)")"
+  [ -x "$host/nsys" ] || { echo "nsys not found"; return 1; }
+  export LD_LIBRARY_PATH="$PWD/.nsyslib:$LD_LIBRARY_PATH"
+}

@@ -42,11 +42,7 @@ for p in $(seq "${PASSES:-0}"); do
       --prefill "$n" 2>&1 | grep -E '^profile' | tail -1)"
   done
 done
-[ -d .nsyslib ] || exit 0
-host="$(dirname "$(find /opt/nvidia /usr/local -path '*target-linux-x64/nsys' -type f 2>/dev/null |
-  head -1)")"
-[ -x "$host/nsys" ] || { echo "nsys not found"; exit 0; }
-export LD_LIBRARY_PATH="$PWD/.nsyslib:$LD_LIBRARY_PATH"
+find_nsys || exit 0
 for who in new base; do
   rep="/tmp/prefill_$who"
   log="$(timeout 240 "$host/nsys" profile -o "$rep" --force-overwrite true \
