@@ -497,10 +497,15 @@ void PrintTo(const RealModel& m, std::ostream* os) { *os << m.fixture; }
 class RealModelTest : public ::testing::TestWithParam<RealModel> {
  protected:
   void SetUp() override {
+    const std::string name = GetParam().fixture;
+#if RINFER_TEST_SLOW_BUILD
+    // Under the sanitizers the 1.5B model's cases took 77 s of a 2-core CI run; Qwen 0.5B runs
+    // the same architecture here, and the optimized preset runs the 1.5B.
+    if (name == "qwen15") GTEST_SKIP() << "the 1.5B model runs in the optimized build";
+#endif
     auto p = test::reference_model(GetParam().model);
     if (!p) GTEST_SKIP() << test::missing_model_message(GetParam().model);
     path_ = *p;
-    const std::string name = GetParam().fixture;
     fx_ = read_json(test_data_path("llama/" + name + "_logits.json"));
     if (fx_.contains("last_logits_file")) {
       last_ = read_f32(test_data_path("llama/" + fx_["last_logits_file"].get<std::string>()));
