@@ -233,11 +233,10 @@ Result<CalibrationStats::Inputs> parse_smooth_inputs(std::string_view list) {
   size_t at = 0;
   while (at <= list.size()) {
     const size_t comma = std::min(list.find(',', at), list.size());
-    std::string name(list.substr(at, comma - at));
-    if (name.size() > 3 && name.ends_with("_in")) name.resize(name.size() - 3);
+    const std::string name(list.substr(at, comma - at));
     bool found = false;
-    for (const auto& [full, member] : kInputs) {
-      if (std::string_view(full).substr(0, std::string_view(full).size() - 3) == name) {
+    for (const auto& [full, member] : kInputs) {  // "attn_in" or "attn"
+      if (name == full || name + "_in" == full) {
         in.*member = true;
         found = true;
       }

@@ -15,8 +15,8 @@
 //
 // Which inputs are smoothed is the file's choice (`smooth`; rinfer calibrate --smooth): by
 // default the normed inputs and the MLP's activation, whose outlier channels SmoothQuant is
-// for; the attention's output has few in the models measured, and smoothing it costs the output
-// projection's weights more than it gives (docs/strategies/quantization.md).
+// for; the attention's output has few in the models measured, and smoothing it changed nothing
+// measurable there (docs/strategies/quantization.md).
 //
 // JSON: {"format": "rinfer-calibration", "version": 2, "model": NAME, "n_layer": L,
 //        "n_embd": E, "n_ff": F, "q_dim": Q, "tokens": N, "alpha": A,

@@ -95,6 +95,12 @@ Status run(const CalibrateArgs& a) {
         "activations (llm-chat, llm-serve)",
         a.recipe, recipe.scenario);
   }
+  if (recipe.device.is_cuda()) {
+    return invalid_argument(
+        "{} runs on {}: rinfer calibrate measures on the CPU (the MLP's "
+        "activation and the attention's output are tapped there); use the recipe's CPU twin",
+        a.recipe, recipe.device.to_string());
+  }
   int64_t window = a.window;
   if (window == 0) {
     window = recipe.context_length > 0 ? std::min<int64_t>(256, recipe.context_length) : 256;
@@ -118,12 +124,6 @@ Status run(const CalibrateArgs& a) {
       std::vector<int32_t> ids,
       text_tokens(*tok, BenchText{a.text, "the calibration text"}, a.tokens, &source));
   const DecoderHParams& hp = engine->decoder().hparams();
-  if (recipe.device.is_cuda()) {
-    return invalid_argument(
-        "{} runs on {}: rinfer calibrate measures on the CPU (the MLP's "
-        "activation is tapped there); use the recipe's CPU twin",
-        a.recipe, recipe.device.to_string());
-  }
   AbsMaxSink sink(hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim);
   const auto none = [](int64_t, std::span<const float>) { return ok_status(); };
   const auto t0 = std::chrono::steady_clock::now();

@@ -419,8 +419,10 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         "{})",
         opts_.smoothing_file, cal->q_dim, cal->model, q_dim, hp_.n_head, hd);
   }
-  // Query head h reads KV head h / group.
+  // Channel j of the attention's output (query head j / hd) reads this channel of v: query head h
+  // reads KV head h / group.
   const int64_t group = hp_.n_head_kv > 0 ? hp_.n_head / hp_.n_head_kv : 1;
+  auto kv_channel = [&](int64_t j) { return static_cast<size_t>((j / hd) / group * hd + j % hd); };
   std::vector<float> f;
   // One row of w (layer matrix `what`) as f32 values in f.
   auto row_of = [&](const Tensor& w, int64_t r, const std::string& what) -> Status {
@@ -493,7 +495,7 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
         std::vector<float> act(static_cast<size_t>(kv_dim), 0.0f), wmax(act);
         s_o.resize(static_cast<size_t>(q_dim));
         for (int64_t j = 0; j < q_dim; ++j) {
-          const auto c = static_cast<size_t>((j / hd) / group * hd + j % hd);
+          const size_t c = kv_channel(j);
           act[c] = std::max(act[c], cal->o_in[at][static_cast<size_t>(j)]);
           wmax[c] = std::max(wmax[c], wmax_q[static_cast<size_t>(j)]);
         }
@@ -502,7 +504,7 @@ Status LlamaModel::quantize_int8_rows(const std::vector<bool>& keep) {
           s_v[c] = smoothing_factor(act[c], wmax[c], cal->alpha);
         }
         for (int64_t j = 0; j < q_dim; ++j) {
-          s_o[static_cast<size_t>(j)] = s_v[static_cast<size_t>((j / hd) / group * hd + j % hd)];
+          s_o[static_cast<size_t>(j)] = s_v[kv_channel(j)];
         }
         if (l.bv.defined()) {  // v's bias (Qwen2) makes the same channels
           RINFER_ASSIGN_OR_RETURN(Tensor bv, Tensor::empty({kv_dim}, DType::kF32));
